@@ -1,0 +1,101 @@
+"""Bundles: a directory with the program, the tokenizer and a checksummed manifest.
+
+A bundle is staged in a temporary sibling directory and renamed into place only when
+complete, so a failed export never leaves a half-written bundle behind.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+from edgespec.errors import EdgespecError
+
+SCHEMA_VERSION = 1
+MANIFEST = "manifest.json"
+PROGRAM = "model.pte"
+TOKENIZER = "tokenizer.json"
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+@contextmanager
+def staged_bundle(outdir: str | Path, overwrite: bool = True) -> Iterator[Path]:
+    """Yield a staging directory; on success it atomically becomes `outdir`.
+
+    On any exception the staging directory is removed and `outdir` is left untouched.
+    """
+    out = Path(outdir).resolve()
+    if out.exists() and not out.is_dir():
+        raise EdgespecError(f"output '{out}' exists and is not a directory")
+    if out.exists() and not overwrite:
+        raise EdgespecError(f"output '{out}' already exists")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
+    except OSError as e:
+        raise EdgespecError(f"cannot write to output directory '{out.parent}': {e.strerror}") from None
+    try:
+        yield stage
+        old = None
+        if out.exists():
+            old = out.parent / f".{out.name}.old-{os.getpid()}"
+            out.rename(old)
+        stage.rename(out)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+
+
+def write_manifest(bundle_dir: Path, fields: dict[str, Any]) -> dict[str, Any]:
+    """Write manifest.json with the SHA-256 of every other file in the bundle."""
+    files = {
+        p.relative_to(bundle_dir).as_posix(): {"sha256": sha256_file(p), "bytes": p.stat().st_size}
+        for p in sorted(bundle_dir.rglob("*"))
+        if p.is_file() and p.name != MANIFEST
+    }
+    manifest = {"schema_version": SCHEMA_VERSION, **fields, "files": files}
+    (bundle_dir / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    return manifest
+
+
+def read_manifest(bundle_dir: str | Path) -> dict[str, Any]:
+    d = Path(bundle_dir)
+    if not d.is_dir():
+        raise EdgespecError(f"bundle '{d}' not found (expected a directory made by `edgespec export`)")
+    mf = d / MANIFEST
+    if not mf.is_file():
+        raise EdgespecError(f"bundle '{d}' has no {MANIFEST}")
+    try:
+        manifest = json.loads(mf.read_text())
+    except json.JSONDecodeError as e:
+        raise EdgespecError(f"bundle '{d}': {MANIFEST} is not valid JSON ({e})") from None
+    version = manifest.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise EdgespecError(f"bundle '{d}': schema_version {version!r} is not supported (expected {SCHEMA_VERSION})")
+    return manifest
+
+
+def verify_checksums(bundle_dir: str | Path, manifest: dict[str, Any]) -> None:
+    """Raise if any file listed in the manifest is missing or differs."""
+    d = Path(bundle_dir)
+    for name, entry in manifest.get("files", {}).items():
+        p = d / name
+        if not p.is_file():
+            raise EdgespecError(f"bundle '{d}': file '{name}' listed in the manifest is missing")
+        if sha256_file(p) != entry["sha256"]:
+            raise EdgespecError(f"bundle '{d}': file '{name}' is corrupt (SHA-256 does not match the manifest)")

@@ -1,0 +1,181 @@
+"""The `edgespec` command line: a thin shell over the library.
+
+Flags map 1:1 to config fields or function arguments; heavy modules (torch, torchao,
+ExecuTorch) are imported inside the commands, so `edgespec --help` is instant.
+Every `EdgespecError` is printed as one line `error: ...` with exit code 2.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from edgespec.errors import EdgespecError
+
+
+def _friendly(fn):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except EdgespecError as e:
+            click.echo(f"error: {e}", err=True)
+            sys.exit(2)
+
+    return wrapper
+
+
+def _quiet_runtime_logs() -> None:
+    """ExecuTorch's C++ runtime logs to stderr at info level; keep the terminal readable."""
+    import logging
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    logging.getLogger("torch").setLevel(logging.ERROR)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="edgespec")
+def main() -> None:
+    """edgespec: export a pretrained LM to a fast, verified ExecuTorch bundle for phones."""
+
+
+@main.command()
+@click.argument("recipe", required=False, type=click.Path(dir_okay=False))
+@click.option("-o", "--outdir", default="bundles/default", show_default=True, type=click.Path(file_okay=False), help="Bundle directory to write (replaced atomically).")
+@_friendly
+def export(recipe: str | None, outdir: str) -> None:
+    """Run RECIPE (default: the built-in SmolLM2-135M recipe) and write a bundle."""
+    from edgespec.config import load_recipe
+
+    cfg = load_recipe(recipe)
+    _quiet_runtime_logs()
+    from tqdm import tqdm
+
+    from edgespec.pipeline import STAGES, export_bundle
+
+    bar = tqdm(total=len(STAGES), desc="export", unit="stage", file=sys.stderr, bar_format="{desc}: {n_fmt}/{total_fmt} {bar} [{elapsed}] {postfix}")
+
+    def on_stage(name: str) -> None:
+        if bar.n or bar.postfix:
+            bar.update(1)
+        bar.set_postfix_str(name)
+
+    result = export_bundle(cfg, outdir, on_stage=on_stage)
+    bar.update(1)
+    bar.close()
+    m = result.manifest
+    size_mb = m["files"]["model.pte"]["bytes"] / 1e6
+    total = sum(result.stage_seconds.values())
+    parts = ", ".join(f"{k} {v:.0f}s" for k, v in result.stage_seconds.items())
+    click.echo(f"wrote {result.bundle_dir} ({cfg.quant.scheme}, model.pte {size_mb:.1f} MB) in {total:.0f}s [{parts}]")
+
+
+def _load_bundle(bundle: str):
+    from edgespec.bundle import read_manifest
+    from edgespec.models.tokenizer import Tokenizer
+    from edgespec.runtime.program import ProgramRunner
+
+    manifest = read_manifest(bundle)
+    tk = manifest["tokenizer"]
+    tokenizer = Tokenizer.from_file(
+        Path(bundle) / tk["file"], chat_template=tk.get("chat_template"), bos_id=tk.get("bos_id"), eos_ids=tuple(tk["eos_ids"]), add_bos=tk.get("add_bos", False)
+    )
+    return manifest, tokenizer, ProgramRunner(Path(bundle) / "model.pte")
+
+
+def _prompt_ids(tokenizer, prompt: str, chat_template: bool) -> list[int]:
+    if not prompt.strip():
+        raise EdgespecError("the prompt is empty")
+    text = tokenizer.apply_chat_template(prompt) if chat_template and tokenizer.chat_template else prompt
+    return tokenizer.encode(text)
+
+
+@main.command()
+@click.option("--bundle", required=True, type=click.Path(), help="Bundle directory from `edgespec export`.")
+@click.option("--prompt", required=True, help="User prompt.")
+@click.option("--max-new-tokens", default=128, show_default=True, type=click.IntRange(min=1))
+@click.option("--temperature", default=0.0, show_default=True, type=click.FloatRange(min=0.0), help="0 = greedy.")
+@click.option("--seed", default=0, show_default=True, type=int, help="Sampling seed (temperature > 0).")
+@click.option("--no-chat-template", is_flag=True, help="Feed the prompt as raw text.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of streaming text.")
+@_friendly
+def generate(bundle: str, prompt: str, max_new_tokens: int, temperature: float, seed: int, no_chat_template: bool, as_json: bool) -> None:
+    """Generate a completion with the bundle's program, streaming text."""
+    _quiet_runtime_logs()
+    from edgespec.models.tokenizer import StreamDecoder
+    from edgespec.runtime.generate import generate as run
+
+    _, tokenizer, runner = _load_bundle(bundle)
+    ids = _prompt_ids(tokenizer, prompt, not no_chat_template)
+    stream = StreamDecoder(tokenizer)
+
+    def on_token(tok: int) -> None:
+        if not as_json:
+            click.echo(stream.push(tok), nl=False)
+
+    res = run(runner.forward, ids, max_new_tokens=max_new_tokens, max_seq_len=runner.max_seq_len, eos_ids=runner.eos_ids, temperature=temperature, seed=seed, on_token=on_token)
+    if as_json:
+        click.echo(json.dumps({
+            "prompt_ids": res.prompt_ids,
+            "completion_ids": res.completion_ids,
+            "text": tokenizer.decode(res.completion_ids),
+            "stopped_by_eos": res.stopped_by_eos,
+            "prefill_s": round(res.prefill_s, 4),
+            "decode_s": round(res.decode_s, 4),
+            "prefill_tokens_per_s": round(res.prefill_tokens_per_s, 2),
+            "decode_tokens_per_s": round(res.decode_tokens_per_s, 2),
+        }))
+    else:
+        click.echo()
+
+
+@main.command()
+@click.option("--bundle", required=True, type=click.Path(), help="Bundle directory.")
+@click.option("--prompt", default="Write a short story about a robot who learns to paint.", show_default=True)
+@click.option("--max-new-tokens", default=128, show_default=True, type=click.IntRange(min=1))
+@click.option("--warmup", default=1, show_default=True, type=click.IntRange(min=0))
+@click.option("--runs", default=5, show_default=True, type=click.IntRange(min=1))
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@_friendly
+def bench(bundle: str, prompt: str, max_new_tokens: int, warmup: int, runs: int, as_json: bool) -> None:
+    """Prefill and decode tokens/s (medians), peak RSS and program size."""
+    _quiet_runtime_logs()
+    from edgespec.runtime.bench import bench_generation
+
+    _, tokenizer, runner = _load_bundle(bundle)
+    ids = _prompt_ids(tokenizer, prompt, True)
+    stats = bench_generation(runner, ids, max_new_tokens=max_new_tokens, warmup=warmup, runs=runs)
+    if as_json:
+        click.echo(json.dumps(stats, indent=2))
+    else:
+        for k, v in stats.items():
+            click.echo(f"{k:>24}: {v}")
+
+
+@main.command()
+@click.option("--bundle", required=True, type=click.Path(), help="Bundle directory.")
+@click.option("--verify/--no-verify", default=True, show_default=True, help="Check file checksums.")
+@_friendly
+def info(bundle: str, verify: bool) -> None:
+    """What is in a bundle."""
+    from edgespec.bundle import read_manifest, verify_checksums
+
+    m = read_manifest(bundle)
+    if verify:
+        verify_checksums(bundle, m)
+    model = m["model"]
+    click.echo(f"bundle      {Path(bundle).resolve()} (schema {m['schema_version']}{', checksums ok' if verify else ''})")
+    click.echo(f"model       {model['name']} from {model['source']}: {model['n_layers']} layers, dim {model['dim']}, vocab {model['vocab_size']}, context {model['max_seq_len']}")
+    click.echo(f"precision   {m['precision']} (group size {m['recipe']['quant']['group_size']})")
+    click.echo(f"methods     {', '.join(m['methods'])}")
+    for name, f in m["files"].items():
+        click.echo(f"file        {name:<16} {f['bytes'] / 1e6:8.2f} MB  sha256 {f['sha256'][:16]}…")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,164 @@
+"""Typed, frozen, validated configuration: the single source of truth for a recipe.
+
+YAML files and CLI flags only ever *produce* these objects. Every field is checked on
+construction; an unknown or invalid field raises `EdgespecError` naming its dotted path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, get_args, get_origin
+
+from edgespec.errors import EdgespecError
+
+QuantScheme = Literal["fp32", "8da4w", "int8wo"]
+EMBEDDED_MODELS = ("smollm2-135m-instruct",)
+
+
+def _require(cond: bool, path: str, msg: str) -> None:
+    if not cond:
+        raise EdgespecError(f"recipe field '{path}': {msg}")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Which model to load and how long its context is.
+
+    source: an embedded model name (``smollm2-135m-instruct``), a ``.gguf`` file, or a
+    local Hugging Face-format directory (config.json + *.safetensors + tokenizer.json).
+    """
+
+    source: str = "smollm2-135m-instruct"
+    max_seq_len: int = 1024
+    chat_template: bool = True
+
+    def validate(self, path: str = "model") -> None:
+        _require(bool(self.source), f"{path}.source", "must not be empty")
+        _require(16 <= self.max_seq_len <= 32768, f"{path}.max_seq_len", f"must be in [16, 32768], got {self.max_seq_len}")
+
+
+@dataclass(frozen=True)
+class QuantConfig:
+    """torchao quantization of the exported program.
+
+    scheme: ``fp32`` (none), ``8da4w`` (int8 dynamic activations, int4 grouped weights),
+    ``int8wo`` (int8 per-channel weight-only). ``embedding_bits`` 0 keeps the embedding in
+    fp32; 4 or 8 quantizes it weight-only with ``group_size``.
+    """
+
+    scheme: QuantScheme = "8da4w"
+    group_size: int = 32
+    embedding_bits: int = 0
+
+    def validate(self, path: str = "quant") -> None:
+        _require(self.group_size > 0 and self.group_size % 16 == 0, f"{path}.group_size", f"must be a positive multiple of 16, got {self.group_size}")
+        _require(self.embedding_bits in (0, 4, 8), f"{path}.embedding_bits", f"must be 0 (off), 4 or 8, got {self.embedding_bits}")
+
+
+@dataclass(frozen=True)
+class ExportConfig:
+    """Lowering to ExecuTorch."""
+
+    backend: Literal["xnnpack"] = "xnnpack"
+
+    def validate(self, path: str = "export") -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """One export, fully described. ``Recipe()`` is the built-in default recipe."""
+
+    name: str = "smollm2-135m"
+    model: ModelConfig = field(default_factory=ModelConfig)
+    quant: QuantConfig = field(default_factory=QuantConfig)
+    export: ExportConfig = field(default_factory=ExportConfig)
+
+    def __post_init__(self) -> None:
+        _require(bool(self.name), "name", "must not be empty")
+        self.model.validate("model")
+        self.quant.validate("quant")
+        self.export.validate("export")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def replace(self, **sections: Any) -> "Recipe":
+        """A copy with whole sections or fields changed, e.g. ``replace(quant={"scheme": "fp32"})``."""
+        data = self.to_dict()
+        for key, value in sections.items():
+            if isinstance(value, dict):
+                data[key] = {**data[key], **value}
+            else:
+                data[key] = value
+        return from_dict(Recipe, data)
+
+
+def _check_type(value: Any, tp: Any, path: str) -> Any:
+    origin = get_origin(tp)
+    if origin is Literal:
+        _require(value in get_args(tp), path, f"must be one of {list(get_args(tp))}, got {value!r}")
+        return value
+    if origin in (typing.Union, types.UnionType):
+        for arm in get_args(tp):
+            if arm is type(None) and value is None:
+                return None
+        arms = [a for a in get_args(tp) if a is not type(None)]
+        return _check_type(value, arms[0], path)
+    if tp is bool:
+        _require(isinstance(value, bool), path, f"must be true or false, got {value!r}")
+    elif tp is int:
+        _require(isinstance(value, int) and not isinstance(value, bool), path, f"must be an integer, got {value!r}")
+    elif tp is float:
+        _require(isinstance(value, (int, float)) and not isinstance(value, bool), path, f"must be a number, got {value!r}")
+        value = float(value)
+    elif tp is str:
+        _require(isinstance(value, str), path, f"must be a string, got {value!r}")
+    return value
+
+
+def from_dict(cls: type, data: Any, path: str = "") -> Any:
+    """Build the dataclass ``cls`` from plain data, rejecting unknown fields by dotted path."""
+    where = path or "<recipe>"
+    _require(isinstance(data, dict), where, f"must be a mapping, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    for key in data:
+        if key not in names:
+            full = f"{path}.{key}" if path else str(key)
+            raise EdgespecError(f"recipe field '{full}': unknown field (known: {', '.join(sorted(names))})")
+    kwargs = {}
+    for key, value in data.items():
+        full = f"{path}.{key}" if path else key
+        tp = hints[key]
+        if dataclasses.is_dataclass(tp):
+            kwargs[key] = from_dict(tp, value, full)
+        else:
+            kwargs[key] = _check_type(value, tp, full)
+    return cls(**kwargs)
+
+
+def load_recipe(path: str | Path | None) -> Recipe:
+    """Read a YAML recipe; ``None`` gives the built-in default recipe."""
+    if path is None:
+        return Recipe()
+    import yaml
+
+    p = Path(path)
+    if not p.is_file():
+        raise EdgespecError(f"recipe '{p}' not found")
+    try:
+        data = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as e:
+        raise EdgespecError(f"recipe '{p}' is not valid YAML: {e}") from None
+    return from_dict(Recipe, data or {})
+
+
+def recipe_to_yaml(recipe: Recipe) -> str:
+    import yaml
+
+    return yaml.safe_dump(recipe.to_dict(), sort_keys=False)

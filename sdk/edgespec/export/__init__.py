@@ -1,0 +1,1 @@
+"""Lowering to ExecuTorch programs, and the runtime contract they expose."""

@@ -1,0 +1,77 @@
+"""Lower a `Transformer` to one XNNPACK-delegated ExecuTorch program.
+
+The program follows ExecuTorch's LLM runner conventions: `forward(tokens [1, T],
+input_pos [1])` with a dynamic T (the whole prompt in one call), the KV cache as mutable
+buffers inside the program, and the metadata methods of `edgespec.export.constants`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from edgespec.export import constants as C
+
+
+@dataclass(frozen=True)
+class ProgramMeta:
+    """What the program's metadata methods answer."""
+
+    max_seq_len: int
+    vocab_size: int
+    n_layers: int
+    bos_id: int
+    eos_ids: tuple[int, ...]
+
+    def constant_methods(self) -> dict[str, object]:
+        return {
+            C.GET_MAX_SEQ_LEN: self.max_seq_len,
+            C.GET_MAX_CONTEXT_LEN: self.max_seq_len,
+            C.GET_VOCAB_SIZE: self.vocab_size,
+            C.GET_N_LAYERS: self.n_layers,
+            C.GET_BOS_ID: self.bos_id,
+            C.GET_EOS_IDS: list(self.eos_ids),
+            C.USE_KV_CACHE: True,
+            C.USE_SDPA_WITH_KV_CACHE: False,
+            C.ENABLE_DYNAMIC_SHAPE: True,
+        }
+
+
+def export_forward(model: torch.nn.Module, max_seq_len: int) -> torch.export.ExportedProgram:
+    """`torch.export` of forward with a dynamic token count in [1, max_seq_len - 1]."""
+    tokens = torch.zeros((1, 4), dtype=torch.long)
+    input_pos = torch.zeros((1,), dtype=torch.long)
+    seq = torch.export.Dim("seq_len", min=1, max=max_seq_len - 1)
+    with torch.no_grad():
+        return torch.export.export(
+            model, (tokens, input_pos), dynamic_shapes=({1: seq}, None), strict=False
+        )
+
+
+def lower_to_executorch(programs: dict[str, torch.export.ExportedProgram], meta: ProgramMeta) -> bytes:
+    """XNNPACK-delegate every method and serialize to `.pte` bytes."""
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import (
+        XnnpackDynamicallyQuantizedPartitioner,
+        XnnpackPartitioner,
+    )
+    from executorch.exir import EdgeCompileConfig, ExecutorchBackendConfig, to_edge_transform_and_lower
+    from executorch.exir.passes import MemoryPlanningPass
+    from executorch.exir.passes.sym_shape_eval_pass import ConstraintBasedSymShapeEvalPass
+
+    edge = to_edge_transform_and_lower(
+        programs,
+        # dynamically quantized linears first, then every other op XNNPACK takes
+        partitioner=[XnnpackDynamicallyQuantizedPartitioner(), XnnpackPartitioner()],
+        compile_config=EdgeCompileConfig(_check_ir_validity=False, _skip_dim_order=True),
+        constant_methods=meta.constant_methods(),
+    )
+    et = edge.to_executorch(
+        ExecutorchBackendConfig(
+            extract_delegate_segments=True,
+            do_quant_fusion_and_const_prop=True,
+            memory_planning_pass=MemoryPlanningPass(alloc_graph_input=False),
+            sym_shape_eval_pass=ConstraintBasedSymShapeEvalPass(),
+        )
+    )
+    return et.buffer

@@ -1,0 +1,1 @@
+"""Model definitions, loaders (GGUF, Hugging Face directory) and the tokenizer."""

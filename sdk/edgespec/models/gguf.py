@@ -1,0 +1,123 @@
+"""Load a Llama-family GGUF file: metadata, dequantized weights, tokenizer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from edgespec.errors import EdgespecError
+from edgespec.models.llama import LlamaArgs
+from edgespec.models.source import ModelSource
+from edgespec.models.tokenizer import build_bpe_tokenizer_json
+
+SUPPORTED_ARCHS = ("llama",)
+
+# GGUF tensor name -> Meta name ({} is the layer index)
+_NAMES = {
+    "token_embd.weight": "tok_embeddings.weight",
+    "output_norm.weight": "norm.weight",
+    "output.weight": "output.weight",
+    "blk.{}.attn_norm.weight": "layers.{}.attention_norm.weight",
+    "blk.{}.attn_q.weight": "layers.{}.attention.wq.weight",
+    "blk.{}.attn_k.weight": "layers.{}.attention.wk.weight",
+    "blk.{}.attn_v.weight": "layers.{}.attention.wv.weight",
+    "blk.{}.attn_output.weight": "layers.{}.attention.wo.weight",
+    "blk.{}.ffn_norm.weight": "layers.{}.ffn_norm.weight",
+    "blk.{}.ffn_gate.weight": "layers.{}.feed_forward.w1.weight",
+    "blk.{}.ffn_up.weight": "layers.{}.feed_forward.w3.weight",
+    "blk.{}.ffn_down.weight": "layers.{}.feed_forward.w2.weight",
+}
+
+
+def _meta_name(gguf_name: str) -> str | None:
+    parts = gguf_name.split(".")
+    if parts[0] == "blk" and len(parts) > 2:
+        key = ".".join(["blk", "{}", *parts[2:]])
+        target = _NAMES.get(key)
+        return target.format(parts[1]) if target else None
+    return _NAMES.get(gguf_name)
+
+
+def _field(reader, key: str, default=None):
+    f = reader.fields.get(key)
+    return default if f is None else f.contents()
+
+
+def load_gguf(path: str | Path, max_seq_len: int) -> ModelSource:
+    """Read a GGUF file; quantized tensors are dequantized to fp32 by the `gguf` package.
+
+    GGUF stores q/k projections already in the interleaved RoPE layout our model uses.
+    """
+    import gguf
+
+    p = Path(path)
+    if not p.is_file():
+        raise EdgespecError(f"model file '{p}' not found")
+    try:
+        reader = gguf.GGUFReader(p)
+    except Exception as e:  # the gguf package raises several types on bad files
+        raise EdgespecError(f"'{p}' is not a readable GGUF file ({type(e).__name__}: {e})") from None
+
+    arch = _field(reader, "general.architecture")
+    if arch not in SUPPORTED_ARCHS:
+        raise EdgespecError(f"'{p}': unsupported architecture '{arch}' (supported: {', '.join(SUPPORTED_ARCHS)})")
+
+    def hp(key, default=None):
+        v = _field(reader, f"{arch}.{key}", default)
+        if v is None:
+            raise EdgespecError(f"'{p}': missing metadata '{arch}.{key}'")
+        return v
+
+    names = {t.name for t in reader.tensors}
+    n_heads = int(hp("attention.head_count"))
+    args = LlamaArgs(
+        dim=int(hp("embedding_length")),
+        n_layers=int(hp("block_count")),
+        n_heads=n_heads,
+        n_kv_heads=int(hp("attention.head_count_kv", n_heads)),
+        hidden_dim=int(hp("feed_forward_length")),
+        vocab_size=len(_field(reader, "tokenizer.ggml.tokens", [])) or int(hp("vocab_size")),
+        norm_eps=float(hp("attention.layer_norm_rms_epsilon")),
+        rope_theta=float(hp("rope.freq_base", 10000.0)),
+        tie_embeddings="output.weight" not in names,
+        max_seq_len=max_seq_len,
+    )
+    ctx = int(hp("context_length", max_seq_len))
+    if max_seq_len > ctx:
+        raise EdgespecError(f"max_seq_len {max_seq_len} exceeds the model's context length {ctx}")
+
+    state: dict[str, torch.Tensor] = {}
+    for t in reader.tensors:
+        name = _meta_name(t.name)
+        if name is None:
+            continue
+        w = np.array(gguf.quants.dequantize(t.data, t.tensor_type), dtype=np.float32)  # owned, writable copy
+        shape = tuple(int(s) for s in reversed(t.shape))  # GGUF lists dims innermost-first
+        state[name] = torch.from_numpy(np.ascontiguousarray(w.reshape(shape)))
+    if args.tie_embeddings:
+        state["output.weight"] = state["tok_embeddings.weight"]
+
+    if _field(reader, "tokenizer.ggml.model") != "gpt2":
+        raise EdgespecError(f"'{p}': only byte-level BPE ('gpt2') tokenizers are supported, got '{_field(reader, 'tokenizer.ggml.model')}'")
+    tokens = list(_field(reader, "tokenizer.ggml.tokens"))
+    token_types = list(_field(reader, "tokenizer.ggml.token_type"))
+    merges = list(_field(reader, "tokenizer.ggml.merges"))
+    tok_json = build_bpe_tokenizer_json(
+        tokens, merges, token_types, pre=str(_field(reader, "tokenizer.ggml.pre", "default"))
+    )
+    eos = _field(reader, "tokenizer.ggml.eos_token_id")
+    bos = _field(reader, "tokenizer.ggml.bos_token_id")
+    # instruct models stop at the end-of-turn token as well
+    eos_ids = tuple(sorted({int(eos)} | {i for i, tok in enumerate(tokens) if tok in ("<|im_end|>", "<|eot_id|>")}))
+    return ModelSource(
+        name=str(_field(reader, "general.name", p.stem)),
+        args=args,
+        state_dict=state,
+        tokenizer_json=tok_json,
+        chat_template=_field(reader, "tokenizer.chat_template"),
+        bos_id=None if bos is None else int(bos),
+        eos_ids=eos_ids,
+        add_bos=bool(_field(reader, "tokenizer.ggml.add_bos_token", False)),
+    )

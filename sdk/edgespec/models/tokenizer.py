@@ -1,0 +1,115 @@
+"""Byte-level BPE tokenizer built from model files, saved as a standard `tokenizer.json`.
+
+The same file is read by the `tokenizers` library here and by ExecuTorch's
+`pytorch-tokenizers` in the stock runner (and by the Java core in the app).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+from edgespec.errors import EdgespecError
+
+# GGUF token types (llama.cpp): 1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused, 6 byte
+_SPECIAL_TYPES = (3, 4)
+
+
+def _pre_tokenizer(pre: str):
+    from tokenizers import pre_tokenizers as pt
+
+    byte_level = pt.ByteLevel(add_prefix_space=False, use_regex=True)
+    table = {
+        # SmolLM2 splits every digit on its own before byte-level BPE
+        "smollm": lambda: pt.Sequence([pt.Digits(individual_digits=True), byte_level]),
+        "gpt2": lambda: byte_level,
+        "default": lambda: byte_level,
+    }
+    if pre not in table:
+        raise EdgespecError(f"unsupported pre-tokenizer '{pre}' (supported: {', '.join(table)})")
+    return table[pre]()
+
+
+def build_bpe_tokenizer_json(
+    tokens: Sequence[str], merges: Iterable[str], token_types: Sequence[int], pre: str
+) -> str:
+    """A `tokenizer.json` text for a GPT-2 style byte-level BPE vocabulary."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, processors
+
+    vocab = {tok: i for i, tok in enumerate(tokens)}
+    pairs = [tuple(m.split(" ", 1)) for m in merges]
+    tk = Tokenizer(models.BPE(vocab=vocab, merges=pairs, fuse_unk=False, byte_fallback=False))
+    tk.pre_tokenizer = _pre_tokenizer(pre)
+    tk.decoder = decoders.ByteLevel()
+    tk.post_processor = processors.ByteLevel(trim_offsets=False)
+    specials = [tokens[i] for i, t in enumerate(token_types) if t in _SPECIAL_TYPES]
+    tk.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in specials])
+    return tk.to_str()
+
+
+@dataclass
+class Tokenizer:
+    """Encode/decode plus the model's chat template."""
+
+    _tk: object
+    chat_template: str | None = None
+    bos_id: int | None = None
+    eos_ids: tuple[int, ...] = ()
+    add_bos: bool = False
+
+    @classmethod
+    def from_json(cls, text: str, **meta) -> "Tokenizer":
+        from tokenizers import Tokenizer as HFTokenizer
+
+        return cls(HFTokenizer.from_str(text), **meta)
+
+    @classmethod
+    def from_file(cls, path, **meta) -> "Tokenizer":
+        from pathlib import Path
+
+        return cls.from_json(Path(path).read_text(), **meta)
+
+    @property
+    def vocab_size(self) -> int:
+        return self._tk.get_vocab_size(with_added_tokens=True)
+
+    def encode(self, text: str) -> list[int]:
+        ids = self._tk.encode(text, add_special_tokens=False).ids
+        if self.add_bos and self.bos_id is not None:
+            ids = [self.bos_id, *ids]
+        return ids
+
+    def decode(self, ids: Sequence[int], skip_special: bool = True) -> str:
+        return self._tk.decode(list(ids), skip_special_tokens=skip_special)
+
+    def apply_chat_template(self, user_text: str) -> str:
+        """The prompt text for one user turn, ending where the assistant's answer starts."""
+        if not self.chat_template:
+            raise EdgespecError("this model has no chat template; use --no-chat-template")
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+        tmpl = env.from_string(self.chat_template)
+        return tmpl.render(
+            messages=[{"role": "user", "content": user_text}],
+            add_generation_prompt=True,
+            bos_token="",
+            eos_token="",
+        )
+
+
+class StreamDecoder:
+    """Turns a growing list of ids into text pieces, holding back incomplete UTF-8."""
+
+    def __init__(self, tokenizer: Tokenizer):
+        self.tokenizer = tokenizer
+        self.ids: list[int] = []
+        self.emitted = 0
+
+    def push(self, token_id: int) -> str:
+        self.ids.append(token_id)
+        text = self.tokenizer.decode(self.ids)
+        if text.endswith("\ufffd"):
+            return ""
+        piece, self.emitted = text[self.emitted :], len(text)
+        return piece

@@ -1,0 +1,101 @@
+"""`edgespec export`: recipe -> bundle, stage by stage.
+
+load -> quantize -> torch.export -> lower to ExecuTorch -> package (atomic).
+Each stage reports through `on_stage(name)`; the function returns stats, it prints nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from edgespec.config import Recipe, recipe_to_yaml
+
+STAGES = ("load", "quantize", "export", "lower", "package")
+
+
+@dataclass
+class ExportResult:
+    bundle_dir: Path
+    manifest: dict
+    stage_seconds: dict[str, float]
+
+
+def export_bundle(recipe: Recipe, outdir: str | Path, on_stage: Callable[[str], None] = lambda s: None) -> ExportResult:
+    """Run the recipe and write the bundle to `outdir` (replaced atomically)."""
+    from edgespec import bundle as B
+
+    stage = _StageClock(on_stage)
+    # check the output location before the slow work
+    with B.staged_bundle(outdir) as stage_dir:
+        stage("load")
+        from edgespec.models.load import build_model, read_source
+
+        src = read_source(recipe.model.source, recipe.model.max_seq_len)
+        model = build_model(src)
+
+        stage("quantize")
+        from edgespec.quant import quantize_model_
+
+        quantize_model_(model, recipe.quant)
+
+        stage("export")
+        from edgespec.export.program import ProgramMeta, export_forward, lower_to_executorch
+
+        programs = {"forward": export_forward(model, recipe.model.max_seq_len)}
+
+        stage("lower")
+        bos = src.bos_id if src.bos_id is not None else src.eos_ids[0]
+        meta = ProgramMeta(recipe.model.max_seq_len, src.args.vocab_size, src.args.n_layers, bos, src.eos_ids)
+        pte = lower_to_executorch(programs, meta)
+
+        stage("package")
+        (stage_dir / B.PROGRAM).write_bytes(pte)
+        (stage_dir / B.TOKENIZER).write_text(src.tokenizer_json)
+        (stage_dir / "recipe.yaml").write_text(recipe_to_yaml(recipe))
+        manifest = B.write_manifest(
+            stage_dir,
+            {
+                "model": {"name": src.name, "source": recipe.model.source, **_args_dict(src.args)},
+                "recipe": recipe.to_dict(),
+                "precision": recipe.quant.scheme,
+                "methods": sorted(["forward", *meta.constant_methods()]),
+                "tokenizer": {
+                    "file": B.TOKENIZER,
+                    "chat_template": src.chat_template if recipe.model.chat_template else None,
+                    "bos_id": src.bos_id,
+                    "eos_ids": list(src.eos_ids),
+                    "add_bos": src.add_bos,
+                },
+            },
+        )
+        stage.stop()
+    return ExportResult(Path(outdir).resolve(), manifest, stage.seconds)
+
+
+class _StageClock:
+    """Calling it with a stage name ends the previous stage and starts that one."""
+
+    def __init__(self, on_stage: Callable[[str], None]):
+        self.on_stage = on_stage
+        self.seconds: dict[str, float] = {}
+        self._current: str | None = None
+        self._t0 = 0.0
+
+    def __call__(self, name: str) -> None:
+        self.stop()
+        self._current, self._t0 = name, time.perf_counter()
+        self.on_stage(name)
+
+    def stop(self) -> None:
+        if self._current is not None:
+            self.seconds[self._current] = time.perf_counter() - self._t0
+            self._current = None
+
+
+def _args_dict(args) -> dict:
+    from dataclasses import asdict
+
+    return asdict(args)

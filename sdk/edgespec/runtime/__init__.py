@@ -1,0 +1,1 @@
+"""Host runtimes over a `.pte`: program loading, sampling and decode loops."""

@@ -1,0 +1,50 @@
+"""Load an edgespec `.pte` with ExecuTorch's Python runtime and call its methods."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from edgespec.errors import EdgespecError
+from edgespec.export import constants as C
+
+
+def load_runtime_kernels() -> None:
+    """Register the non-delegated kernels an LLM program may use (custom SDPA, KV update,
+    quantized embedding); without them loading fails with 'Missing operator'."""
+    from executorch.extension.llm.custom_ops import custom_ops  # noqa: F401
+    from executorch.kernels import quantized  # noqa: F401
+
+
+class ProgramRunner:
+    """One loaded program: `forward` plus its metadata methods."""
+
+    def __init__(self, path: str | Path):
+        path = Path(path)
+        if not path.is_file():
+            raise EdgespecError(f"program '{path}' not found")
+        load_runtime_kernels()
+        from executorch.runtime import Runtime, Verification
+
+        try:
+            self.program = Runtime.get().load_program(path, verification=Verification.Minimal)
+            self._forward = self.program.load_method(C.FORWARD)
+        except Exception as e:
+            raise EdgespecError(f"program '{path}' could not be loaded by ExecuTorch: {e}") from None
+        self.path = path
+        self.max_seq_len = int(self.constant(C.GET_MAX_SEQ_LEN))
+        self.vocab_size = int(self.constant(C.GET_VOCAB_SIZE))
+        self.eos_ids = tuple(int(x) for x in self.constant(C.GET_EOS_IDS, many=True))
+
+    def constant(self, name: str, many: bool = False):
+        """The value a metadata method returns."""
+        if name not in self.program.method_names:
+            raise EdgespecError(f"program '{self.path}' has no metadata method '{name}'")
+        out = self.program.load_method(name).execute([])
+        return list(out) if many else out[0]
+
+    def forward(self, tokens: torch.Tensor, start_pos: int) -> torch.Tensor:
+        """Logits of the last position, [V], after feeding tokens [1, T] at start_pos."""
+        out = self._forward.execute([tokens, torch.tensor([start_pos], dtype=torch.long)])
+        return out[0].reshape(-1, self.vocab_size)[-1]
