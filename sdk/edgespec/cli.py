@@ -58,16 +58,15 @@ def export(recipe: str | None, outdir: str) -> None:
 
     from edgespec.pipeline import STAGES, export_bundle
 
-    bar = tqdm(total=len(STAGES), desc="export", unit="stage", file=sys.stderr, bar_format="{desc}: {n_fmt}/{total_fmt} {bar} [{elapsed}] {postfix}")
+    with tqdm(total=len(STAGES), desc="export", unit="stage", file=sys.stderr, bar_format="{desc}: {n_fmt}/{total_fmt} {bar} [{elapsed}] {postfix}") as bar:
 
-    def on_stage(name: str) -> None:
-        if bar.n or bar.postfix:
-            bar.update(1)
-        bar.set_postfix_str(name)
+        def on_stage(name: str) -> None:
+            if name != STAGES[0]:
+                bar.update(1)
+            bar.set_postfix_str(name)
 
-    result = export_bundle(cfg, outdir, on_stage=on_stage)
-    bar.update(1)
-    bar.close()
+        result = export_bundle(cfg, outdir, on_stage=on_stage)
+        bar.update(1)
     m = result.manifest
     size_mb = m["files"]["model.pte"]["bytes"] / 1e6
     total = sum(result.stage_seconds.values())
