@@ -1,0 +1,1 @@
+"""Speculative Streaming: multi-stream attention, draft trees, verification, training, baselines."""

@@ -1,0 +1,85 @@
+"""Static draft trees: shape, ancestor mask, depth offsets.
+
+A tree is fixed by its branching per depth, ``branching = (k_1, ..., k_g)``: the root is
+the last verified token; each node at depth d-1 has k_d children, the top-k_d candidates
+of speculative stream d. Node count: 1 + sum_d prod_{i<=d} k_i (the paper's 1 + sum k^g
+when all k_d are equal). Nodes are numbered breadth-first, so parents precede children.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import torch
+
+
+@dataclass(frozen=True)
+class Tree:
+    branching: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        if not self.branching or any(k < 1 for k in self.branching):
+            raise ValueError(f"tree branching must be a non-empty tuple of positive ints, got {self.branching}")
+
+    @cached_property
+    def parents(self) -> tuple[int, ...]:
+        """parents[i] = index of node i's parent (-1 for the root)."""
+        parents = [-1]
+        level = [0]
+        for k in self.branching:
+            nxt = []
+            for p in level:
+                for _ in range(k):
+                    parents.append(p)
+                    nxt.append(len(parents) - 1)
+            level = nxt
+        return tuple(parents)
+
+    @property
+    def size(self) -> int:
+        return len(self.parents)
+
+    @cached_property
+    def depth(self) -> tuple[int, ...]:
+        d = [0] * self.size
+        for i in range(1, self.size):
+            d[i] = d[self.parents[i]] + 1
+        return tuple(d)
+
+    @cached_property
+    def rank(self) -> tuple[int, ...]:
+        """Which top-k slot of its stream each node takes (0 for the root)."""
+        r = [0] * self.size
+        seen: dict[int, int] = {}
+        for i in range(1, self.size):
+            p = self.parents[i]
+            r[i] = seen.get(p, 0)
+            seen[p] = r[i] + 1
+        return tuple(r)
+
+    @cached_property
+    def children(self) -> tuple[tuple[int, ...], ...]:
+        ch: list[list[int]] = [[] for _ in range(self.size)]
+        for i in range(1, self.size):
+            ch[self.parents[i]].append(i)
+        return tuple(tuple(c) for c in ch)
+
+    def ancestor_mask(self) -> torch.Tensor:
+        """[n, n] bool: mask[i, j] is True when j is i or an ancestor of i."""
+        n = self.size
+        m = torch.zeros(n, n, dtype=torch.bool)
+        for i in range(n):
+            j = i
+            while j >= 0:
+                m[i, j] = True
+                j = self.parents[j]
+        return m
+
+    def fill(self, root_token: int, stream_topk: torch.Tensor) -> torch.Tensor:
+        """Token ids of every node. stream_topk: [g, k_max] candidates of streams 1..g."""
+        toks = torch.empty(self.size, dtype=torch.long)
+        toks[0] = root_token
+        for i in range(1, self.size):
+            toks[i] = stream_topk[self.depth[i] - 1, self.rank[i]]
+        return toks

@@ -1,0 +1,123 @@
+"""Speculative Streaming on tiny random models: trees, losslessness, acceptance rules."""
+
+import pytest
+import torch
+
+from edgespec.runtime.generate import eager_step, generate
+from edgespec.spec.decode import spec_generate
+from edgespec.spec.msa import MSAConfig, SpecModel, StreamParams, count_parameters
+from edgespec.spec.tree import Tree
+from edgespec.spec.verify import accept_greedy, accept_sampling
+
+
+@pytest.mark.parametrize("branching", [(1,), (2, 2, 2), (3, 2, 1), (1, 1, 1, 1)])
+def test_tree_shape(branching):
+    t = Tree(branching)
+    expected, width = 1, 1
+    for k in branching:
+        width *= k
+        expected += width
+    assert t.size == expected
+    m = t.ancestor_mask()
+    assert m.diagonal().all() and m[:, 0].all()
+    for i in range(1, t.size):
+        assert t.depth[i] == t.depth[t.parents[i]] + 1
+        assert torch.equal(m[i], m[t.parents[i]] | (torch.arange(t.size) == i))
+    assert sorted({t.rank[c] for c in t.children[0]}) == list(range(branching[0]))
+
+
+def test_tree_fill_uses_stream_topk_by_depth_and_rank():
+    t = Tree((2, 1))
+    cand = torch.tensor([[10, 11], [20, 21]])
+    assert t.fill(5, cand).tolist() == [5, 10, 11, 20, 20]
+
+
+def _noisy_params(model, cfg, scale=0.3):
+    torch.manual_seed(1)
+    params = StreamParams(model, cfg)
+    with torch.no_grad():
+        for p in params.parameters():
+            p.add_(torch.randn_like(p) * scale)  # make every adapter non-trivial
+    return params
+
+
+@pytest.mark.parametrize("branching", [(2, 2, 1), (1, 1, 1), (3,)])
+def test_lossless_greedy_equals_autoregressive(tiny_model, branching):
+    cfg = MSAConfig(gamma=len(branching), n_layers=1, lora_rank=4, f_rank=4)
+    spec = SpecModel(tiny_model, _noisy_params(tiny_model, cfg))
+    tree = Tree(branching)
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(5):
+        prompt = torch.randint(0, tiny_model.args.vocab_size, (6,), generator=gen).tolist()
+        ar = generate(eager_step(tiny_model), prompt, max_new_tokens=30, max_seq_len=64, eos_ids=())
+        sp = spec_generate(spec, tree, prompt, max_new_tokens=30, eos_ids=())
+        assert sp.completion_ids == ar.completion_ids
+        assert sum(sp.stats.tokens_per_call) + 1 == len(sp.completion_ids)
+
+
+def test_lossless_holds_with_an_oracle_drafter(tiny_model):
+    """A drafter that knows the answer exercises long accepted paths and KV compaction."""
+    prompt = [3, 1, 4, 1, 5]
+    ar = generate(eager_step(tiny_model), prompt, max_new_tokens=25, max_seq_len=64, eos_ids=()).completion_ids
+    full = prompt + ar
+    tree = Tree((2, 2, 2))
+
+    def oracle(main_h, stream_h, context, tree):
+        nxt = full[len(context) : len(context) + 3]
+        nxt += [0] * (3 - len(nxt))
+        return torch.tensor([[t, (t + 1) % 97] for t in nxt])
+
+    sp = spec_generate(SpecModel(tiny_model, None), tree, prompt, max_new_tokens=25, eos_ids=(), drafter=oracle)
+    assert sp.completion_ids == ar
+    assert max(sp.stats.tokens_per_call) == 4  # 3 drafts + the bonus token
+
+
+def test_shared_mode_changes_the_main_stream(tiny_model):
+    cfg = MSAConfig(gamma=2, n_layers=1, lora_rank=4, mode="shared")
+    spec = SpecModel(tiny_model, _noisy_params(tiny_model, cfg, scale=1.0))
+    tokens = torch.randint(0, 97, (1, 8))
+    main_shared, _ = spec.forward_train(tokens)
+    lossless = SpecModel(tiny_model, _noisy_params(tiny_model, MSAConfig(gamma=2, n_layers=1, lora_rank=4)))
+    main_plain, _ = lossless.forward_train(tokens)
+    ref = tiny_model.hidden(tokens, torch.tensor([0]))
+    torch.testing.assert_close(main_plain, ref, atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(main_shared, ref, atol=1e-3)
+
+
+def test_streams_see_no_future(tiny_model):
+    """Stream rows at t must not depend on tokens after t."""
+    spec = SpecModel(tiny_model, _noisy_params(tiny_model, MSAConfig(gamma=3, n_layers=2, lora_rank=4)))
+    a = torch.randint(0, 97, (1, 10))
+    b = a.clone()
+    b[0, 6:] = (b[0, 6:] + 1) % 97
+    _, sa = spec.forward_train(a)
+    _, sb = spec.forward_train(b)
+    torch.testing.assert_close(sa[:, :6], sb[:, :6])
+    assert not torch.allclose(sa[:, 6:], sb[:, 6:])
+
+
+def test_stream_rows_in_tree_match_teacher_forcing(tiny_model):
+    """forward_tree on a chain of the real continuation gives the same stream states as training."""
+    spec = SpecModel(tiny_model, _noisy_params(tiny_model, MSAConfig(gamma=2, n_layers=1, lora_rank=4)))
+    tokens = torch.randint(0, 97, (1, 9))
+    _, s_train = spec.forward_train(tokens)
+    _, s_dec = spec.prefill(tokens)
+    torch.testing.assert_close(s_dec, s_train[0, -1], atol=1e-5, rtol=1e-5)
+
+
+def test_accept_greedy_follows_matching_children():
+    t = Tree((2, 1))  # 0 -> {1, 2}; 1 -> 3; 2 -> 4
+    toks = torch.tensor([9, 5, 6, 7, 8])
+    logits = torch.full((5, 10), -1.0)
+    for row, best in {0: 6, 1: 0, 2: 8, 3: 0, 4: 3}.items():
+        logits[row, best] = 1.0
+    acc = accept_greedy(t, toks, logits)
+    assert acc.path == [0, 2, 4] and acc.tokens == [6, 8, 3]
+    logits[0] = 0
+    logits[0, 1] = 1.0  # no child matches
+    assert accept_greedy(t, toks, logits).tokens == [1]
+
+
+def test_extra_parameters_are_tiny(tiny_model):
+    p = StreamParams(tiny_model, MSAConfig(gamma=3, n_layers=1, lora_rank=0))
+    assert count_parameters(p) == 3 * tiny_model.args.dim
