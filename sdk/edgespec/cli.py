@@ -35,7 +35,8 @@ def _quiet_runtime_logs() -> None:
     import warnings
 
     warnings.filterwarnings("ignore")
-    logging.getLogger("torch").setLevel(logging.ERROR)
+    for name in ("torch", "torchao", "root"):
+        logging.getLogger(name).setLevel(logging.ERROR)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -154,6 +155,66 @@ def bench(bundle: str, prompt: str, max_new_tokens: int, warmup: int, runs: int,
     else:
         for k, v in stats.items():
             click.echo(f"{k:>24}: {v}")
+
+
+@main.command()
+@click.argument("recipe", required=False, type=click.Path(dir_okay=False))
+@click.option("--steps", type=click.IntRange(min=1), help="Override train.steps.")
+@click.option("--data", type=click.Path(dir_okay=False), help="Override train.data.")
+@click.option("--out-dir", type=click.Path(file_okay=False), help="Override train.out_dir.")
+@_friendly
+def train(recipe: str | None, steps: int | None, data: str | None, out_dir: str | None) -> None:
+    """Train the speculative streams of RECIPE (resumes from OUT_DIR/ckpt.pt).
+
+    Multi-process: torchrun --nproc_per_node N $(which edgespec) train RECIPE
+    """
+    from edgespec.config import load_recipe
+
+    cfg = load_recipe(recipe)
+    overrides = {k: v for k, v in {"steps": steps, "data": data, "out_dir": out_dir}.items() if v is not None}
+    if overrides:
+        cfg = cfg.replace(train=overrides)
+    _quiet_runtime_logs()
+    from tqdm import tqdm
+
+    from edgespec.spec.train import train_from_recipe
+
+    with tqdm(total=cfg.train.steps, desc="train", unit="step", file=sys.stderr) as bar:
+
+        def on_step(step: int, loss: float) -> None:
+            bar.n = step
+            bar.set_postfix_str(f"loss {loss:.3f}")
+            bar.refresh()
+
+        summary = train_from_recipe(cfg, on_status=lambda s: bar.set_description(f"train [{s}]"), on_step=on_step)
+    click.echo(json.dumps(summary))
+
+
+@main.command()
+@click.option("--bundle", required=True, type=click.Path(), help="Bundle whose program generates the answers.")
+@click.option("--suites", default="math,reasoning,code", show_default=True, help="Comma-separated prompt suites.")
+@click.option("--split", type=click.Choice(["train", "heldout"]), default="train", show_default=True)
+@click.option("--n", "n_prompts", default=3000, show_default=True, type=click.IntRange(min=1), help="Number of prompts.")
+@click.option("--max-new-tokens", default=192, show_default=True, type=click.IntRange(min=1))
+@click.option("--out", required=True, type=click.Path(dir_okay=False), help="JSONL to append to (resumable).")
+@_friendly
+def distill(bundle: str, suites: str, split: str, n_prompts: int, max_new_tokens: int, out: str) -> None:
+    """Self-distillation data: the bundle's own greedy answers to suite prompts."""
+    _quiet_runtime_logs()
+    from tqdm import tqdm
+
+    from edgespec.spec.data import SUITES, mixed_prompts
+    from edgespec.spec.distill import distill as run
+
+    names = tuple(s.strip() for s in suites.split(",") if s.strip())
+    unknown = [s for s in names if s not in SUITES]
+    if unknown:
+        raise EdgespecError(f"unknown suite(s) {unknown}; known: {', '.join(SUITES)}")
+    _, tokenizer, runner = _load_bundle(bundle)
+    prompts = mixed_prompts(split, n_prompts, names)
+    with tqdm(total=len(prompts), desc="distill", unit="prompt", file=sys.stderr) as bar:
+        stats = run(runner.forward, lambda t: _prompt_ids(tokenizer, t, True), prompts, out, max_new_tokens=max_new_tokens, max_seq_len=runner.max_seq_len, eos_ids=runner.eos_ids, on_done=lambda n: bar.update(1))
+    click.echo(json.dumps(stats))
 
 
 @main.command()

@@ -60,6 +60,56 @@ class QuantConfig:
 
 
 @dataclass(frozen=True)
+class StreamsConfig:
+    """Speculative Streaming: gamma streams over the top n_layers (multi-stream attention).
+
+    mode: ``lossless`` (main stream = untouched base model) or ``shared`` (adapters shared
+    with the main stream, fine-tuned). tree: branching per depth (top-k of stream d).
+    weights: trained stream weights (a file made by ``edgespec train``); empty = untrained.
+    """
+
+    mode: Literal["lossless", "shared"] = "lossless"
+    gamma: int = 3
+    n_layers: int = 4
+    lora_rank: int = 16
+    f_rank: int = 0
+    tree: tuple[int, ...] = (3, 2, 1)
+    weights: str = ""
+
+    def validate(self, path: str = "streams") -> None:
+        _require(1 <= self.gamma <= 8, f"{path}.gamma", f"must be in [1, 8], got {self.gamma}")
+        _require(self.n_layers >= 1, f"{path}.n_layers", f"must be >= 1, got {self.n_layers}")
+        _require(self.lora_rank >= 0 and self.f_rank >= 0, f"{path}.lora_rank", "ranks must be >= 0")
+        _require(1 <= len(self.tree) <= self.gamma and all(k >= 1 for k in self.tree), f"{path}.tree", f"needs 1..gamma positive branching factors, got {list(self.tree)}")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Stream training (``edgespec train``).
+
+    data: a JSONL file, either self-distilled (``prompt_ids``/``response_ids``, written by
+    ``edgespec distill``) or text pairs (``prompt``/``response``).
+    """
+
+    data: str = "data/distill/train.jsonl"
+    out_dir: str = "runs/streams"
+    steps: int = 1000
+    batch_size: int = 8
+    seq_len: int = 384
+    lr: float = 5e-4
+    warmup_steps: int = 50
+    stream_weights: tuple[float, ...] = (1.0, 0.5, 0.25)
+    checkpoint_every: int = 100
+    seed: int = 0
+
+    def validate(self, path: str = "train") -> None:
+        _require(self.steps >= 1, f"{path}.steps", "must be >= 1")
+        _require(self.batch_size >= 1, f"{path}.batch_size", "must be >= 1")
+        _require(self.seq_len >= 16, f"{path}.seq_len", "must be >= 16")
+        _require(self.lr > 0, f"{path}.lr", "must be > 0")
+
+
+@dataclass(frozen=True)
 class ExportConfig:
     """Lowering to ExecuTorch."""
 
@@ -76,12 +126,17 @@ class Recipe:
     name: str = "smollm2-135m"
     model: ModelConfig = field(default_factory=ModelConfig)
     quant: QuantConfig = field(default_factory=QuantConfig)
+    streams: StreamsConfig = field(default_factory=StreamsConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
     export: ExportConfig = field(default_factory=ExportConfig)
 
     def __post_init__(self) -> None:
         _require(bool(self.name), "name", "must not be empty")
         self.model.validate("model")
         self.quant.validate("quant")
+        self.streams.validate("streams")
+        _require(len(self.train.stream_weights) >= self.streams.gamma, "train.stream_weights", f"needs one weight per stream ({self.streams.gamma})")
+        self.train.validate("train")
         self.export.validate("export")
 
     def to_dict(self) -> dict[str, Any]:
@@ -103,6 +158,10 @@ def _check_type(value: Any, tp: Any, path: str) -> Any:
     if origin is Literal:
         _require(value in get_args(tp), path, f"must be one of {list(get_args(tp))}, got {value!r}")
         return value
+    if origin is tuple:
+        _require(isinstance(value, (list, tuple)), path, f"must be a list, got {value!r}")
+        (elem, *_rest) = get_args(tp)
+        return tuple(_check_type(v, elem, f"{path}[{i}]") for i, v in enumerate(value))
     if origin in (typing.Union, types.UnionType):
         for arm in get_args(tp):
             if arm is type(None) and value is None:
@@ -161,4 +220,11 @@ def load_recipe(path: str | Path | None) -> Recipe:
 def recipe_to_yaml(recipe: Recipe) -> str:
     import yaml
 
-    return yaml.safe_dump(recipe.to_dict(), sort_keys=False)
+    def plain(x):  # tuples -> lists, so the YAML is plain data
+        if isinstance(x, dict):
+            return {k: plain(v) for k, v in x.items()}
+        if isinstance(x, (list, tuple)):
+            return [plain(v) for v in x]
+        return x
+
+    return yaml.safe_dump(plain(recipe.to_dict()), sort_keys=False)

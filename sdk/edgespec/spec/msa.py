@@ -242,3 +242,35 @@ class SpecModel(nn.Module):
 
 def count_parameters(module: nn.Module) -> int:
     return sum(p.numel() for p in module.parameters())
+
+
+def save_streams(path, params: StreamParams) -> None:
+    """Write stream weights + their config (atomic)."""
+    from dataclasses import asdict
+    from pathlib import Path
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    torch.save({"msa_config": asdict(params.cfg), "state_dict": {k: v.detach().clone() for k, v in params.state_dict().items()}}, tmp)
+    tmp.replace(path)
+
+
+def load_streams(path, base: Transformer) -> StreamParams:
+    """Stream weights written by `save_streams` (or `edgespec train`) for this base model."""
+    from pathlib import Path
+
+    from edgespec.errors import EdgespecError
+
+    path = Path(path)
+    if not path.is_file():
+        raise EdgespecError(f"stream weights '{path}' not found (train them with `edgespec train`)")
+    try:
+        blob = torch.load(path, weights_only=True)
+        params = StreamParams(base, MSAConfig(**blob["msa_config"]))
+        params.load_state_dict(blob["state_dict"])
+    except EdgespecError:
+        raise
+    except Exception as e:
+        raise EdgespecError(f"stream weights '{path}' do not fit this model: {e}") from None
+    return params.requires_grad_(False)

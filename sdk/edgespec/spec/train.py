@@ -1,0 +1,308 @@
+"""Training of speculative streams: L = -a0 * next-token - sum_j a_j * (t+1+j)-token.
+
+- Lossless mode trains only stream parameters (P_j, f, stream-only LoRA); the main stream
+  is frozen, so its next-token term is constant and is skipped (a0 is used in shared mode).
+- Frozen features: the input of layer L0 for every training sequence is computed once
+  (`FeatureCache`) and reused every epoch; a step costs only the top n_layers + lm head.
+- Multi-process: under `torchrun` the trainer is wrapped in DistributedDataParallel
+  (gloo on CPU, nccl on GPU), each rank taking every world_size-th batch.
+- Checkpoints (`ckpt.pt`, atomic) hold stream weights, optimizer, step and the loss log;
+  `train_streams` resumes from one when it exists.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from edgespec.spec.msa import SpecModel
+
+
+@dataclass(frozen=True)
+class TrainHParams:
+    steps: int = 1000
+    batch_size: int = 8
+    seq_len: int = 384
+    lr: float = 5e-4
+    warmup_steps: int = 50
+    stream_weights: tuple[float, ...] = (1.0, 0.5, 0.25)  # a_j (paper: 0.1 each, with a0 = 1)
+    main_weight: float = 1.0  # a0, shared mode only
+    checkpoint_every: int = 100
+    seed: int = 0
+    bf16: bool = True
+
+
+@dataclass
+class Example:
+    tokens: list[int]
+    n_prompt: int
+
+
+def examples_from_distilled(rows: list[dict], seq_len: int) -> list[Example]:
+    return [Example((r["prompt_ids"] + r["response_ids"])[:seq_len], len(r["prompt_ids"])) for r in rows if r["response_ids"]]
+
+
+class FeatureCache:
+    """Layer-L0 inputs of every example, computed once (bf16 in memory, optional file)."""
+
+    def __init__(self, model: SpecModel, examples: list[Example], path: Path | None = None, on_progress: Callable[[int], None] = lambda n: None):
+        key = {"n": len(examples), "first": model.first, "lens": sum(len(e.tokens) for e in examples)}
+        if path is not None and path.is_file():
+            blob = torch.load(path)
+            if blob["key"] == key:
+                self.h = blob["h"]
+                return
+        self.h = []
+        for e in examples:
+            self.h.append(model.lower_hidden(torch.tensor([e.tokens]))[0].to(torch.bfloat16))
+            on_progress(1)
+        if path is not None:
+            tmp = path.with_suffix(".tmp")
+            torch.save({"key": key, "h": self.h}, tmp)
+            tmp.replace(path)
+
+
+def make_batch(examples: list[Example], feats: list[torch.Tensor], idx: list[int], gamma: int):
+    """Right-padded tokens [B, T], features [B, T, d], stream targets [B, T, g] (-100 = ignore)."""
+    T = max(len(examples[i].tokens) for i in idx)
+    d = feats[idx[0]].shape[-1]
+    B = len(idx)
+    tokens = torch.zeros(B, T, dtype=torch.long)
+    h0 = torch.zeros(B, T, d)
+    main_t = torch.full((B, T), -100, dtype=torch.long)
+    stream_t = torch.full((B, T, gamma), -100, dtype=torch.long)
+    for b, i in enumerate(idx):
+        e = examples[i]
+        n = len(e.tokens)
+        seq = torch.tensor(e.tokens)
+        tokens[b, :n] = seq
+        h0[b, :n] = feats[i].float()
+        # the main stream at t predicts t+1; stream j predicts t+1+j; only response tokens count
+        for j in range(gamma + 1):
+            lo = max(0, e.n_prompt - 1 - j)
+            if n - 1 - j > lo:
+                tgt = seq[lo + 1 + j : n]
+                (main_t[b, lo : n - 1 - j] if j == 0 else stream_t[b, lo : n - 1 - j, j - 1]).copy_(tgt)
+    return tokens, h0, main_t, stream_t
+
+
+class StreamLoss(nn.Module):
+    """forward(batch) -> (loss, per-stream top-1 accuracy); the module DDP wraps."""
+
+    def __init__(self, model: SpecModel, hp: TrainHParams):
+        super().__init__()
+        self.model = model
+        self.hp = hp
+
+    def _ce(self, h: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        keep = targets != -100
+        rows, tgt = h[keep], targets[keep]  # only rows with a target reach the lm head
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.hp.bf16 and rows.device.type == "cpu"):
+            logits = self.model.base.output(rows)
+        logits = logits.float()
+        return F.cross_entropy(logits, tgt), (logits.argmax(-1) == tgt).float().mean()
+
+    def forward(self, tokens, h0, main_t, stream_t):
+        main_h, stream_h = self.model.forward_train(tokens, h0)
+        g = stream_h.shape[2]
+        w = self.hp.stream_weights
+        losses, accs = [], []
+        total = torch.zeros(())
+        for j in range(g):
+            lj, aj = self._ce(stream_h[:, :, j], stream_t[:, :, j])
+            total = total + w[j] * lj
+            losses.append(lj.detach())
+            accs.append(aj.detach())
+        if self.model.cfg.mode == "shared":
+            l0, _ = self._ce(main_h, main_t)
+            total = total + self.hp.main_weight * l0
+        return total, torch.stack(losses), torch.stack(accs)
+
+
+@dataclass
+class TrainLog:
+    steps: list[int] = field(default_factory=list)
+    loss: list[float] = field(default_factory=list)
+    stream_acc: list[list[float]] = field(default_factory=list)
+    tokens_seen: list[int] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def _dist() -> tuple[int, int]:
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        import torch.distributed as dist
+
+        if not dist.is_initialized():
+            dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def train_streams(
+    model: SpecModel,
+    examples: list[Example],
+    feats: list[torch.Tensor],
+    hp: TrainHParams,
+    out_dir: str | Path,
+    on_step: Callable[[int, float], None] = lambda step, loss: None,
+) -> TrainLog:
+    """Train model.params on examples; resumable from out_dir/ckpt.pt. Returns the loss log."""
+    rank, world = _dist()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    ckpt_path = out / "ckpt.pt"
+    params = model.params
+    if model.cfg.mode == "shared":
+        params.requires_grad_(True)
+    trainable = [p for p in params.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(trainable, lr=hp.lr, weight_decay=0.0)
+    log, step = TrainLog(), 0
+    if ckpt_path.is_file():
+        blob = torch.load(ckpt_path, weights_only=False)
+        params.load_state_dict(blob["params"])
+        opt.load_state_dict(blob["opt"])
+        step, log = blob["step"], TrainLog(**blob["log"])
+
+    loss_mod: nn.Module = StreamLoss(model, hp)
+    if world > 1:
+        from torch.nn.parallel import DistributedDataParallel
+
+        loss_mod = DistributedDataParallel(loss_mod)
+
+    def lr_at(s: int) -> float:  # linear warm-up, then linear decay to 0
+        if s < hp.warmup_steps:
+            return hp.lr * (s + 1) / hp.warmup_steps
+        return hp.lr * max(0.0, (hp.steps - s) / max(1, hp.steps - hp.warmup_steps))
+
+    gen = torch.Generator().manual_seed(hp.seed)
+    order: list[int] = []
+    epoch = 0
+    t0 = time.perf_counter()
+    seen = log.tokens_seen[-1] if log.tokens_seen else 0
+    while step < hp.steps:
+        # the batch order is a function of (seed, epoch), so resuming replays the same stream
+        need = (step + 1) * hp.batch_size * world
+        while len(order) < need:
+            order += torch.randperm(len(examples), generator=gen).tolist()
+            epoch += 1
+        start = (step * world + rank) * hp.batch_size
+        idx = order[start : start + hp.batch_size]
+        tokens, h0, main_t, stream_t = make_batch(examples, feats, idx, model.cfg.gamma)
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step)
+        loss, per_stream, accs = loss_mod(tokens, h0, main_t, stream_t)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(trainable, 1.0)
+        opt.step()
+        step += 1
+        seen += int((stream_t[..., 0] != -100).sum()) * world
+        log.steps.append(step)
+        log.loss.append(float(loss.detach()))
+        log.stream_acc.append([round(float(a), 4) for a in accs])
+        log.tokens_seen.append(seen)
+        on_step(step, float(loss))
+        if rank == 0 and (step % hp.checkpoint_every == 0 or step == hp.steps):
+            log.seconds += time.perf_counter() - t0
+            t0 = time.perf_counter()
+            tmp = ckpt_path.with_suffix(".tmp")
+            torch.save({"params": params.state_dict(), "opt": opt.state_dict(), "step": step, "log": asdict(log), "hp": asdict(hp)}, tmp)
+            tmp.replace(ckpt_path)
+            (out / "log.json").write_text(json.dumps(asdict(log)))
+    return log
+
+
+def load_examples(path: str | Path, tokenizer, seq_len: int) -> list[Example]:
+    """Self-distilled rows (prompt_ids/response_ids) or text pairs (prompt/response)."""
+    from edgespec.errors import EdgespecError
+
+    p = Path(path)
+    if not p.is_file():
+        raise EdgespecError(f"training data '{p}' not found (make it with `edgespec distill`)")
+    out = []
+    with open(p) as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a torn line from an interrupted distill run
+            if "prompt_ids" in row:
+                prompt, resp = row["prompt_ids"], row["response_ids"]
+            elif "prompt" in row and "response" in row:
+                prompt = tokenizer.encode(tokenizer.apply_chat_template(row["prompt"]) if tokenizer.chat_template else row["prompt"])
+                resp = tokenizer.encode(row["response"])
+            else:
+                raise EdgespecError(f"{p}:{n}: expected prompt_ids/response_ids or prompt/response")
+            if resp:
+                out.append(Example((prompt + resp)[:seq_len], len(prompt)))
+    if not out:
+        raise EdgespecError(f"training data '{p}' holds no usable rows")
+    return out
+
+
+def train_from_recipe(recipe, on_status: Callable[[str], None] = lambda s: None, on_step: Callable[[int, float], None] = lambda s, l: None) -> dict:
+    """`edgespec train`: base model -> features -> stream training -> streams.pt in out_dir."""
+    from edgespec.models.load import build_model, read_source, tokenizer_of
+    from edgespec.spec.msa import MSAConfig, StreamParams, count_parameters, save_streams
+
+    s, t = recipe.streams, recipe.train
+    torch.manual_seed(t.seed)
+    src = read_source(recipe.model.source, max(recipe.model.max_seq_len, t.seq_len + s.gamma + 1))
+    base = build_model(src)
+    tok = tokenizer_of(src)
+    params = StreamParams(base, MSAConfig(gamma=s.gamma, n_layers=s.n_layers, lora_rank=s.lora_rank, f_rank=s.f_rank, mode=s.mode))
+    model = SpecModel(base, params)
+    out = Path(t.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    on_status("data")
+    examples = load_examples(t.data, tok, t.seq_len)
+    on_status(f"features ({len(examples)} sequences)")
+    feats = FeatureCache(model, examples, out / "features.pt").h
+    hp = TrainHParams(steps=t.steps, batch_size=t.batch_size, seq_len=t.seq_len, lr=t.lr, warmup_steps=t.warmup_steps, stream_weights=t.stream_weights, checkpoint_every=t.checkpoint_every, seed=t.seed)
+    on_status("train")
+    log = train_streams(model, examples, feats, hp, out, on_step=on_step)
+    save_streams(out / "streams.pt", params)
+    _plot_log(log, out / "loss.png")
+    return {
+        "streams": str(out / "streams.pt"),
+        "sequences": len(examples),
+        "response_tokens_seen": log.tokens_seen[-1] if log.tokens_seen else 0,
+        "steps": log.steps[-1] if log.steps else 0,
+        "final_loss": round(sum(log.loss[-20:]) / max(1, len(log.loss[-20:])), 4),
+        "final_stream_acc": log.stream_acc[-1] if log.stream_acc else [],
+        "stream_parameters": count_parameters(params),
+        "train_seconds": round(log.seconds, 1),
+    }
+
+
+def _plot_log(log: TrainLog, path: Path) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.5))
+    a.plot(log.tokens_seen, log.loss)
+    a.set_xlabel("response tokens seen")
+    a.set_ylabel("loss")
+    for j in range(len(log.stream_acc[0]) if log.stream_acc else 0):
+        b.plot(log.tokens_seen, [x[j] for x in log.stream_acc], label=f"stream {j + 1}")
+    b.set_xlabel("response tokens seen")
+    b.set_ylabel("top-1 accuracy (batch)")
+    b.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
