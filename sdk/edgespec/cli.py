@@ -35,7 +35,7 @@ def _quiet_runtime_logs() -> None:
     import warnings
 
     warnings.filterwarnings("ignore")
-    for name in ("torch", "torchao", "root"):
+    for name in ("torch", "torchao"):
         logging.getLogger(name).setLevel(logging.ERROR)
 
 
