@@ -62,3 +62,21 @@ def test_resume_continues_from_checkpoint(tiny_model, tmp_path):
     assert resumed.steps == list(range(1, 11))
     # equal up to multithreaded float reduction order
     torch.testing.assert_close(torch.tensor(resumed.loss[5:]), torch.tensor(full.loss[5:]), atol=1e-2, rtol=1e-3)
+
+
+def test_torchrun_two_processes_match_single_process(tmp_path):
+    """DDP (gloo, 2 ranks x batch 4) takes the same examples per step as 1 process x batch 8."""
+    worker = Path(__file__).parent / "ddp_worker.py"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    subprocess.run([sys.executable, str(worker), str(tmp_path / "single"), "8"], check=True, env=env, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(worker), str(tmp_path / "ddp"), "4"],
+        check=True, env=env, capture_output=True,
+    )
+    single = torch.load(tmp_path / "single" / "params.pt")
+    ddp = torch.load(tmp_path / "ddp" / "params.pt")
+    for k in single:
+        torch.testing.assert_close(ddp[k], single[k], atol=2e-4, rtol=1e-3)
+    ls = json.loads((tmp_path / "single" / "loss.json").read_text())
+    ld = json.loads((tmp_path / "ddp" / "loss.json").read_text())  # rank 0's half-batch loss
+    assert abs(sum(ls[-4:]) - sum(ld[-4:])) / sum(ls[-4:]) < 0.1

@@ -1,0 +1,36 @@
+"""Train tiny streams; run alone or under torchrun. Writes params + log to argv[1]."""
+
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_train import _periodic_examples  # noqa: E402
+
+from edgespec.models.llama import LlamaArgs, Transformer  # noqa: E402
+from edgespec.spec.msa import MSAConfig, SpecModel, StreamParams  # noqa: E402
+from edgespec.spec.train import FeatureCache, TrainHParams, _dist, train_streams  # noqa: E402
+
+
+def main(out: str, batch_size: int) -> None:
+    torch.manual_seed(0)
+    args = LlamaArgs(dim=64, n_layers=2, n_heads=4, n_kv_heads=2, hidden_dim=128, vocab_size=97, max_seq_len=64)
+    base = Transformer(args)
+    with torch.no_grad():
+        for p in base.parameters():
+            p.normal_(0, 0.2)
+    base.requires_grad_(False)
+    spec = SpecModel(base, StreamParams(base, MSAConfig(gamma=2, n_layers=1, lora_rank=4)))
+    ex = _periodic_examples()
+    hp = TrainHParams(steps=12, batch_size=batch_size, lr=5e-3, warmup_steps=2, checkpoint_every=100, stream_weights=(1.0, 1.0), bf16=False)
+    log = train_streams(spec, ex, FeatureCache(spec, ex).h, hp, Path(out) / "run")
+    rank, _ = _dist()
+    if rank == 0:
+        torch.save(spec.params.state_dict(), Path(out) / "params.pt")
+        (Path(out) / "loss.json").write_text(json.dumps(log.loss))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], int(sys.argv[2]))
