@@ -162,8 +162,9 @@ def bench(bundle: str, prompt: str, max_new_tokens: int, warmup: int, runs: int,
 @click.option("--steps", type=click.IntRange(min=1), help="Override train.steps.")
 @click.option("--data", type=click.Path(dir_okay=False), help="Override train.data.")
 @click.option("--out-dir", type=click.Path(file_okay=False), help="Override train.out_dir.")
+@click.option("--drafter", type=click.Choice(["streams", "medusa"]), help="Override train.drafter (medusa = baseline heads).")
 @_friendly
-def train(recipe: str | None, steps: int | None, data: str | None, out_dir: str | None) -> None:
+def train(recipe: str | None, steps: int | None, data: str | None, out_dir: str | None, drafter: str | None) -> None:
     """Train the speculative streams of RECIPE (resumes from OUT_DIR/ckpt.pt).
 
     Multi-process: torchrun --nproc_per_node N $(which edgespec) train RECIPE
@@ -171,7 +172,7 @@ def train(recipe: str | None, steps: int | None, data: str | None, out_dir: str 
     from edgespec.config import load_recipe
 
     cfg = load_recipe(recipe)
-    overrides = {k: v for k, v in {"steps": steps, "data": data, "out_dir": out_dir}.items() if v is not None}
+    overrides = {k: v for k, v in {"steps": steps, "data": data, "out_dir": out_dir, "drafter": drafter}.items() if v is not None}
     if overrides:
         cfg = cfg.replace(train=overrides)
     _quiet_runtime_logs()

@@ -93,6 +93,7 @@ class TrainConfig:
 
     data: str = "data/distill/train.jsonl"
     out_dir: str = "runs/streams"
+    drafter: Literal["streams", "medusa"] = "streams"  # medusa: the Medusa-1 baseline heads
     steps: int = 1000
     batch_size: int = 8
     seq_len: int = 384

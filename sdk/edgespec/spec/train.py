@@ -261,8 +261,14 @@ def train_from_recipe(recipe, on_status: Callable[[str], None] = lambda s: None,
     src = read_source(recipe.model.source, max(recipe.model.max_seq_len, t.seq_len + s.gamma + 1))
     base = build_model(src)
     tok = tokenizer_of(src)
-    params = StreamParams(base, MSAConfig(gamma=s.gamma, n_layers=s.n_layers, lora_rank=s.lora_rank, f_rank=s.f_rank, mode=s.mode))
-    model = SpecModel(base, params)
+    if t.drafter == "medusa":
+        from edgespec.spec.baselines import MedusaHeads, MedusaModel
+
+        params = MedusaHeads(base.args.dim, s.gamma)
+        model = MedusaModel(base, params)
+    else:
+        params = StreamParams(base, MSAConfig(gamma=s.gamma, n_layers=s.n_layers, lora_rank=s.lora_rank, f_rank=s.f_rank, mode=s.mode))
+        model = SpecModel(base, params)
     out = Path(t.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     on_status("data")
@@ -272,16 +278,16 @@ def train_from_recipe(recipe, on_status: Callable[[str], None] = lambda s: None,
     hp = TrainHParams(steps=t.steps, batch_size=t.batch_size, seq_len=t.seq_len, lr=t.lr, warmup_steps=t.warmup_steps, stream_weights=t.stream_weights, checkpoint_every=t.checkpoint_every, seed=t.seed)
     on_status("train")
     log = train_streams(model, examples, feats, hp, out, on_step=on_step)
-    save_streams(out / "streams.pt", params)
+    save_streams(out / f"{t.drafter}.pt", params)
     _plot_log(log, out / "loss.png")
     return {
-        "streams": str(out / "streams.pt"),
+        "weights": str(out / f"{t.drafter}.pt"),
         "sequences": len(examples),
         "response_tokens_seen": log.tokens_seen[-1] if log.tokens_seen else 0,
         "steps": log.steps[-1] if log.steps else 0,
         "final_loss": round(sum(log.loss[-20:]) / max(1, len(log.loss[-20:])), 4),
         "final_stream_acc": log.stream_acc[-1] if log.stream_acc else [],
-        "stream_parameters": count_parameters(params),
+        "trained_parameters": count_parameters(params),
         "train_seconds": round(log.seconds, 1),
     }
 
