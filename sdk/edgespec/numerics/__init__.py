@@ -1,0 +1,1 @@
+"""Numerics for low precision: float formats, pre-normalizer theory, stable norm layers."""
