@@ -11,6 +11,9 @@ are covered too).
     xs  = c / s                                 (exact: s is a power of two)
     y   = xs * ((1/d) sum |xs|^p + eps / s^p)^(-1/p) * weight (+ bias)
 
+The length-d work (|xs|^p and its sum) runs in the input's dtype -- that is where overflow
+and underflow live; the one scalar per row (eps / s^p, the root) is computed in fp32.
+
 which equals the layer's fp32 output up to rounding (eps rescaled, see prenorm.py).
 """
 
@@ -40,28 +43,34 @@ class StableNorm(nn.Module):
         self.bias = None if bias is None else nn.Parameter(bias.detach().clone(), requires_grad=False)
         self.eps, self.p, self.choice, self.zero_mean = eps, p, choice, zero_mean
 
-    def scale(self, c: torch.Tensor) -> torch.Tensor | None:
-        """The pre-normalizer s per row ([..., 1]), or None for no pre-normalization."""
+    def log2_scale(self, c: torch.Tensor) -> torch.Tensor | None:
+        """log2 of the pre-normalizer s per row ([..., 1], fp32), or None for none."""
         kind = self.choice.prenorm
         if kind == "none":
             return None
         if kind == "const":
-            return torch.full_like(c[..., :1], 2.0**self.choice.log2_k)
+            return torch.full_like(c[..., :1], float(self.choice.log2_k), dtype=torch.float32)
         a = c.abs()
-        # q = 1 as a sum of a / d: each term and the sum stay <= max |c|, so it cannot overflow
+        # q = 1 as a sum of a / d: every partial sum stays <= max |c|, so it cannot overflow
         m = a.amax(-1, keepdim=True) if kind == "linf" else (a / c.shape[-1]).sum(-1, keepdim=True)
-        m32 = m.float()
-        e = torch.round(torch.log2(torch.where(m32 > 0, m32, torch.ones_like(m32)))) + self.choice.log2_k
-        return torch.exp2(e).to(c.dtype)
+        m = m.float()
+        return torch.round(torch.log2(torch.where(m > 0, m, torch.ones_like(m)))) + self.choice.log2_k
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         c = x - x.mean(-1, keepdim=True) if self.zero_mean else x
-        s = self.scale(c)
-        xs = c if s is None else c / s
-        eps = self.eps if s is None else self.eps / s**self.p
+        e = self.log2_scale(c)
+        if e is None:
+            xs, eps = c, torch.full_like(c[..., :1], self.eps, dtype=torch.float32)
+        else:
+            # c / s as two multiplications by powers of two that are each representable in
+            # the input's format (s itself, or 1 / s, may not be); exact but for subnormals
+            e1 = torch.floor(-e / 2)
+            xs = c * torch.exp2(e1).to(c.dtype) * torch.exp2(-e - e1).to(c.dtype)
+            eps = self.eps * torch.exp2(-self.p * e)  # eps / s^p, kept in fp32
         t = xs * xs if self.p == 2 else xs.abs() ** self.p
-        y = xs * torch.pow(t.mean(-1, keepdim=True) + eps, -1.0 / self.p)
-        y = y * self.weight
+        # the d-length reduction runs in the input's format; the per-row scalar in fp32
+        factor = torch.pow(t.mean(-1, keepdim=True).float() + eps, -1.0 / self.p)
+        y = xs * factor.to(xs.dtype) * self.weight
         return y if self.bias is None else y + self.bias
 
 
