@@ -219,6 +219,34 @@ def distill(bundle: str, suites: str, split: str, n_prompts: int, max_new_tokens
 
 
 @main.command()
+@click.argument("recipe", required=False, type=click.Path(dir_okay=False))
+@click.option("-o", "--outdir", default="runs/normsearch", show_default=True, type=click.Path(file_okay=False), help="Where the report goes.")
+@click.option("--format", "fmt", type=click.Choice(["fp16", "bf16", "fp8_e4m3", "fp8_e5m2"]), help="Override numerics.format.")
+@_friendly
+def normsearch(recipe: str | None, outdir: str, fmt: str | None) -> None:
+    """Per-layer pre-normalizer search for RECIPE's model; writes a table and a plot."""
+    from edgespec.config import load_recipe
+
+    cfg = load_recipe(recipe)
+    if fmt:
+        cfg = cfg.replace(numerics={"format": fmt})
+    _quiet_runtime_logs()
+    from tqdm import tqdm
+
+    from edgespec.models.load import build_model, read_source, tokenizer_of
+    from edgespec.numerics.search import run_normsearch, write_report
+
+    src = read_source(cfg.model.source, cfg.model.max_seq_len)
+    model = build_model(src)
+    n_norms = 2 * src.args.n_layers + 1
+    with tqdm(total=n_norms, desc="normsearch", unit="layer", file=sys.stderr) as bar:
+        result = run_normsearch(model, tokenizer_of(src), cfg.numerics, on_layer=lambda name: bar.update(1))
+    Path(outdir).mkdir(parents=True, exist_ok=True)
+    files = write_report(result, outdir)
+    click.echo(json.dumps({"report": [str(Path(outdir) / f) for f in files], **result["summary"]}))
+
+
+@main.command()
 @click.option("--bundle", required=True, type=click.Path(), help="Bundle directory.")
 @click.option("--verify/--no-verify", default=True, show_default=True, help="Check file checksums.")
 @_friendly

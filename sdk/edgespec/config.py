@@ -15,7 +15,7 @@ from typing import Any, Literal, get_args, get_origin
 
 from edgespec.errors import EdgespecError
 
-QuantScheme = Literal["fp32", "8da4w", "int8wo"]
+QuantScheme = Literal["fp32", "fp16", "8da4w", "int8wo"]
 EMBEDDED_MODELS = ("smollm2-135m-instruct",)
 
 
@@ -45,8 +45,9 @@ class ModelConfig:
 class QuantConfig:
     """torchao quantization of the exported program.
 
-    scheme: ``fp32`` (none), ``8da4w`` (int8 dynamic activations, int4 grouped weights),
-    ``int8wo`` (int8 per-channel weight-only). ``embedding_bits`` 0 keeps the embedding in
+    scheme: ``fp32`` (none), ``fp16`` (fp16 weights and activations; KV cache and attention
+    in fp32), ``8da4w`` (int8 dynamic activations, int4 grouped weights), ``int8wo`` (int8
+    per-channel weight-only). ``embedding_bits`` 0 keeps the embedding in
     fp32; 4 or 8 quantizes it weight-only with ``group_size``.
     """
 
@@ -111,6 +112,25 @@ class TrainConfig:
 
 
 @dataclass(frozen=True)
+class NumericsConfig:
+    """Normalizer search (``edgespec normsearch``; a stage of ``edgespec export``).
+
+    format: the low-precision format the norm layers are checked (and, for a program in that
+    format, stabilized) for. guarantee: only accept pre-normalizers proven safe for every input.
+    """
+
+    search: bool = True
+    format: Literal["fp16", "bf16", "fp8_e4m3", "fp8_e5m2"] = "fp16"
+    guarantee: bool = True
+    calibration_prompts: int = 8
+    heldout_prompts: int = 4
+
+    def validate(self, path: str = "numerics") -> None:
+        _require(self.calibration_prompts >= 1, f"{path}.calibration_prompts", "must be >= 1")
+        _require(self.heldout_prompts >= 1, f"{path}.heldout_prompts", "must be >= 1")
+
+
+@dataclass(frozen=True)
 class ExportConfig:
     """Lowering to ExecuTorch."""
 
@@ -129,6 +149,7 @@ class Recipe:
     quant: QuantConfig = field(default_factory=QuantConfig)
     streams: StreamsConfig = field(default_factory=StreamsConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    numerics: NumericsConfig = field(default_factory=NumericsConfig)
     export: ExportConfig = field(default_factory=ExportConfig)
 
     def __post_init__(self) -> None:
@@ -138,6 +159,7 @@ class Recipe:
         self.streams.validate("streams")
         _require(len(self.train.stream_weights) >= self.streams.gamma, "train.stream_weights", f"needs one weight per stream ({self.streams.gamma})")
         self.train.validate("train")
+        self.numerics.validate("numerics")
         self.export.validate("export")
 
     def to_dict(self) -> dict[str, Any]:

@@ -1,6 +1,8 @@
 """`edgespec export`: recipe -> bundle, stage by stage.
 
-load -> quantize -> torch.export -> lower to ExecuTorch -> package (atomic).
+load -> normsearch -> quantize -> torch.export -> lower to ExecuTorch -> package (atomic).
+The normalizer search report always goes into the bundle; its choices are swapped into
+the model when the program runs in the searched format (quant.scheme fp16).
 Each stage reports through `on_stage(name)`; the function returns stats, it prints nothing.
 """
 
@@ -13,7 +15,7 @@ from typing import Callable
 
 from edgespec.config import Recipe, recipe_to_yaml
 
-STAGES = ("load", "quantize", "export", "lower", "package")
+STAGES = ("load", "normsearch", "quantize", "export", "lower", "package")
 
 
 @dataclass
@@ -35,6 +37,19 @@ def export_bundle(recipe: Recipe, outdir: str | Path, on_stage: Callable[[str], 
 
         src = read_source(recipe.model.source, recipe.model.max_seq_len)
         model = build_model(src)
+
+        stage("normsearch")
+        report_files: list[str] = []
+        if recipe.numerics.search:
+            from edgespec.models.load import tokenizer_of
+            from edgespec.numerics.search import choices_of, run_normsearch, write_report
+
+            search = run_normsearch(model, tokenizer_of(src), recipe.numerics)
+            report_files = write_report(search, stage_dir)
+            if recipe.quant.scheme == recipe.numerics.format:
+                from edgespec.numerics.stable_norm import stabilize_norms_
+
+                stabilize_norms_(model, choices_of(search))
 
         stage("quantize")
         from edgespec.quant import quantize_model_
@@ -61,6 +76,7 @@ def export_bundle(recipe: Recipe, outdir: str | Path, on_stage: Callable[[str], 
                 "model": {"name": src.name, "source": recipe.model.source, **_args_dict(src.args)},
                 "recipe": recipe.to_dict(),
                 "precision": recipe.quant.scheme,
+                "reports": report_files,
                 "methods": sorted(["forward", *meta.constant_methods()]),
                 "tokenizer": {
                     "file": B.TOKENIZER,

@@ -63,8 +63,13 @@ def _quantize_embedding_(model: nn.Module, cfg: QuantConfig) -> None:
     )
 
 
+def _fp16(model: nn.Module, cfg: QuantConfig) -> nn.Module:
+    return model.to_half_()
+
+
 SCHEMES: dict[str, Callable[[nn.Module, QuantConfig], nn.Module]] = {
     "fp32": _fp32,
+    "fp16": _fp16,
     "8da4w": _8da4w,
     "int8wo": _int8wo,
 }

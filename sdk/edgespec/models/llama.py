@@ -105,10 +105,11 @@ class Attention(nn.Module):
         k = self.wk(x).view(B, T, self.n_kv_heads, self.head_dim)
         v = self.wv(x).view(B, T, self.n_kv_heads, self.head_dim)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        k_cache, v_cache = self.kv_cache.update(start_pos, k, v)
+        cdt = self.kv_cache.k_cache.dtype  # the cache and attention stay fp32 in fp16 models
+        k_cache, v_cache = self.kv_cache.update(start_pos, k.to(cdt), v.to(cdt))
         # causal attention over cache rows [0, start_pos + T); GQA handled by the op
-        y = torch.ops.llama.custom_sdpa(q, k_cache, v_cache, start_pos, None, 0.0, True)  # [B, T, H, D]
-        return self.wo(y.reshape(B, T, -1))
+        y = torch.ops.llama.custom_sdpa(q.to(cdt), k_cache, v_cache, start_pos, None, 0.0, True)  # [B, T, H, D]
+        return self.wo(y.reshape(B, T, -1).to(x.dtype))
 
 
 class FeedForward(nn.Module):
@@ -167,7 +168,16 @@ class Transformer(nn.Module):
 
     def forward(self, tokens: torch.Tensor, input_pos: torch.Tensor) -> torch.Tensor:
         h = self.hidden(tokens, input_pos)
-        return self.output(h[:, -1, :])  # lm head on the last row only: [1, V]
+        return self.output(h[:, -1, :]).float()  # lm head on the last row only: [1, V], fp32
+
+    def to_half_(self) -> "Transformer":
+        """fp16 weights and activations; KV cache, attention and RoPE tables stay fp32."""
+        self.half()
+        self.rope_cos, self.rope_sin = self.rope_cos.float(), self.rope_sin.float()
+        for m in self.modules():
+            if isinstance(m, KVCache):
+                m.k_cache, m.v_cache = m.k_cache.float(), m.v_cache.float()
+        return self
 
     def reset_cache(self) -> None:
         for m in self.modules():
