@@ -68,7 +68,7 @@ def test_manifest_and_metadata(fp32_bundle):
 
     m = read_manifest(fp32_bundle)
     verify_checksums(fp32_bundle, m)
-    assert {"model.pte", "tokenizer.json", "recipe.yaml"} <= set(m["files"])
+    assert {"model.pte", "tokenizer.json", "recipe.yaml", "normsearch.md", "normsearch.json"} <= set(m["files"])
     assert m["recipe"]["quant"]["scheme"] == "fp32"
     r = _runner(fp32_bundle)
     assert (r.max_seq_len, r.vocab_size, r.eos_ids) == (256, 49152, (2,))
