@@ -55,3 +55,14 @@ def test_transform_replaces_every_norm(tiny_model):
     assert not any(isinstance(m, RMSNorm) for m in tiny_model.modules())
     assert sum(isinstance(m, StableNorm) for m in tiny_model.modules()) == 2 * tiny_model.args.n_layers + 1
     torch.testing.assert_close(tiny_model(torch.tensor([[1, 2, 3]]), torch.tensor([0])), ref, atol=1e-4, rtol=1e-4)
+
+
+def test_half_model_with_stable_norms_tracks_fp32(tiny_model):
+    tokens = torch.tensor([[5, 17, 3, 88, 41, 2]])
+    ref = tiny_model(tokens, torch.tensor([0]))
+    stabilize_norms_(tiny_model, NormChoice("linf", 2))
+    tiny_model.to_half_()
+    assert tiny_model.layers[0].attention.kv_cache.k_cache.dtype == torch.float32
+    out = tiny_model(tokens, torch.tensor([0]))
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out, ref, atol=5e-2, rtol=5e-2)
