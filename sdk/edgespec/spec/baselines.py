@@ -35,20 +35,35 @@ class MedusaHeads(nn.Module):
 
 
 class MedusaModel(nn.Module):
-    """Frozen base + heads; the same training interface as `SpecModel` (features = the
-    final normalized hidden state, so a step costs only the heads and the lm head)."""
+    """Frozen base + heads, with the training interface of `SpecModel`.
 
-    def __init__(self, base: Transformer, heads: MedusaHeads):
+    Features are cached at the same layer L0 as the streams' (so both baselines train from
+    one feature cache); a step runs the frozen top layers without gradients, then the heads.
+    """
+
+    def __init__(self, base: Transformer, heads: MedusaHeads, n_top_layers: int = 4):
         super().__init__()
         self.base, self.params, self.cfg = base, heads, heads.cfg
-        self.first = base.args.n_layers  # every base layer is frozen and cached
+        self.first = max(0, base.args.n_layers - n_top_layers)
+        self._lower = SpecModel(base, None)
+        self._lower.first = self.first
 
-    @torch.no_grad()
     def lower_hidden(self, tokens: torch.Tensor) -> torch.Tensor:
-        return self.base.hidden(tokens, torch.tensor([0]))
+        return self._lower.lower_hidden(tokens)
 
     def forward_train(self, tokens: torch.Tensor, h0: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return h0, self.params(h0)
+        from edgespec.spec.msa import block_rows
+
+        base, T = self.base, tokens.shape[1]
+        pos = torch.arange(T)
+        causal = torch.tril(torch.ones(T, T, dtype=torch.bool))
+        empty = torch.zeros(tokens.shape[0], 0, base.args.n_kv_heads, base.args.head_dim)
+        with torch.no_grad():
+            x = h0
+            for i in range(self.first, base.args.n_layers):
+                x, _, _ = block_rows(base, base.layers[i], None, x, pos, empty, empty, causal)
+            h = base.norm(x)
+        return h, self.params(h)
 
     def drafter(self):
         def draft(main_h, stream_h, context, tree: Tree):
