@@ -46,6 +46,13 @@ def distill(
     out_path.parent.mkdir(parents=True, exist_ok=True)
     have = done_ids(out_path)
     n_new = n_tokens = 0
+    if out_path.is_file() and out_path.stat().st_size:
+        with open(out_path, "rb") as f:
+            f.seek(-1, os.SEEK_END)
+            torn = f.read(1) != b"\n"
+        if torn:  # a crash mid-line: end it, so the next record starts on a line of its own
+            with open(out_path, "a") as f:
+                f.write("\n")
     with open(out_path, "a") as f:
         for p in prompts:
             if p.id in have:

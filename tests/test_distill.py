@@ -1,0 +1,40 @@
+import json
+
+import torch
+
+from edgespec.spec.data import Prompt, read_jsonl_pairs
+from edgespec.spec.distill import distill, done_ids
+
+
+def _step(tokens, pos):
+    logits = torch.zeros(10)
+    logits[(int(tokens[0, -1]) + 1) % 10] = 1.0  # next token = last + 1 (9 -> 0 = eos)
+    return logits
+
+
+def test_distill_appends_and_resumes(tmp_path):
+    out = tmp_path / "d.jsonl"
+    prompts = [Prompt(f"p{i}", "math", str(i)) for i in range(4)]
+    enc = lambda text: [int(text)]  # noqa: E731
+    s1 = distill(_step, enc, prompts[:2], out, max_new_tokens=20, max_seq_len=64, eos_ids=(0,))
+    assert s1["new_sequences"] == 2
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert rows[0]["prompt_ids"] == [0] and rows[0]["response_ids"] == [1, 2, 3, 4, 5, 6, 7, 8, 9, 0]
+    with open(out, "a") as f:
+        f.write('{"id": "p2", "torn')  # a crash mid-line
+    s2 = distill(_step, enc, prompts, out, max_new_tokens=20, max_seq_len=64, eos_ids=(0,))
+    assert s2["new_sequences"] == 2 and s2["skipped_existing"] == 2
+    assert done_ids(out) == {"p0", "p1", "p2", "p3"}
+
+
+def test_read_jsonl_pairs_reports_the_bad_line(tmp_path):
+    import pytest
+
+    from edgespec.errors import EdgespecError
+
+    p = tmp_path / "u.jsonl"
+    p.write_text('{"prompt": "a", "response": "b"}\n{"prompt": "c"}\n')
+    it = read_jsonl_pairs(p)
+    assert next(it) == ("a", "b")
+    with pytest.raises(EdgespecError, match=":2:"):
+        next(it)
