@@ -66,3 +66,18 @@ def test_half_model_with_stable_norms_tracks_fp32(tiny_model):
     out = tiny_model(tokens, torch.tensor([0]))
     assert out.dtype == torch.float32
     torch.testing.assert_close(out, ref, atol=5e-2, rtol=5e-2)
+
+
+def test_stable_norms_run_in_an_executorch_program(tiny_model, tmp_path):
+    """Every op of the stable norm must exist in ExecuTorch's runtime (fp16 program)."""
+    from edgespec.export.program import ProgramMeta, export_forward, lower_to_executorch
+    from edgespec.runtime.program import ProgramRunner
+
+    stabilize_norms_(tiny_model, NormChoice("linf", 2))
+    tiny_model.to_half_()
+    tokens = torch.tensor([[5, 17, 3, 88]])
+    ref = tiny_model(tokens, torch.tensor([0]))[0]
+    pte = lower_to_executorch({"forward": export_forward(tiny_model, tiny_model.args.max_seq_len)}, ProgramMeta(64, 97, 2, 1, (2,)))
+    (tmp_path / "m.pte").write_bytes(pte)
+    out = ProgramRunner(tmp_path / "m.pte").forward(tokens, 0)
+    torch.testing.assert_close(out, ref, atol=2e-2, rtol=2e-2)

@@ -65,8 +65,8 @@ class StableNorm(nn.Module):
             # c / s as two multiplications by powers of two that are each representable in
             # the input's format (s itself, or 1 / s, may not be); exact but for subnormals
             e1 = torch.floor(-e / 2)
-            xs = c * torch.exp2(e1).to(c.dtype) * torch.exp2(-e - e1).to(c.dtype)
-            eps = self.eps * torch.exp2(-self.p * e)  # eps / s^p, kept in fp32
+            xs = c * torch.pow(2.0, e1).to(c.dtype) * torch.pow(2.0, -e - e1).to(c.dtype)
+            eps = self.eps * torch.pow(2.0, -self.p * e)  # eps / s^p, kept in fp32
         t = xs * xs if self.p == 2 else xs.abs() ** self.p
         # the d-length reduction runs in the input's format; the per-row scalar in fp32
         factor = torch.pow(t.mean(-1, keepdim=True).float() + eps, -1.0 / self.p)
