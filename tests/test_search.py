@@ -55,3 +55,18 @@ def test_collect_norm_inputs(tiny_model):
     rows = collect_norm_inputs(tiny_model, [torch.tensor([[1, 2, 3, 4]])])
     assert len(rows) == 2 * tiny_model.args.n_layers + 1
     assert all(v.shape == (4, tiny_model.args.dim) for v in rows.values())
+
+
+def test_run_normsearch_respects_a_short_context(tiny_model):
+    """Calibration prompts longer than the model's context are cut to fit."""
+    from edgespec.config import NumericsConfig
+    from edgespec.numerics.search import run_normsearch
+
+    class Tok:  # every prompt becomes 100 tokens, longer than the tiny model's 64
+        chat_template = None
+
+        def encode(self, text):
+            return [i % 97 for i in range(100)]
+
+    res = run_normsearch(tiny_model, Tok(), NumericsConfig(calibration_prompts=2, heldout_prompts=1))
+    assert res["summary"]["layers"] == 2 * tiny_model.args.n_layers + 1

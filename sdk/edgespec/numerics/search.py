@@ -150,10 +150,11 @@ def run_normsearch(model: nn.Module, tokenizer, cfg, on_layer=lambda name: None)
     from edgespec.spec.data import mixed_prompts
 
     fmt = FORMATS[cfg.format]
+    limit = min(384, model.args.max_seq_len - 1)  # calibration rows per prompt, within the context
 
     def batches(split: str, n: int) -> list[torch.Tensor]:
         enc = (tokenizer.encode(tokenizer.apply_chat_template(p.text) if tokenizer.chat_template else p.text) for p in mixed_prompts(split, n))
-        return [torch.tensor([ids[:384]]) for ids in enc]
+        return [torch.tensor([ids[:limit]]) for ids in enc]
 
     calib = collect_norm_inputs(model, batches("train", cfg.calibration_prompts))
     held = collect_norm_inputs(model, batches("heldout", cfg.heldout_prompts))
