@@ -84,8 +84,9 @@ def mixed_prompts(split: str, n: int, suites: tuple[str, ...] = tuple(SUITES)) -
     return [p for p in chain.from_iterable(zip_longest(*lists)) if p is not None][:n]
 
 
-def read_jsonl_pairs(path: str | Path) -> Iterator[tuple[str, str]]:
-    """User data: one JSON object per line with 'prompt' and 'response'."""
+def iter_jsonl(path: str | Path, skip_torn: bool = False) -> Iterator[tuple[int, dict]]:
+    """(line number, object) for every non-empty line; a line that is not JSON raises,
+    or with skip_torn is skipped (the torn last line of an interrupted writer)."""
     p = Path(path)
     if not p.is_file():
         raise EdgespecError(f"data file '{p}' not found")
@@ -94,7 +95,16 @@ def read_jsonl_pairs(path: str | Path) -> Iterator[tuple[str, str]]:
             if not line.strip():
                 continue
             try:
-                obj = json.loads(line)
-                yield str(obj["prompt"]), str(obj["response"])
-            except (json.JSONDecodeError, KeyError, TypeError) as e:
-                raise EdgespecError(f"{p}:{n}: expected a JSON object with 'prompt' and 'response' ({e})") from None
+                yield n, json.loads(line)
+            except json.JSONDecodeError as e:
+                if not skip_torn:
+                    raise EdgespecError(f"{p}:{n}: not valid JSON ({e})") from None
+
+
+def read_jsonl_pairs(path: str | Path) -> Iterator[tuple[str, str]]:
+    """User data: one JSON object per line with 'prompt' and 'response'."""
+    for n, obj in iter_jsonl(path):
+        try:
+            yield str(obj["prompt"]), str(obj["response"])
+        except (KeyError, TypeError) as e:
+            raise EdgespecError(f"{path}:{n}: expected a JSON object with 'prompt' and 'response' ({e})") from None

@@ -224,30 +224,21 @@ def train_streams(
 def load_examples(path: str | Path, tokenizer, seq_len: int) -> list[Example]:
     """Self-distilled rows (prompt_ids/response_ids) or text pairs (prompt/response)."""
     from edgespec.errors import EdgespecError
+    from edgespec.spec.data import iter_jsonl
 
-    p = Path(path)
-    if not p.is_file():
-        raise EdgespecError(f"training data '{p}' not found (make it with `edgespec distill`)")
     out = []
-    with open(p) as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a torn line from an interrupted distill run
-            if "prompt_ids" in row:
-                prompt, resp = row["prompt_ids"], row["response_ids"]
-            elif "prompt" in row and "response" in row:
-                prompt = tokenizer.encode(tokenizer.apply_chat_template(row["prompt"]) if tokenizer.chat_template else row["prompt"])
-                resp = tokenizer.encode(row["response"])
-            else:
-                raise EdgespecError(f"{p}:{n}: expected prompt_ids/response_ids or prompt/response")
-            if resp:
-                out.append(Example((prompt + resp)[:seq_len], len(prompt)))
+    for n, row in iter_jsonl(path, skip_torn=True):
+        if "prompt_ids" in row:
+            prompt, resp = row["prompt_ids"], row["response_ids"]
+        elif "prompt" in row and "response" in row:
+            prompt = tokenizer.encode(tokenizer.apply_chat_template(row["prompt"]) if tokenizer.chat_template else row["prompt"])
+            resp = tokenizer.encode(row["response"])
+        else:
+            raise EdgespecError(f"{path}:{n}: expected prompt_ids/response_ids or prompt/response")
+        if resp:
+            out.append(Example((prompt + resp)[:seq_len], len(prompt)))
     if not out:
-        raise EdgespecError(f"training data '{p}' holds no usable rows")
+        raise EdgespecError(f"training data '{path}' holds no usable rows (make it with `edgespec distill`)")
     return out
 
 
