@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from edgespec.config import Recipe
 from edgespec.runtime.generate import eager_step, generate
 
 pytestmark = pytest.mark.integration

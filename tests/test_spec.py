@@ -7,7 +7,7 @@ from edgespec.runtime.generate import eager_step, generate
 from edgespec.spec.decode import spec_generate
 from edgespec.spec.msa import MSAConfig, SpecModel, StreamParams, count_parameters
 from edgespec.spec.tree import Tree
-from edgespec.spec.verify import accept_greedy, accept_sampling
+from edgespec.spec.verify import accept_greedy
 
 
 @pytest.mark.parametrize("branching", [(1,), (2, 2, 2), (3, 2, 1), (1, 1, 1, 1)])

@@ -48,7 +48,6 @@ def test_two_step_joint_distribution_on_a_tiny_model(tiny_model):
     from edgespec.spec.decode import spec_generate
     from edgespec.spec.msa import SpecModel
 
-    V = tiny_model.args.vocab_size
     prompt = [1, 2, 3]
     with torch.no_grad():
         tiny_model.output.weight.mul_(0.15)  # flatter distributions: many outcomes matter

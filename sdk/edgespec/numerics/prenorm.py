@@ -75,9 +75,6 @@ class PrenormPlan:
     margin_lo: float  # lo / min_normal (>= 1 when safe)
     margin_hi: float  # (max_finite / g) / hi (>= 1 when safe)
 
-    def eps_scaled(self, eps: float, s: float, inside_root: bool) -> float:
-        """The epsilon that keeps the layer's output unchanged after dividing by s."""
-        return eps / s**self.p if inside_root else eps / s
 
 
 def plan_data_dependent(p: float, d: int, q: float, fmt: FloatFormat, zero_mean: bool = False) -> PrenormPlan:
@@ -103,13 +100,6 @@ def plan_constant(p: float, d: int, t_min: float, t_max: float, fmt: FloatFormat
     sp = 2.0 ** (p * log2_s)
     lo, hi = t_min / sp / g, t_max / sp * g
     return PrenormPlan(p, d, 0.0, fmt.name, lo >= m and hi <= M, log2_s, lo, hi, lo / m, M / hi)
-
-
-def naive_plan(p: float, d: int, t_min: float, t_max: float, fmt: FloatFormat) -> PrenormPlan:
-    """No pre-normalizer: T itself must fit."""
-    g = growth(fmt, d, p)
-    lo, hi = t_min / g, t_max * g
-    return PrenormPlan(p, d, 0.0, fmt.name, lo >= fmt.min_normal and hi <= fmt.max_finite, 0, lo, hi, lo / fmt.min_normal, fmt.max_finite / hi)
 
 
 def relative_error_bound(fmt: FloatFormat, d: int, p: float, t_lo: float) -> float:

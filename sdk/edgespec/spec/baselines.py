@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from edgespec.models.llama import Transformer
-from edgespec.spec.msa import MSAConfig, SpecModel
+from edgespec.spec.msa import MSAConfig, SpecModel, frozen_layers, topk_draft
 from edgespec.spec.tree import Tree
 
 
@@ -45,30 +45,18 @@ class MedusaModel(nn.Module):
         super().__init__()
         self.base, self.params, self.cfg = base, heads, heads.cfg
         self.first = max(0, base.args.n_layers - n_top_layers)
-        self._lower = SpecModel(base, None)
-        self._lower.first = self.first
 
     def lower_hidden(self, tokens: torch.Tensor) -> torch.Tensor:
-        return self._lower.lower_hidden(tokens)
+        return frozen_layers(self.base, self.base.tok_embeddings(tokens), 0, self.first)
 
     def forward_train(self, tokens: torch.Tensor, h0: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        from edgespec.spec.msa import block_rows
-
-        base, T = self.base, tokens.shape[1]
-        pos = torch.arange(T)
-        causal = torch.tril(torch.ones(T, T, dtype=torch.bool))
-        empty = torch.zeros(tokens.shape[0], 0, base.args.n_kv_heads, base.args.head_dim)
         with torch.no_grad():
-            x = h0
-            for i in range(self.first, base.args.n_layers):
-                x, _, _ = block_rows(base, base.layers[i], None, x, pos, empty, empty, causal)
-            h = base.norm(x)
+            h = self.base.norm(frozen_layers(self.base, h0, self.first, self.base.args.n_layers))
         return h, self.params(h)
 
     def drafter(self):
         def draft(main_h, stream_h, context, tree: Tree):
-            logits = self.base.output(self.params(main_h)[: len(tree.branching)])  # [g, V]
-            return logits.topk(max(tree.branching), -1).indices
+            return topk_draft(self.base, self.params(main_h), tree)
 
         return draft
 

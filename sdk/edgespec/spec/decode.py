@@ -14,7 +14,7 @@ from typing import Callable, Protocol
 import torch
 
 from edgespec.errors import EdgespecError
-from edgespec.spec.msa import SpecModel
+from edgespec.spec.msa import SpecModel, topk_draft
 from edgespec.spec.tree import Tree
 from edgespec.spec.verify import accept_greedy, accept_sampling
 
@@ -28,8 +28,7 @@ def stream_drafter(model: SpecModel) -> Drafter:
     """Top-k of each speculative stream at the last accepted node."""
 
     def draft(main_h, stream_h, context, tree):
-        logits = model.base.output(stream_h[: len(tree.branching)])  # [g, V]
-        return logits.topk(max(tree.branching), -1).indices
+        return topk_draft(model.base, stream_h, tree)
 
     return draft
 

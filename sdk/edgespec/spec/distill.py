@@ -70,13 +70,3 @@ def distill(
             on_done(len(resp))
     return {"new_sequences": n_new, "new_response_tokens": n_tokens, "skipped_existing": len(have)}
 
-
-def read_distilled(path: str | Path) -> list[dict]:
-    rows = []
-    with open(path) as f:
-        for line in f:
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-    return rows

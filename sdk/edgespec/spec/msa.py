@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from edgespec.models.llama import Transformer, TransformerBlock, apply_rope
+from edgespec.spec.tree import Tree
 
 ADAPTED = ("wq", "wk", "wv", "wo", "w1", "w2", "w3")
 
@@ -142,6 +143,28 @@ def stream_mask(main_mask: torch.Tensor, gamma: int) -> torch.Tensor:
     return torch.cat([main_mask.repeat_interleave(gamma, 0), block_diag], 1)
 
 
+def causal_context(base: Transformer, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Teacher forcing over tokens [B, T]: positions [T], causal mask [T, T], empty K/V context."""
+    T = tokens.shape[1]
+    empty = torch.zeros(tokens.shape[0], 0, base.args.n_kv_heads, base.args.head_dim, dtype=base.rope_cos.dtype)
+    return torch.arange(T), torch.tril(torch.ones(T, T, dtype=torch.bool)), empty
+
+
+@torch.no_grad()
+def frozen_layers(base: Transformer, x: torch.Tensor, start: int, stop: int) -> torch.Tensor:
+    """Base layers [start, stop) over teacher-forced rows x [B, T, d], no adapters, no cache."""
+    pos, causal, empty = causal_context(base, x[..., 0])
+    for i in range(start, stop):
+        x, _, _ = block_rows(base, base.layers[i], None, x, pos, empty, empty, causal)
+    return x
+
+
+def topk_draft(base: Transformer, hidden: torch.Tensor, tree: Tree) -> torch.Tensor:
+    """Candidates per depth from hidden states [>= g, d] of the drafting rows: [g, k_max]."""
+    logits = base.output(hidden[: len(tree.branching)])  # [g, V]
+    return logits.topk(max(tree.branching), -1).indices
+
+
 class SpecModel(nn.Module):
     """A base `Transformer` plus speculative streams. The base weights are never modified."""
 
@@ -168,10 +191,8 @@ class SpecModel(nn.Module):
         Returns (main final hidden [B, T, d], stream final hidden [B, T, g, d]), both
         after the final norm; apply `base.output` for logits.
         """
-        base, T = self.base, tokens.shape[1]
-        pos = torch.arange(T)
-        causal = torch.tril(torch.ones(T, T, dtype=torch.bool))
-        empty = torch.zeros(tokens.shape[0], 0, base.args.n_kv_heads, base.args.head_dim, dtype=base.rope_cos.dtype)
+        base = self.base
+        pos, causal, empty = causal_context(base, tokens)
         if h0 is None:
             h0 = self.lower_hidden(tokens)
         x, h_s = h0, self.params.enter(h0)
@@ -184,14 +205,7 @@ class SpecModel(nn.Module):
     @torch.no_grad()
     def lower_hidden(self, tokens: torch.Tensor) -> torch.Tensor:
         """Input of layer L0 for teacher forcing (the frozen part; cacheable). [B, T, d]."""
-        base, T = self.base, tokens.shape[1]
-        pos = torch.arange(T)
-        causal = torch.tril(torch.ones(T, T, dtype=torch.bool))
-        empty = torch.zeros(tokens.shape[0], 0, base.args.n_kv_heads, base.args.head_dim)
-        x = base.tok_embeddings(tokens)
-        for i in range(self.first):
-            x, _, _ = block_rows(base, base.layers[i], None, x, pos, empty, empty, causal)
-        return x
+        return frozen_layers(self.base, self.base.tok_embeddings(tokens), 0, self.first)
 
     @torch.no_grad()
     def forward_tree(self, tokens: torch.Tensor, start_pos: int, tree_mask: torch.Tensor, depth: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

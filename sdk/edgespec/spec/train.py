@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import json
-import math
 import os
 import time
 from dataclasses import asdict, dataclass, field
@@ -45,10 +44,6 @@ class TrainHParams:
 class Example:
     tokens: list[int]
     n_prompt: int
-
-
-def examples_from_distilled(rows: list[dict], seq_len: int) -> list[Example]:
-    return [Example((r["prompt_ids"] + r["response_ids"])[:seq_len], len(r["prompt_ids"])) for r in rows if r["response_ids"]]
 
 
 class FeatureCache:
