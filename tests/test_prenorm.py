@@ -46,7 +46,7 @@ def test_round_to_format_matches_torch_bf16(values):
 def test_sum_bounds_hold(p, q, data):
     d = data.draw(st.integers(1, 64))
     c = torch.tensor(data.draw(st.lists(st.floats(-1e3, 1e3, allow_nan=False), min_size=d, max_size=d)), dtype=torch.float64)
-    if not c.abs().max() > 1e-300:
+    if not c.abs().max() > 1e-60:  # below, |c|^q underflows even in float64
         return
     a = c.abs()
     mq = a.max() if q == INF else a.pow(q).mean().pow(1 / q)
