@@ -77,3 +77,63 @@ def test_two_step_joint_distribution_on_a_tiny_model(tiny_model):
     observed = torch.tensor([counts[k] for k in keys] + [other], dtype=torch.float64)
     expected = torch.tensor([joint[k] for k in keys] + [1 - sum(joint.values())], dtype=torch.float64) * n
     assert chi2_pvalue(observed, expected) > 1e-3
+
+
+def _gumbel(n: int, gen: torch.Generator) -> torch.Tensor:
+    return -torch.log(-torch.log(torch.rand(n, generator=gen).clamp(1e-20, 1 - 1e-7)))
+
+
+def test_in_program_acceptance_samples_the_target_law():
+    """`accept_tree` (the tensor code inside spec_step): law of (first, second) emitted tokens.
+
+    Tree (2, 2): if the first token is one of the root's candidates it was accepted and the
+    second token follows that child's distribution; otherwise the step stops after one token.
+    """
+    from edgespec.spec.verify import accept_tree
+
+    gen = torch.Generator().manual_seed(7)
+    V = 5
+    tree = Tree((2, 2))
+    children, valid = tree.children_table()
+    logits = torch.randn(tree.size, V, generator=gen)
+    toks = tree.fill(0, torch.tensor([[1, 3], [2, 4]]))
+    p = torch.softmax(logits, -1)
+    expected = {}
+    for a in range(V):
+        child = next((c for c in tree.children[0] if int(toks[c]) == a), None)
+        if child is None:
+            expected[(a, None)] = float(p[0, a])
+        else:
+            for b in range(V):
+                expected[(a, b)] = float(p[0, a] * p[child, b])
+    n = 6000
+    counts = dict.fromkeys(expected, 0)
+    for _ in range(n):
+        _, cnt, out = accept_tree(children, valid, 2, toks, logits, torch.tensor([1.0]), torch.rand(tree.size, 2, generator=gen), _gumbel(V, gen))
+        key = (int(out[0]), int(out[1]) if int(cnt) >= 2 else None)
+        counts[key] += 1
+    keys = list(expected)
+    observed = torch.tensor([counts[k] for k in keys], dtype=torch.float64)
+    exp = torch.tensor([expected[k] for k in keys], dtype=torch.float64) * n
+    assert chi2_pvalue(observed, exp) > 1e-3
+
+
+def test_in_program_acceptance_at_temperature_zero_is_greedy():
+    from edgespec.spec.verify import accept_greedy, accept_tree
+
+    gen = torch.Generator().manual_seed(0)
+    for branching in [(3, 2, 1), (1, 1, 1), (2, 2), (4,)]:
+        tree = Tree(branching)
+        children, valid = tree.children_table()
+        for _ in range(100):
+            V = 7
+            logits = torch.randn(tree.size, V, generator=gen)
+            cand = torch.stack([torch.randperm(V, generator=gen)[: tree.k_max] for _ in branching])
+            toks = tree.fill(int(torch.randint(V, (1,), generator=gen)), cand)
+            for i in range(1, tree.size):  # make long accepted paths likely
+                if torch.rand((), generator=gen) < 0.6:
+                    logits[tree.parents[i], toks[i]] += 5
+            ref = accept_greedy(tree, toks, logits)
+            path, n, out = accept_tree(children, valid, len(branching), toks, logits, torch.tensor([0.0]), torch.full((tree.size, tree.k_max), 0.5), torch.zeros(V))
+            assert path[: int(n)].tolist() == ref.path
+            assert out[: int(n)].tolist() == ref.tokens

@@ -1,6 +1,8 @@
 """`edgespec export`: recipe -> bundle, stage by stage.
 
-load -> normsearch -> quantize -> torch.export -> lower to ExecuTorch -> package (atomic).
+load -> streams -> normsearch -> quantize -> torch.export -> lower to ExecuTorch -> package
+(atomic). With trained stream weights (recipe `streams.weights`) the program gets the
+speculative methods next to `forward`; without, it is autoregressive only.
 The normalizer search report always goes into the bundle; its choices are swapped into
 the model when the program runs in the searched format (quant.scheme fp16).
 Each stage reports through `on_stage(name)`; the function returns stats, it prints nothing.
@@ -15,7 +17,7 @@ from typing import Callable
 
 from edgespec.config import Recipe, recipe_to_yaml
 
-STAGES = ("load", "normsearch", "quantize", "export", "lower", "package")
+STAGES = ("load", "streams", "normsearch", "quantize", "export", "lower", "package")
 
 
 @dataclass
@@ -38,6 +40,16 @@ def export_bundle(recipe: Recipe, outdir: str | Path, on_stage: Callable[[str], 
         src = read_source(recipe.model.source, recipe.model.max_seq_len)
         model = build_model(src)
 
+        stage("streams")
+        spec = None
+        if recipe.streams.weights:
+            from edgespec.export.spec_program import SpecProgram
+            from edgespec.spec.msa import SpecModel, load_streams
+            from edgespec.spec.tree import Tree
+
+            params = load_streams(recipe.streams.weights, model)
+            spec = SpecProgram(SpecModel(model, params), Tree(recipe.streams.tree)).eval()
+
         stage("normsearch")
         report_files: list[str] = []
         if recipe.numerics.search:
@@ -55,15 +67,22 @@ def export_bundle(recipe: Recipe, outdir: str | Path, on_stage: Callable[[str], 
         from edgespec.quant import quantize_model_
 
         quantize_model_(model, recipe.quant)
+        if spec is not None and recipe.quant.scheme == "fp16":
+            spec.streams.half()  # stream adapters follow the activations' dtype
 
         stage("export")
         from edgespec.export.program import ProgramMeta, export_forward, lower_to_executorch
 
-        programs = {"forward": export_forward(model, recipe.model.max_seq_len)}
+        if spec is not None:
+            from edgespec.export.spec_program import export_spec_methods, spec_meta
+
+            programs = export_spec_methods(spec)
+        else:
+            programs = {"forward": export_forward(model, recipe.model.max_seq_len)}
 
         stage("lower")
         bos = src.bos_id if src.bos_id is not None else src.eos_ids[0]
-        meta = ProgramMeta(recipe.model.max_seq_len, src.args.vocab_size, src.args.n_layers, bos, src.eos_ids)
+        meta = ProgramMeta(recipe.model.max_seq_len, src.args.vocab_size, src.args.n_layers, bos, src.eos_ids, spec_meta(spec) if spec is not None else None)
         pte = lower_to_executorch(programs, meta)
 
         stage("package")
@@ -77,7 +96,8 @@ def export_bundle(recipe: Recipe, outdir: str | Path, on_stage: Callable[[str], 
                 "recipe": recipe.to_dict(),
                 "precision": recipe.quant.scheme,
                 "reports": report_files,
-                "methods": sorted(["forward", *meta.constant_methods()]),
+                "methods": sorted([*programs, *meta.constant_methods()]),
+                "speculative": _spec_manifest(recipe, meta),
                 "tokenizer": {
                     "file": B.TOKENIZER,
                     "chat_template": src.chat_template if recipe.model.chat_template else None,
@@ -109,6 +129,20 @@ class _StageClock:
         if self._current is not None:
             self.seconds[self._current] = time.perf_counter() - self._t0
             self._current = None
+
+
+def _spec_manifest(recipe: Recipe, meta) -> dict | None:
+    if meta.spec is None:
+        return None
+    s = recipe.streams
+    return {
+        "mode": s.mode,
+        "n_streams": meta.spec.n_streams,
+        "msa_layers": s.n_layers,
+        "tree_branching": list(meta.spec.branching),
+        "tree_parents": list(meta.spec.parents),
+        "weights": s.weights,
+    }
 
 
 def _args_dict(args) -> dict:

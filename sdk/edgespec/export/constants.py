@@ -7,6 +7,13 @@ mirrors this file (android/core/.../ProgramContract.java).
 
 FORWARD = "forward"  # (tokens int64 [1, T], input_pos int64 [1]) -> logits fp32 [1, V]
 
+# speculative methods (present when the bundle has streams), sharing forward's KV cache:
+# spec_prefill(tokens int64 [1, T], input_pos int64 [1]) -> (logits fp32 [1, V], draft int64 [D, K])
+# spec_step(last int64 [1], draft int64 [D, K], input_pos int64 [1], temperature fp32 [1],
+#           uniforms fp32 [R, K], gumbel fp32 [V]) -> (tokens int64 [D + 1], n int64 [1], draft int64 [D, K])
+SPEC_PREFILL = "spec_prefill"
+SPEC_STEP = "spec_step"
+
 # metadata methods (constant methods: no inputs, one value)
 GET_MAX_SEQ_LEN = "get_max_seq_len"
 GET_MAX_CONTEXT_LEN = "get_max_context_len"
@@ -18,6 +25,16 @@ USE_KV_CACHE = "use_kv_cache"
 USE_SDPA_WITH_KV_CACHE = "use_sdpa_with_kv_cache"
 ENABLE_DYNAMIC_SHAPE = "enable_dynamic_shape"
 
+# speculative metadata: tree depth D, top-K per depth, tree size R, branching per depth,
+# parent of each tree node (breadth-first, -1 for the root), trained streams, mode
+GET_SPEC_DEPTH = "get_spec_depth"
+GET_SPEC_TOPK = "get_spec_topk"
+GET_SPEC_TREE_SIZE = "get_spec_tree_size"
+GET_SPEC_BRANCHING = "get_spec_branching"
+GET_SPEC_PARENTS = "get_spec_parents"
+GET_SPEC_N_STREAMS = "get_spec_n_streams"
+GET_SPEC_LOSSLESS = "get_spec_lossless"
+
 METADATA_METHODS = (
     GET_MAX_SEQ_LEN,
     GET_MAX_CONTEXT_LEN,
@@ -28,4 +45,14 @@ METADATA_METHODS = (
     USE_KV_CACHE,
     USE_SDPA_WITH_KV_CACHE,
     ENABLE_DYNAMIC_SHAPE,
+)
+
+SPEC_METADATA_METHODS = (
+    GET_SPEC_DEPTH,
+    GET_SPEC_TOPK,
+    GET_SPEC_TREE_SIZE,
+    GET_SPEC_BRANCHING,
+    GET_SPEC_PARENTS,
+    GET_SPEC_N_STREAMS,
+    GET_SPEC_LOSSLESS,
 )

@@ -15,6 +15,27 @@ from edgespec.export import constants as C
 
 
 @dataclass(frozen=True)
+class SpecMeta:
+    """The speculative configuration a runtime reads from the program."""
+
+    branching: tuple[int, ...]
+    parents: tuple[int, ...]
+    n_streams: int
+    lossless: bool
+
+    def constant_methods(self) -> dict[str, object]:
+        return {
+            C.GET_SPEC_DEPTH: len(self.branching),
+            C.GET_SPEC_TOPK: max(self.branching),
+            C.GET_SPEC_TREE_SIZE: len(self.parents),
+            C.GET_SPEC_BRANCHING: list(self.branching),
+            C.GET_SPEC_PARENTS: list(self.parents),
+            C.GET_SPEC_N_STREAMS: self.n_streams,
+            C.GET_SPEC_LOSSLESS: self.lossless,
+        }
+
+
+@dataclass(frozen=True)
 class ProgramMeta:
     """What the program's metadata methods answer."""
 
@@ -23,9 +44,10 @@ class ProgramMeta:
     n_layers: int
     bos_id: int
     eos_ids: tuple[int, ...]
+    spec: SpecMeta | None = None
 
     def constant_methods(self) -> dict[str, object]:
-        return {
+        return (self.spec.constant_methods() if self.spec else {}) | {
             C.GET_MAX_SEQ_LEN: self.max_seq_len,
             C.GET_MAX_CONTEXT_LEN: self.max_seq_len,
             C.GET_VOCAB_SIZE: self.vocab_size,
@@ -59,6 +81,7 @@ def lower_to_executorch(programs: dict[str, torch.export.ExportedProgram], meta:
     from executorch.exir.passes import MemoryPlanningPass
     from executorch.exir.passes.sym_shape_eval_pass import ConstraintBasedSymShapeEvalPass
 
+    shared = len(programs) > 1  # methods share the KV cache (same buffer names)
     edge = to_edge_transform_and_lower(
         programs,
         # dynamically quantized linears first, then every other op XNNPACK takes
@@ -70,7 +93,8 @@ def lower_to_executorch(programs: dict[str, torch.export.ExportedProgram], meta:
         ExecutorchBackendConfig(
             extract_delegate_segments=True,
             do_quant_fusion_and_const_prop=True,
-            memory_planning_pass=MemoryPlanningPass(alloc_graph_input=False),
+            memory_planning_pass=MemoryPlanningPass(alloc_graph_input=False, share_mutable_buffers=shared),
+            emit_mutable_buffer_names=shared,
             sym_shape_eval_pass=ConstraintBasedSymShapeEvalPass(),
         )
     )

@@ -89,6 +89,14 @@ class KVCache(nn.Module):
         return self.k_cache, self.v_cache
 
 
+def adapted(linear: nn.Linear, adapters, name: str, x: torch.Tensor) -> torch.Tensor:
+    """linear(x) plus the additive adapter registered under `name`, if any (LoRA)."""
+    y = linear(x)
+    if adapters is not None and name in adapters:
+        y = y + adapters[name](x)
+    return y
+
+
 class Attention(nn.Module):
     def __init__(self, args: LlamaArgs):
         super().__init__()
@@ -99,17 +107,23 @@ class Attention(nn.Module):
         self.wo = nn.Linear(args.n_heads * args.head_dim, args.dim, bias=False)
         self.kv_cache = KVCache(args.max_seq_len, args.n_kv_heads, args.head_dim)
 
-    def forward(self, x: torch.Tensor, start_pos: int, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, start_pos: int, cos: torch.Tensor, sin: torch.Tensor, adapters=None, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """x [B, T, d] at positions start_pos.. (or as cos/sin say). Writes K/V to cache rows
+        [start_pos, start_pos + T). mask None: causal over rows [0, start_pos + T); else an
+        additive float mask [T, start_pos + T] over those rows (tree attention)."""
         B, T, _ = x.shape
-        q = self.wq(x).view(B, T, self.n_heads, self.head_dim)
-        k = self.wk(x).view(B, T, self.n_kv_heads, self.head_dim)
-        v = self.wv(x).view(B, T, self.n_kv_heads, self.head_dim)
+        q = adapted(self.wq, adapters, "wq", x).view(B, T, self.n_heads, self.head_dim)
+        k = adapted(self.wk, adapters, "wk", x).view(B, T, self.n_kv_heads, self.head_dim)
+        v = adapted(self.wv, adapters, "wv", x).view(B, T, self.n_kv_heads, self.head_dim)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         cdt = self.kv_cache.k_cache.dtype  # the cache and attention stay fp32 in fp16 models
         k_cache, v_cache = self.kv_cache.update(start_pos, k.to(cdt), v.to(cdt))
-        # causal attention over cache rows [0, start_pos + T); GQA handled by the op
-        y = torch.ops.llama.custom_sdpa(q.to(cdt), k_cache, v_cache, start_pos, None, 0.0, True)  # [B, T, H, D]
-        return self.wo(y.reshape(B, T, -1).to(x.dtype))
+        if mask is None:  # causal attention over cache rows [0, start_pos + T); GQA handled by the op
+            y = torch.ops.llama.custom_sdpa(q.to(cdt), k_cache, v_cache, start_pos, None, 0.0, True)  # [B, T, H, D]
+        else:  # with a mask the op attends to every row it is given: pass only [0, start_pos + T)
+            n = mask.shape[1]
+            y = torch.ops.llama.custom_sdpa(q.to(cdt), k_cache.narrow(1, 0, n), v_cache.narrow(1, 0, n), 0, mask.to(cdt), 0.0, False)
+        return adapted(self.wo, adapters, "wo", y.reshape(B, T, -1).to(x.dtype))
 
 
 class FeedForward(nn.Module):
@@ -119,8 +133,8 @@ class FeedForward(nn.Module):
         self.w3 = nn.Linear(dim, hidden_dim, bias=False)  # up
         self.w2 = nn.Linear(hidden_dim, dim, bias=False)  # down
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+    def forward(self, x: torch.Tensor, adapters=None) -> torch.Tensor:
+        return adapted(self.w2, adapters, "w2", F.silu(adapted(self.w1, adapters, "w1", x)) * adapted(self.w3, adapters, "w3", x))
 
 
 class TransformerBlock(nn.Module):
@@ -131,9 +145,10 @@ class TransformerBlock(nn.Module):
         self.ffn_norm = RMSNorm(args.dim, args.norm_eps)
         self.feed_forward = FeedForward(args.dim, args.hidden_dim)
 
-    def forward(self, x: torch.Tensor, start_pos: int, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        h = x + self.attention(self.attention_norm(x), start_pos, cos, sin)
-        return h + self.feed_forward(self.ffn_norm(h))
+    def forward(self, x: torch.Tensor, start_pos: int, cos: torch.Tensor, sin: torch.Tensor, adapters=None, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """adapters: optional additive maps by linear name (wq..w3), e.g. LoRA; mask: see Attention."""
+        h = x + self.attention(self.attention_norm(x), start_pos, cos, sin, adapters, mask)
+        return h + self.feed_forward(self.ffn_norm(h), adapters)
 
 
 class Transformer(nn.Module):

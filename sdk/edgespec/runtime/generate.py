@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Protocol
 
 import torch
 
@@ -26,16 +26,25 @@ class GenerationResult:
     prefill_s: float
     decode_s: float
     step_times_s: list[float] = field(default_factory=list)
+    tokens_per_call: list[int] = field(default_factory=list)  # per decode call; empty = 1 each (AR)
 
     @property
     def prefill_tokens_per_s(self) -> float:
         return len(self.prompt_ids) / self.prefill_s if self.prefill_s > 0 else 0.0
 
     @property
+    def decode_tokens(self) -> int:
+        """Tokens produced by decode calls (the first completion token comes from prefill)."""
+        return sum(self.tokens_per_call) if self.tokens_per_call else len(self.step_times_s)
+
+    @property
     def decode_tokens_per_s(self) -> float:
-        # the first completion token comes from prefill; the rest from decode calls
-        n = len(self.step_times_s)
-        return n / self.decode_s if self.decode_s > 0 else 0.0
+        return self.decode_tokens / self.decode_s if self.decode_s > 0 else 0.0
+
+    @property
+    def mean_accepted(self) -> float:
+        """Mean tokens per decode call (1.0 for autoregressive decoding)."""
+        return self.decode_tokens / len(self.step_times_s) if self.step_times_s else 0.0
 
 
 def generate(
@@ -50,12 +59,7 @@ def generate(
     on_token: Callable[[int], None] | None = None,
 ) -> GenerationResult:
     """Prefill the whole prompt in one call, then decode one token per call."""
-    if not prompt_ids:
-        raise EdgespecError("the prompt is empty")
-    if len(prompt_ids) >= max_seq_len:
-        raise EdgespecError(
-            f"the prompt has {len(prompt_ids)} tokens but the program's context is {max_seq_len}; shorten the prompt or export with a larger model.max_seq_len"
-        )
+    _check_prompt(prompt_ids, max_seq_len)
     max_new_tokens = min(max_new_tokens, max_seq_len - len(prompt_ids))
     gen = torch.Generator().manual_seed(seed)
 
@@ -83,6 +87,97 @@ def generate(
         steps.append(time.perf_counter() - t)
         pos += 1
     return GenerationResult(prompt_ids, out, stopped, prefill_s, time.perf_counter() - t_dec, steps)
+
+
+def _check_prompt(prompt_ids: list[int], max_seq_len: int, reserve: int = 0) -> None:
+    if not prompt_ids:
+        raise EdgespecError("the prompt is empty")
+    if len(prompt_ids) + reserve >= max_seq_len:
+        raise EdgespecError(
+            f"the prompt has {len(prompt_ids)} tokens but the program's context is {max_seq_len}"
+            + (f" ({reserve} reserved for speculation)" if reserve else "")
+            + "; shorten the prompt or export with a larger model.max_seq_len"
+        )
+
+
+class SpecMethods(Protocol):
+    """The speculative methods of a program (see `edgespec.export.constants`)."""
+
+    depth: int
+    topk: int
+    tree_size: int
+    vocab_size: int
+
+    def spec_prefill(self, tokens: torch.Tensor, start_pos: int) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+    def spec_step(self, last: int, draft: torch.Tensor, pos: int, temperature: float, uniforms: torch.Tensor, gumbel: torch.Tensor) -> tuple[list[int], torch.Tensor]: ...
+
+    def forward(self, tokens: torch.Tensor, start_pos: int) -> torch.Tensor: ...
+
+
+def generate_spec(
+    methods: SpecMethods,
+    prompt_ids: list[int],
+    *,
+    max_new_tokens: int,
+    max_seq_len: int,
+    eos_ids: tuple[int, ...],
+    temperature: float = 0.0,
+    seed: int = 0,
+    on_token: Callable[[int], None] | None = None,
+) -> GenerationResult:
+    """Speculative decoding: one `spec_step` call verifies the last draft and drafts the next.
+
+    Greedy output equals `generate` on the same program; with temperature > 0 the output is
+    distributed as autoregressive sampling (the program's tree rejection sampling, fed
+    uniforms and Gumbel noise from this function's seeded generator). Near the end of the
+    context, where a tree no longer fits, decoding finishes autoregressively.
+    """
+    room = methods.tree_size + methods.depth  # slots one step may touch past its position
+    _check_prompt(prompt_ids, max_seq_len, room)
+    max_new_tokens = min(max_new_tokens, max_seq_len - len(prompt_ids))  # as `generate`
+    gen = torch.Generator().manual_seed(seed)
+    R, k = methods.tree_size, methods.topk
+    half = torch.full((R, k), 0.5)
+    no_noise = torch.zeros(methods.vocab_size)
+
+    t0 = time.perf_counter()
+    logits, draft = methods.spec_prefill(torch.tensor([prompt_ids], dtype=torch.long), 0)
+    prefill_s = time.perf_counter() - t0
+
+    out: list[int] = []
+    steps: list[float] = []
+    per_call: list[int] = []
+    pos = len(prompt_ids)
+    t_dec = time.perf_counter()
+    x = sample(logits, temperature, gen)
+    new = [x]
+    while True:
+        # emit `new`, stopping at EOS or the token budget
+        for tok in new:
+            if tok in eos_ids:
+                return GenerationResult(prompt_ids, out, True, prefill_s, time.perf_counter() - t_dec, steps, per_call)
+            out.append(tok)
+            if on_token:
+                on_token(tok)
+            if len(out) >= max_new_tokens:
+                return GenerationResult(prompt_ids, out, False, prefill_s, time.perf_counter() - t_dec, steps, per_call)
+        if pos >= max_seq_len:
+            return GenerationResult(prompt_ids, out, False, prefill_s, time.perf_counter() - t_dec, steps, per_call)
+        t = time.perf_counter()
+        if pos + room <= max_seq_len:
+            if temperature > 0:
+                uniforms = torch.rand((R, k), generator=gen)
+                gumbel = -torch.log(-torch.log(torch.rand(methods.vocab_size, generator=gen).clamp(1e-20, 1 - 1e-7)))
+            else:
+                uniforms, gumbel = half, no_noise
+            new, draft = methods.spec_step(x, draft, pos, temperature, uniforms, gumbel)
+        else:  # too close to the end of the context for a tree: one token per call
+            new = [sample(methods.forward(torch.tensor([[x]], dtype=torch.long), pos), temperature, gen)]
+        steps.append(time.perf_counter() - t)
+        per_call.append(len(new))
+        pos += len(new)
+        x = new[-1]
 
 
 def eager_step(model: torch.nn.Module) -> StepFn:

@@ -36,6 +36,14 @@ class ProgramRunner:
         self.max_seq_len = int(self.constant(C.GET_MAX_SEQ_LEN))
         self.vocab_size = int(self.constant(C.GET_VOCAB_SIZE))
         self.eos_ids = tuple(int(x) for x in self.constant(C.GET_EOS_IDS, many=True))
+        self.has_spec = C.SPEC_STEP in self.program.method_names
+        if self.has_spec:  # the SpecMethods of the program (edgespec.runtime.generate)
+            self.depth = int(self.constant(C.GET_SPEC_DEPTH))
+            self.topk = int(self.constant(C.GET_SPEC_TOPK))
+            self.tree_size = int(self.constant(C.GET_SPEC_TREE_SIZE))
+            self.branching = tuple(int(x) for x in self.constant(C.GET_SPEC_BRANCHING, many=True))
+            self._prefill = self.program.load_method(C.SPEC_PREFILL)
+            self._step = self.program.load_method(C.SPEC_STEP)
 
     def constant(self, name: str, many: bool = False):
         """The value a metadata method returns."""
@@ -48,3 +56,15 @@ class ProgramRunner:
         """Logits of the last position, [V], after feeding tokens [1, T] at start_pos."""
         out = self._forward.execute([tokens, torch.tensor([start_pos], dtype=torch.long)])
         return out[0].reshape(-1, self.vocab_size)[-1]
+
+    def spec_prefill(self, tokens: torch.Tensor, start_pos: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(logits of the last prompt row [V], first draft [D, K])."""
+        logits, draft = self._prefill.execute([tokens, torch.tensor([start_pos], dtype=torch.long)])
+        return logits.reshape(-1), draft
+
+    def spec_step(self, last: int, draft: torch.Tensor, pos: int, temperature: float, uniforms: torch.Tensor, gumbel: torch.Tensor) -> tuple[list[int], torch.Tensor]:
+        """One verify-and-draft call: (emitted tokens, next draft [D, K])."""
+        toks, n, nxt = self._step.execute(
+            [torch.tensor([last], dtype=torch.long), draft, torch.tensor([pos], dtype=torch.long), torch.tensor([temperature], dtype=torch.float32), uniforms, gumbel]
+        )
+        return toks[: int(n[0])].tolist(), nxt

@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from edgespec.models.llama import Transformer, TransformerBlock, apply_rope
+from edgespec.models.llama import Transformer, TransformerBlock, adapted, apply_rope
 from edgespec.spec.tree import Tree
 
 ADAPTED = ("wq", "wk", "wv", "wo", "w1", "w2", "w3")
@@ -88,10 +88,7 @@ class StreamParams(nn.Module):
 
 
 def _proj(block: TransformerBlock, lora: nn.ModuleDict | None, name: str, x: torch.Tensor) -> torch.Tensor:
-    y = _linears(block)[name](x)
-    if lora is not None and name in lora:
-        y = y + lora[name](x)
-    return y
+    return adapted(_linears(block)[name], lora, name, x)
 
 
 def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -271,14 +268,19 @@ def save_streams(path, params: StreamParams) -> None:
 
 
 def load_streams(path, base: Transformer) -> StreamParams:
-    """Stream weights written by `save_streams` (or `edgespec train`) for this base model."""
+    """Stream weights written by `save_streams` (or `edgespec train`) for this base model.
+
+    `path` is a file, or the bare name of a weights file shipped in `edgespec/weights`."""
     from pathlib import Path
 
     from edgespec.errors import EdgespecError
 
     path = Path(path)
+    packaged = Path(__file__).resolve().parent.parent / "weights" / path.name
+    if not path.is_file() and path.parent == Path(".") and packaged.is_file():
+        path = packaged  # a file name alone may name weights shipped with edgespec
     if not path.is_file():
-        raise EdgespecError(f"stream weights '{path}' not found (train them with `edgespec train`)")
+        raise EdgespecError(f"stream weights '{path}' not found (train them with `edgespec train`, or name a file shipped in edgespec/weights)")
     try:
         blob = torch.load(path, weights_only=True)
         params = StreamParams(base, MSAConfig(**blob["msa_config"]))

@@ -83,3 +83,25 @@ class Tree:
         for i in range(1, self.size):
             toks[i] = stream_topk[self.depth[i] - 1, self.rank[i]]
         return toks
+
+    @property
+    def k_max(self) -> int:
+        return max(self.branching)
+
+    @property
+    def is_chain(self) -> bool:
+        """One candidate per depth: the tree is a line and plain causal attention verifies it."""
+        return all(k == 1 for k in self.branching)
+
+    def children_table(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """([n, k_max] child node ids, padded with 0; [n, k_max] bool valid) for tensor code."""
+        table = torch.zeros(self.size, self.k_max, dtype=torch.long)
+        valid = torch.zeros(self.size, self.k_max, dtype=torch.bool)
+        for i, ch in enumerate(self.children):
+            table[i, : len(ch)] = torch.tensor(ch, dtype=torch.long) if ch else table[i, :0]
+            valid[i, : len(ch)] = True
+        return table, valid
+
+    def fill_index(self) -> torch.Tensor:
+        """[n - 1] flat indices into a [g, k_max] candidate table for nodes 1..n-1 (see `fill`)."""
+        return torch.tensor([(self.depth[i] - 1) * self.k_max + self.rank[i] for i in range(1, self.size)], dtype=torch.long)

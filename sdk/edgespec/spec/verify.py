@@ -75,3 +75,66 @@ def accept_sampling(
         out.append(toks[chosen])
         path.append(chosen)
         node = chosen
+
+
+def accept_tree(
+    children: torch.Tensor,
+    valid: torch.Tensor,
+    depth: int,
+    node_tokens: torch.Tensor,
+    logits: torch.Tensor,
+    temperature: torch.Tensor,
+    uniforms: torch.Tensor,
+    gumbel: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Tree acceptance as static tensor code (it runs inside the ExecuTorch program).
+
+    children/valid [R, k] from `Tree.children_table`; depth D = len(tree.branching);
+    node_tokens [R]; logits [R, V];
+    temperature [1] (<= 0: greedy); uniforms [R, k] in (0, 1); gumbel [V] Gumbel(0, 1) noise.
+    The randomness comes from the caller, so the host owns the seed.
+
+    Same rule as `accept_sampling`, evaluated at every node at once (each node has its own
+    uniforms) and then walked from the root: candidate i of a node is accepted with
+    probability p'(c_i) (p with the earlier rejected candidates removed, renormalized);
+    when all are rejected the node emits argmax(logits / T + gumbel) over the remaining
+    tokens, a sample of the residual (Gumbel-max). Greedy is the T -> 0 limit taken exactly:
+    accept the candidate equal to the argmax, emit the argmax.
+
+    Returns (path [D+1] tree rows root first, padded by repeating the last; n [1] number of
+    tokens emitted = path length; tokens [D+1] emitted tokens, valid up to n).
+    """
+    R, k = children.shape
+    greedy = temperature <= 0
+    best = logits.argmax(-1)  # [R]
+    cand = node_tokens[children]  # [R, k] candidate tokens of each node's children
+    scaled = logits / temperature.clamp(min=1e-6)
+    probs = torch.softmax(scaled, -1)
+    p_cand = torch.where(greedy, (cand == best[:, None]).to(probs.dtype), probs.gather(1, cand))  # [R, k]
+    chosen = torch.full((R,), -1, dtype=torch.long)
+    removed = torch.zeros(R, dtype=probs.dtype)
+    for i in range(k):  # sequential over a node's candidates, parallel over nodes
+        open_ = valid[:, i] & (chosen < 0)
+        take = open_ & (uniforms[:, i] < p_cand[:, i] / (1 - removed).clamp(min=1e-12))
+        chosen = torch.where(take, i, chosen)
+        removed = removed + torch.where(open_ & ~take, p_cand[:, i], 0.0)
+    # residual draw per node: best of (scores) among tokens that are not rejected candidates
+    scores = torch.where(greedy, logits, scaled + gumbel)  # [R, V]
+    top = scores.topk(k + 1, -1).indices  # [R, k + 1]: at most k are excluded
+    excluded = ((top[:, :, None] == cand[:, None, :]) & valid[:, None, :]).any(-1)  # [R, k + 1]
+    residual = top.gather(1, (~excluded).to(torch.long).argmax(-1, keepdim=True))[:, 0]  # [R]
+    # walk from the root (D + 1 steps: the last one at a leaf always emits its residual)
+    node = torch.zeros(1, dtype=torch.long)
+    alive = torch.ones(1, dtype=torch.bool)
+    n = torch.zeros(1, dtype=torch.long)
+    path, out = [], []
+    for _ in range(depth + 1):
+        c = chosen[node]  # [1]
+        acc = alive & (c >= 0)
+        child = children[node, c.clamp(min=0)]  # [1]
+        out.append(torch.where(acc, node_tokens[child], residual[node]))
+        path.append(node)
+        n = n + alive.to(torch.long)
+        node = torch.where(acc, child, node)
+        alive = acc
+    return torch.cat(path), n, torch.cat(out)

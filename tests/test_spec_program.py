@@ -1,0 +1,154 @@
+"""The speculative program methods (spec_prefill / spec_step) on tiny random models:
+eagerly (the code that is exported) and as a real ExecuTorch program."""
+
+import pytest
+import torch
+
+from edgespec.errors import EdgespecError
+from edgespec.export.spec_program import EagerSpecMethods, SpecProgram
+from edgespec.runtime.generate import eager_step, generate, generate_spec
+from edgespec.spec.decode import spec_generate
+from edgespec.spec.msa import MSAConfig, SpecModel, StreamParams
+from edgespec.spec.tree import Tree
+
+
+def _spec_model(model, gamma: int, mode: str = "lossless") -> SpecModel:
+    torch.manual_seed(1)
+    params = StreamParams(model, MSAConfig(gamma=gamma, n_layers=1, lora_rank=4, f_rank=4, mode=mode))
+    with torch.no_grad():
+        for p in params.parameters():
+            p.add_(torch.randn_like(p) * 0.3)
+    return SpecModel(model, params)
+
+
+def _prompts(n: int, vocab: int, length: int = 6):
+    gen = torch.Generator().manual_seed(0)
+    return [torch.randint(0, vocab, (length,), generator=gen).tolist() for _ in range(n)]
+
+
+@pytest.mark.parametrize("branching", [(2, 2, 1), (1, 1, 1), (3,)])
+def test_eager_program_equals_autoregressive_and_reference_loop(tiny_model, branching):
+    spec = _spec_model(tiny_model, len(branching))
+    tree = Tree(branching)
+    methods = EagerSpecMethods(SpecProgram(spec, tree).eval())
+    for prompt in _prompts(4, tiny_model.args.vocab_size):
+        ar = generate(eager_step(tiny_model), prompt, max_new_tokens=30, max_seq_len=64, eos_ids=())
+        ref = spec_generate(spec, tree, prompt, max_new_tokens=30, eos_ids=())
+        got = generate_spec(methods, prompt, max_new_tokens=30, max_seq_len=64, eos_ids=())
+        assert got.completion_ids == ar.completion_ids
+        # same drafts as the reference loop: the same number of tokens at every call (the
+        # reference counts the last call after truncation to max_new_tokens, so leave it out)
+        k = len(ref.stats.tokens_per_call) - 1
+        assert got.tokens_per_call[:k] == ref.stats.tokens_per_call[:k]
+
+
+@pytest.mark.parametrize("branching", [(2, 2, 2), (1, 1, 1)])
+def test_long_accepted_paths_compact_the_cache(tiny_model, branching, monkeypatch):
+    """Drafts from an oracle: every call accepts deep paths, so KV compaction is exercised."""
+    prompt = [3, 1, 4, 1, 5]
+    ar = generate(eager_step(tiny_model), prompt, max_new_tokens=40, max_seq_len=64, eos_ids=()).completion_ids
+    full = prompt + ar + [0] * 8
+    program = SpecProgram(_spec_model(tiny_model, len(branching)), Tree(branching)).eval()
+    V = tiny_model.args.vocab_size
+
+    def oracle(h0, start_pos):  # h0 is the row at start_pos - 1; the next root sits at start_pos
+        s = int(start_pos) + 1
+        nxt = full[s : s + program.depth]
+        # with two candidates the right one is the second: the walk must look past the first
+        return torch.tensor([[(t + 1) % V, t] if program.k == 2 else [t] for t in nxt])
+
+    monkeypatch.setattr(program, "_draft", oracle)
+    got = generate_spec(EagerSpecMethods(program), prompt, max_new_tokens=40, max_seq_len=64, eos_ids=())
+    assert got.completion_ids == ar
+    assert max(got.tokens_per_call) == len(branching) + 1
+    assert got.mean_accepted > 3
+
+
+def test_shared_mode_main_stream_uses_the_adapters(tiny_model):
+    lossless = SpecProgram(_spec_model(tiny_model, 2), Tree((1, 1))).eval()
+    shared = SpecProgram(_spec_model(tiny_model, 2, mode="shared"), Tree((1, 1))).eval()
+    tokens = torch.tensor([[5, 6, 7, 8]])
+    a, _ = lossless.prefill(tokens, torch.tensor([0]))
+    b, _ = shared.prefill(tokens, torch.tensor([0]))
+    ref = tiny_model(tokens, torch.tensor([0]))
+    assert torch.allclose(a, ref, atol=1e-5)
+    assert not torch.allclose(b, ref, atol=1e-3)
+
+
+def test_prompt_must_leave_room_for_a_tree(tiny_model):
+    methods = EagerSpecMethods(SpecProgram(_spec_model(tiny_model, 3), Tree((2, 2, 1))).eval())
+    with pytest.raises(EdgespecError, match="reserved for speculation"):
+        generate_spec(methods, list(range(55)), max_new_tokens=4, max_seq_len=64, eos_ids=())
+    with pytest.raises(EdgespecError, match="empty"):
+        generate_spec(methods, [], max_new_tokens=4, max_seq_len=64, eos_ids=())
+
+
+def test_decoding_finishes_autoregressively_near_the_end_of_the_context(tiny_model):
+    spec = _spec_model(tiny_model, 3)
+    methods = EagerSpecMethods(SpecProgram(spec, Tree((1, 1, 1))).eval())
+    prompt = _prompts(1, tiny_model.args.vocab_size, length=40)[0]
+    ar = generate(eager_step(tiny_model), prompt, max_new_tokens=100, max_seq_len=64, eos_ids=())
+    got = generate_spec(methods, prompt, max_new_tokens=100, max_seq_len=64, eos_ids=())
+    assert got.completion_ids == ar.completion_ids
+    assert len(got.completion_ids) == 64 - 40
+
+
+@pytest.fixture(scope="module")
+def spec_pte(tmp_path_factory):
+    """A tiny three-method program (forward, spec_prefill, spec_step) run by ExecuTorch."""
+    from edgespec.export.program import ProgramMeta, lower_to_executorch
+    from edgespec.export.spec_program import export_spec_methods, spec_meta
+    from edgespec.models.llama import LlamaArgs, Transformer
+
+    args = LlamaArgs(dim=64, n_layers=2, n_heads=4, n_kv_heads=2, hidden_dim=128, vocab_size=97, max_seq_len=64)
+    torch.manual_seed(0)
+    model = Transformer(args)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0, 0.2)
+    program = SpecProgram(_spec_model(model.eval(), 3), Tree((2, 2, 1))).eval()
+    path = tmp_path_factory.mktemp("spec") / "model.pte"
+    path.write_bytes(lower_to_executorch(export_spec_methods(program), ProgramMeta(64, 97, 2, 1, (2,), spec_meta(program))))
+    return path, program
+
+
+def test_program_spec_greedy_equals_program_autoregressive(spec_pte):
+    from edgespec.runtime.program import ProgramRunner
+
+    path, program = spec_pte
+    runner = ProgramRunner(path)
+    assert runner.has_spec and runner.branching == (2, 2, 1) and runner.tree_size == program.tree.size
+    eager = EagerSpecMethods(program)
+    for prompt in _prompts(4, 97):
+        ar = generate(runner.forward, prompt, max_new_tokens=40, max_seq_len=64, eos_ids=())
+        got = generate_spec(runner, prompt, max_new_tokens=40, max_seq_len=64, eos_ids=())
+        ref = generate_spec(eager, prompt, max_new_tokens=40, max_seq_len=64, eos_ids=())
+        assert got.completion_ids == ar.completion_ids
+        assert got.tokens_per_call == ref.tokens_per_call
+
+
+def test_program_methods_share_one_kv_cache(spec_pte):
+    """spec_prefill fills the cache that forward then reads: the modes mix on one conversation."""
+    from edgespec.runtime.program import ProgramRunner
+
+    runner = ProgramRunner(spec_pte[0])
+    prompt = _prompts(1, 97, length=9)[0]
+    full = runner.forward(torch.tensor([prompt + [7]]), 0)
+    logits, draft = runner.spec_prefill(torch.tensor([prompt]), 0)
+    assert draft.shape == (3, 2)
+    assert torch.allclose(logits, runner.forward(torch.tensor([prompt]), 0), atol=1e-5)
+    runner.spec_prefill(torch.tensor([prompt]), 0)
+    after = runner.forward(torch.tensor([[7]]), len(prompt))  # reads the prompt's K/V from spec_prefill
+    assert torch.allclose(after, full, atol=1e-4)
+
+
+def test_program_sampling_runs_and_is_seeded(spec_pte):
+    from edgespec.runtime.program import ProgramRunner
+
+    runner = ProgramRunner(spec_pte[0])
+    prompt = _prompts(1, 97)[0]
+    a = generate_spec(runner, prompt, max_new_tokens=20, max_seq_len=64, eos_ids=(), temperature=0.8, seed=5)
+    b = generate_spec(runner, prompt, max_new_tokens=20, max_seq_len=64, eos_ids=(), temperature=0.8, seed=5)
+    c = generate_spec(runner, prompt, max_new_tokens=20, max_seq_len=64, eos_ids=(), temperature=0.8, seed=6)
+    assert a.completion_ids == b.completion_ids and len(a.completion_ids) == 20
+    assert a.completion_ids != c.completion_ids
