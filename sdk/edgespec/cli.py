@@ -95,32 +95,50 @@ def _prompt_ids(tokenizer, prompt: str, chat_template: bool) -> list[int]:
     return tokenizer.encode(text)
 
 
+def _decoder(runner, mode: str):
+    """`generate` or `generate_spec` bound to the runner, by --mode (auto: spec when present)."""
+    from edgespec.runtime.generate import generate, generate_spec
+
+    if mode == "auto":
+        mode = "spec" if runner.has_spec else "ar"
+    if mode == "spec":
+        if not runner.has_spec:
+            raise EdgespecError(f"program '{runner.path}' has no speculative methods (export with trained streams: recipe streams.weights); use --mode ar")
+        return mode, functools.partial(generate_spec, runner)
+    return mode, functools.partial(generate, runner.forward)
+
+
+MODE = click.option("--mode", type=click.Choice(["auto", "spec", "ar"]), default="auto", show_default=True, help="spec: speculative (one call verifies and drafts); ar: one token per call; auto: spec when the program has it.")
+
+
 @main.command()
 @click.option("--bundle", required=True, type=click.Path(), help="Bundle directory from `edgespec export`.")
 @click.option("--prompt", required=True, help="User prompt.")
 @click.option("--max-new-tokens", default=128, show_default=True, type=click.IntRange(min=1))
 @click.option("--temperature", default=0.0, show_default=True, type=click.FloatRange(min=0.0), help="0 = greedy.")
 @click.option("--seed", default=0, show_default=True, type=int, help="Sampling seed (temperature > 0).")
+@MODE
 @click.option("--no-chat-template", is_flag=True, help="Feed the prompt as raw text.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of streaming text.")
 @_friendly
-def generate(bundle: str, prompt: str, max_new_tokens: int, temperature: float, seed: int, no_chat_template: bool, as_json: bool) -> None:
+def generate(bundle: str, prompt: str, max_new_tokens: int, temperature: float, seed: int, mode: str, no_chat_template: bool, as_json: bool) -> None:
     """Generate a completion with the bundle's program, streaming text."""
     _quiet_runtime_logs()
     from edgespec.models.tokenizer import StreamDecoder
-    from edgespec.runtime.generate import generate as run
 
     _, tokenizer, runner = _load_bundle(bundle)
     ids = _prompt_ids(tokenizer, prompt, not no_chat_template)
+    mode, run = _decoder(runner, mode)
     stream = StreamDecoder(tokenizer)
 
     def on_token(tok: int) -> None:
         if not as_json:
             click.echo(stream.push(tok), nl=False)
 
-    res = run(runner.forward, ids, max_new_tokens=max_new_tokens, max_seq_len=runner.max_seq_len, eos_ids=runner.eos_ids, temperature=temperature, seed=seed, on_token=on_token)
+    res = run(ids, max_new_tokens=max_new_tokens, max_seq_len=runner.max_seq_len, eos_ids=runner.eos_ids, temperature=temperature, seed=seed, on_token=on_token)
     if as_json:
         click.echo(json.dumps({
+            "mode": mode,
             "prompt_ids": res.prompt_ids,
             "completion_ids": res.completion_ids,
             "text": tokenizer.decode(res.completion_ids),
@@ -129,9 +147,13 @@ def generate(bundle: str, prompt: str, max_new_tokens: int, temperature: float, 
             "decode_s": round(res.decode_s, 4),
             "prefill_tokens_per_s": round(res.prefill_tokens_per_s, 2),
             "decode_tokens_per_s": round(res.decode_tokens_per_s, 2),
+            "decode_calls": len(res.step_times_s),
+            "mean_accepted": round(res.mean_accepted, 3),
         }))
     else:
         click.echo()
+        if mode == "spec":
+            click.echo(f"[spec: {res.decode_tokens_per_s:.1f} tok/s decode, {res.mean_accepted:.2f} tokens per call]", err=True)
 
 
 @main.command()
@@ -140,21 +162,91 @@ def generate(bundle: str, prompt: str, max_new_tokens: int, temperature: float, 
 @click.option("--max-new-tokens", default=128, show_default=True, type=click.IntRange(min=1))
 @click.option("--warmup", default=1, show_default=True, type=click.IntRange(min=0))
 @click.option("--runs", default=5, show_default=True, type=click.IntRange(min=1))
+@click.option("--mode", type=click.Choice(["both", "spec", "ar"]), default="both", show_default=True, help="both: autoregressive and speculative side by side (interleaved runs).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @_friendly
-def bench(bundle: str, prompt: str, max_new_tokens: int, warmup: int, runs: int, as_json: bool) -> None:
-    """Prefill and decode tokens/s (medians), peak RSS and program size."""
+def bench(bundle: str, prompt: str, max_new_tokens: int, warmup: int, runs: int, mode: str, as_json: bool) -> None:
+    """Prefill and decode tokens/s (medians), tokens per call, peak RSS and program size."""
     _quiet_runtime_logs()
     from edgespec.runtime.bench import bench_generation
 
     _, tokenizer, runner = _load_bundle(bundle)
     ids = _prompt_ids(tokenizer, prompt, True)
-    stats = bench_generation(runner, ids, max_new_tokens=max_new_tokens, warmup=warmup, runs=runs)
+    modes = ("ar", "spec") if mode == "both" else (mode,)
+    if mode == "both" and not runner.has_spec:
+        modes = ("ar",)
+    decoders = dict(_decoder(runner, m) for m in modes)
+    stats = bench_generation(runner, ids, decoders, max_new_tokens=max_new_tokens, warmup=warmup, runs=runs)
     if as_json:
         click.echo(json.dumps(stats, indent=2))
     else:
         for k, v in stats.items():
-            click.echo(f"{k:>24}: {v}")
+            click.echo(f"{k:>28}: {v}")
+
+
+@main.command()
+@click.option("--bundle", required=True, type=click.Path(), help="Bundle with speculative methods.")
+@click.option("--prompts", "n_prompts", default=24, show_default=True, type=click.IntRange(min=1), help="Held-out suite prompts whose greedy continuations give the acceptance statistics.")
+@click.option("--max-new-tokens", default=96, show_default=True, type=click.IntRange(min=8))
+@click.option("--max-size", default=24, show_default=True, type=click.IntRange(min=2, max=64), help="Largest tree (nodes) to consider.")
+@click.option("--context", default=256, show_default=True, type=click.IntRange(min=1), help="Context position at which call costs are measured.")
+@click.option("--top", default=10, show_default=True, type=click.IntRange(min=1), help="Rows to print.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@_friendly
+def tune(bundle: str, n_prompts: int, max_new_tokens: int, max_size: int, context: int, top: int, as_json: bool) -> None:
+    """Pick the draft tree with the highest expected tokens/s on this device.
+
+    Measures the program's cost per call for every tree size and the streams' acceptance on
+    greedy continuations of held-out prompts, then ranks candidate trees (cost model in
+    docs/speculative-streaming.md). Re-export with the winner as `streams.tree`.
+    """
+    _quiet_runtime_logs()
+    from tqdm import tqdm
+
+    from edgespec.models.load import build_model, read_source
+    from edgespec.runtime.generate import generate
+    from edgespec.spec import tune as T
+    from edgespec.spec.data import mixed_prompts
+    from edgespec.spec.msa import SpecModel, load_streams
+    from edgespec.spec.tree import Tree
+
+    manifest, tokenizer, runner = _load_bundle(bundle)
+    if not runner.has_spec:
+        raise EdgespecError(f"bundle '{bundle}' has no speculative methods; export it with trained streams (recipe streams.weights)")
+    if context + 64 >= runner.max_seq_len:
+        raise EdgespecError(f"--context {context} leaves no room in the program's context of {runner.max_seq_len}")
+    spec_info = manifest["speculative"]
+    seqs = []
+    for p in tqdm(mixed_prompts("heldout", n_prompts, ("math", "reasoning", "code")), desc="continuations", unit="prompt", file=sys.stderr):
+        ids = _prompt_ids(tokenizer, p.text, True)
+        res = generate(runner.forward, ids, max_new_tokens=max_new_tokens, max_seq_len=runner.max_seq_len, eos_ids=runner.eos_ids)
+        seqs.append((len(ids), ids + res.completion_ids))
+    src = read_source(manifest["recipe"]["model"]["source"], runner.max_seq_len)
+    base = build_model(src)
+    spec = SpecModel(base, load_streams(spec_info["weights"], base))
+    ranks = T.future_ranks(spec, seqs, spec.cfg.gamma)
+    trees = T.candidate_trees(spec.cfg.gamma, max_size)
+    sizes = sorted({1, runner.tree_size, *(Tree(b).size for b in trees)})
+    fwd = T.forward_costs(runner, sizes, context)
+    step_s = T.step_cost(runner, context)
+    draft_s = max(0.0, step_s - fwd[runner.tree_size])
+    table = T.estimate(ranks, fwd, draft_s, trees)
+    ar_tps = 1.0 / fwd[1]
+    out = {
+        "device_costs_ms": {"forward": {str(k): round(1000 * v, 3) for k, v in fwd.items()}, "spec_step_own_tree": round(1000 * step_s, 3), "draft_overhead": round(1000 * draft_s, 3)},
+        "own_tree": list(runner.branching),
+        "ar_tokens_per_s": round(ar_tps, 2),
+        "trees": [{"branching": list(e.branching), "size": e.size, "tokens_per_call": round(e.tokens_per_call, 3), "ms_per_call": round(e.ms_per_call, 3), "tokens_per_s": round(e.tokens_per_s, 2), "vs_ar": round(e.tokens_per_s / ar_tps, 3)} for e in table],
+    }
+    if as_json:
+        click.echo(json.dumps(out, indent=1))
+        return
+    click.echo(f"cost per call (ms): forward T=1 {1000 * fwd[1]:.2f}; spec_step on {list(runner.branching)} {1000 * step_s:.2f} (draft overhead {1000 * draft_s:.2f})")
+    click.echo(f"{'tree':<16}{'nodes':>6}{'tok/call':>10}{'ms/call':>9}{'tok/s':>9}{'vs AR':>7}")
+    for e in out["trees"][:top]:
+        click.echo(f"{str(e['branching']):<16}{e['size']:>6}{e['tokens_per_call']:>10.3f}{e['ms_per_call']:>9.2f}{e['tokens_per_s']:>9.1f}{e['vs_ar']:>7.3f}")
+    best = out["trees"][0]
+    click.echo(f"best: streams.tree {best['branching']} -> {best['tokens_per_s']:.1f} tok/s expected ({best['vs_ar']:.2f}x autoregressive {ar_tps:.1f} tok/s)")
 
 
 @main.command()

@@ -172,7 +172,7 @@ def export_spec_methods(program: SpecProgram) -> dict[str, torch.export.Exported
     return out
 
 
-def spec_meta(program: SpecProgram) -> "SpecMeta":
+def spec_meta(program: SpecProgram):
     from edgespec.export.program import SpecMeta
 
     return SpecMeta(program.tree.branching, program.tree.parents, program.streams.cfg.gamma, not program.shared)

@@ -1,0 +1,137 @@
+"""Choose the draft tree by measurement: expected tokens/s = tokens per call / cost per call.
+
+Cost model (per verify-and-draft call, on the device at hand):
+
+    t_step(tree) = t_fwd(R) + t_draft
+
+- t_fwd(T): the program's own `forward` over T new tokens at a realistic context position,
+  measured for every tree size R that a candidate needs (the main pass of `spec_step` is
+  the same computation with the tree's mask instead of the causal one);
+- t_draft: what `spec_step` adds on top (acceptance, KV compaction, the D stream rows
+  through the MSA layers, the lm head on D rows); measured once as t(spec_step) - t_fwd(R)
+  on the bundle's own tree, and taken as the same for every tree of the same depth class
+  (it depends on D and the MSA layers, not on R).
+
+Acceptance model (greedy): a product tree with branching (k_1..k_D) accepts depth d at
+position t iff the true token at t+1+i is within the top-k_i of stream i for every i <= d.
+So one teacher-forced pass over greedy continuations gives, at every position, the rank of
+the true future token in each stream; the decode is then replayed for any tree: from t, a
+call emits 1 + (accepted depth) tokens and jumps there. Mean tokens per call is exact for
+greedy decoding of those continuations (up to program-vs-eager numerics).
+"""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+import time
+from dataclasses import dataclass
+
+import torch
+
+from edgespec.spec.msa import SpecModel
+from edgespec.spec.tree import Tree
+
+
+@torch.no_grad()
+def future_ranks(model: SpecModel, sequences: list[tuple[int, list[int]]], depth: int) -> list[torch.Tensor]:
+    """For each (prompt_len, ids): [n_positions, depth] rank of the true token t+1+d in stream d
+    at every completion position t (from the last prompt row on)."""
+    out = []
+    for prompt_len, ids in sequences:
+        tokens = torch.tensor([ids])
+        _, streams = model.forward_train(tokens)  # [1, T, g, d]
+        logits = model.base.output(streams[0, :, :depth])  # [T, D, V]
+        T = len(ids)
+        rows = []
+        for t in range(prompt_len - 1, T - 2):  # a call from row t emits ids[t + 2:]
+            r = []
+            for d in range(depth):
+                j = t + 2 + d  # stream d (0-based) at t predicts token t + 2 + d
+                if j >= T:
+                    r.append(10**6)  # past the end: never accepted
+                else:
+                    r.append(int((logits[t, d] > logits[t, d, ids[j]]).sum()))
+            rows.append(r)
+        out.append(torch.tensor(rows, dtype=torch.long).reshape(-1, depth))
+    return out
+
+
+def replay_calls(ranks: torch.Tensor, branching: tuple[int, ...]) -> list[int]:
+    """Tokens emitted by each call of greedy tree decoding over one sequence's ranks.
+
+    Row t is the last accepted node; the call emits its accepted drafts and the bonus token,
+    1 + (accepted depth) tokens, and the next call starts n rows later."""
+    k = torch.tensor(branching)
+    ok = (ranks[:, : len(branching)] < k).long().cumprod(1).sum(1).tolist()  # accepted depth per row
+    calls, t = [], 0
+    while t < len(ok):
+        n = min(1 + ok[t], len(ok) - t)  # the sequence ends
+        calls.append(n)
+        t += n
+    return calls
+
+
+def replay(ranks: list[torch.Tensor], branching: tuple[int, ...]) -> tuple[float, int]:
+    """Mean tokens per call over all sequences; (mean, calls)."""
+    calls = [n for r in ranks for n in replay_calls(r, branching)]
+    return sum(calls) / max(1, len(calls)), len(calls)
+
+
+def candidate_trees(max_depth: int, max_size: int, max_k: int = 4) -> list[tuple[int, ...]]:
+    """Non-increasing branching tuples up to `max_depth` deep with at most `max_size` nodes."""
+    out = []
+    for d in range(1, max_depth + 1):
+        for b in itertools.product(range(1, max_k + 1), repeat=d):
+            if list(b) == sorted(b, reverse=True) and Tree(b).size <= max_size:
+                out.append(b)
+    return out
+
+
+def time_call(fn, warmup: int = 2, reps: int = 7) -> float:
+    """Median seconds of fn()."""
+    for _ in range(warmup):
+        fn()
+    ts = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t)
+    return statistics.median(ts)
+
+
+def forward_costs(runner, sizes: list[int], context: int, reps: int = 7) -> dict[int, float]:
+    """Seconds of the program's forward over T tokens at position `context`, for each T."""
+    prompt = torch.zeros((1, context), dtype=torch.long)
+    runner.forward(prompt, 0)
+    return {T: time_call(lambda T=T: runner.forward(torch.zeros((1, T), dtype=torch.long), context), reps=reps) for T in sizes}
+
+
+def step_cost(runner, context: int, reps: int = 7) -> float:
+    """Seconds of one greedy spec_step at position `context` (after a prefill)."""
+    _, draft = runner.spec_prefill(torch.zeros((1, context), dtype=torch.long), 0)
+    R, k = runner.tree_size, runner.topk
+    half, noise = torch.full((R, k), 0.5), torch.zeros(runner.vocab_size)
+    return time_call(lambda: runner.spec_step(0, draft, context, 0.0, half, noise), reps=reps)
+
+
+@dataclass(frozen=True)
+class TreeEstimate:
+    branching: tuple[int, ...]
+    size: int
+    tokens_per_call: float
+    ms_per_call: float
+
+    @property
+    def tokens_per_s(self) -> float:
+        return 1000 * self.tokens_per_call / self.ms_per_call
+
+
+def estimate(ranks: list[torch.Tensor], fwd: dict[int, float], draft_s: float, trees: list[tuple[int, ...]]) -> list[TreeEstimate]:
+    """Expected speed of every tree, best first."""
+    out = []
+    for b in trees:
+        R = Tree(b).size
+        tpc, _ = replay(ranks, b)
+        out.append(TreeEstimate(b, R, tpc, 1000 * (fwd[R] + draft_s)))
+    return sorted(out, key=lambda e: -e.tokens_per_s)

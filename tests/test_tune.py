@@ -1,0 +1,51 @@
+"""Tree tuning: the acceptance replay reproduces real speculative decoding; the cost model ranks."""
+
+import pytest
+import torch
+
+from edgespec.runtime.generate import eager_step, generate
+from edgespec.spec import tune as T
+from edgespec.spec.decode import spec_generate
+from edgespec.spec.msa import MSAConfig, SpecModel, StreamParams
+from edgespec.spec.tree import Tree
+
+
+def test_replay_on_synthetic_ranks():
+    perfect = torch.zeros(10, 3, dtype=torch.long)
+    assert T.replay_calls(perfect, (1, 1, 1)) == [4, 4, 2]  # the last call is cut by the sequence end
+    hopeless = torch.full((10, 3), 99)
+    assert T.replay_calls(hopeless, (4, 4, 4)) == [1] * 10
+    second = torch.ones(6, 2, dtype=torch.long)  # the true token is always the runner-up
+    assert T.replay_calls(second, (1, 1)) == [1] * 6
+    assert T.replay_calls(second, (2, 1)) == [2, 2, 2]
+    assert T.replay_calls(second, (2, 2)) == [3, 3]
+
+
+@pytest.mark.parametrize("branching", [(2, 2, 1), (1, 1, 1), (3, 1)])
+def test_replay_equals_greedy_tree_decoding(tiny_model, branching):
+    """Ranks from one teacher-forced pass predict every call of the real decode loop."""
+    torch.manual_seed(1)
+    params = StreamParams(tiny_model, MSAConfig(gamma=3, n_layers=1, lora_rank=4))
+    with torch.no_grad():
+        for p in params.parameters():
+            p.add_(torch.randn_like(p) * 0.3)
+        tiny_model.output.weight.mul_(0.3)  # flatter streams: a mix of accepted depths
+    spec = SpecModel(tiny_model, params)
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(3):
+        prompt = torch.randint(0, 97, (5,), generator=gen).tolist()
+        ar = generate(eager_step(tiny_model), prompt, max_new_tokens=30, max_seq_len=64, eos_ids=()).completion_ids
+        ranks = T.future_ranks(spec, [(len(prompt), prompt + ar)], 3)
+        real = spec_generate(spec, Tree(branching), prompt, max_new_tokens=30, eos_ids=()).stats.tokens_per_call
+        assert T.replay_calls(ranks[0], branching) == real
+
+
+def test_candidates_and_estimates():
+    trees = T.candidate_trees(3, 16)
+    assert (1,) in trees and (1, 1, 1) in trees and (3, 2, 1) in trees and (2, 3) not in trees
+    assert all(Tree(b).size <= 16 for b in trees)
+    ranks = [torch.tensor([[0, 0, 5], [1, 0, 0], [0, 9, 9], [0, 0, 0]] * 5)]
+    fwd = {Tree(b).size: 0.010 + 0.001 * Tree(b).size for b in trees} | {1: 0.010}
+    table = T.estimate(ranks, fwd, 0.002, trees)
+    assert table == sorted(table, key=lambda e: -e.tokens_per_s)
+    assert all(e.tokens_per_call >= 1 for e in table)
