@@ -43,7 +43,7 @@ def _margin(runner, ids: list[int]) -> float:
     return float(top[0] - top[1])
 
 
-def run_suite(bundle: str, n: int, max_new_tokens: int) -> dict:
+def run_suite(bundle: str, n: int, max_new_tokens: int, lookup: int) -> dict:
     from edgespec.runtime.generate import generate, generate_spec
 
     _, tokenizer, runner = _load(bundle)
@@ -52,11 +52,11 @@ def run_suite(bundle: str, n: int, max_new_tokens: int) -> dict:
     kw = dict(max_new_tokens=max_new_tokens, max_seq_len=runner.max_seq_len, eos_ids=runner.eos_ids)
     rows = []
     warm = _prompts(1, tokenizer)[0][2]
-    generate(runner.forward, warm, **kw), generate_spec(runner, warm, **kw)  # warm-up
+    generate(runner.forward, warm, **kw), generate_spec(runner, warm, lookup=lookup, **kw)  # warm-up
     for i, (task, _, ids) in enumerate(_prompts(n, tokenizer)):
         runs = {}
         for mode in (("ar", "spec") if i % 2 == 0 else ("spec", "ar")):
-            runs[mode] = generate(runner.forward, ids, **kw) if mode == "ar" else generate_spec(runner, ids, **kw)
+            runs[mode] = generate(runner.forward, ids, **kw) if mode == "ar" else generate_spec(runner, ids, lookup=lookup, **kw)
         a, s = runs["ar"], runs["spec"]
         row = {
             "task": task,
@@ -143,6 +143,7 @@ def main() -> None:
     ap.add_argument("--bundle", required=True)
     ap.add_argument("--prompts", type=int, default=100)
     ap.add_argument("--max-new-tokens", type=int, default=96)
+    ap.add_argument("--lookup", type=int, default=0, help="also draft by prompt lookup (max n-gram; 0 = streams only)")
     ap.add_argument("--stock", help="a .pte made by ExecuTorch's export_llm for the same model and quantization")
     ap.add_argument("--ar-bundle", help="an autoregressive-only bundle of the same model, for the memory/size ratio")
     ap.add_argument("--worker", choices=["stock", "rss"], help=argparse.SUPPRESS)
@@ -158,11 +159,12 @@ def main() -> None:
         print(json.dumps(worker_rss(args.bundle, args.mode, args.prompts, args.max_new_tokens)))
         return
 
-    result = run_suite(args.bundle, args.prompts, args.max_new_tokens)
+    result = run_suite(args.bundle, args.prompts, args.max_new_tokens, args.lookup)
     rows = result["rows"]
     report = {
         "bundle": args.bundle,
         "branching": result["branching"],
+        "lookup": args.lookup,
         "pte_bytes": result["pte_bytes"],
         "max_new_tokens": args.max_new_tokens,
         "overall": summarize(rows),

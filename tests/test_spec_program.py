@@ -152,3 +152,18 @@ def test_program_sampling_runs_and_is_seeded(spec_pte):
     c = generate_spec(runner, prompt, max_new_tokens=20, max_seq_len=64, eos_ids=(), temperature=0.8, seed=6)
     assert a.completion_ids == b.completion_ids and len(a.completion_ids) == 20
     assert a.completion_ids != c.completion_ids
+
+
+def test_lookup_drafts_change_speed_not_output(tiny_model):
+    from edgespec.spec.baselines import with_lookup
+
+    assert with_lookup(torch.tensor([[4, 5], [6, 7]]), [5]).tolist() == [[5, 4], [6, 7]]  # distinct per depth
+    assert with_lookup(torch.tensor([[4], [6]]), [9, 8, 7]).tolist() == [[9], [8]]
+    methods = EagerSpecMethods(SpecProgram(_spec_model(tiny_model, 3), Tree((2, 1, 1))).eval())
+    for prompt in _prompts(3, 97, length=5):
+        ar = generate(eager_step(tiny_model), prompt, max_new_tokens=40, max_seq_len=64, eos_ids=())
+        plain = generate_spec(methods, prompt, max_new_tokens=40, max_seq_len=64, eos_ids=())
+        looked = generate_spec(methods, prompt, max_new_tokens=40, max_seq_len=64, eos_ids=(), lookup=3)
+        assert looked.completion_ids == plain.completion_ids == ar.completion_ids
+        # random tiny models fall into loops, which lookup predicts
+        assert looked.mean_accepted >= plain.mean_accepted

@@ -95,7 +95,7 @@ def _prompt_ids(tokenizer, prompt: str, chat_template: bool) -> list[int]:
     return tokenizer.encode(text)
 
 
-def _decoder(runner, mode: str):
+def _decoder(runner, mode: str, lookup: int = 0):
     """`generate` or `generate_spec` bound to the runner, by --mode (auto: spec when present)."""
     from edgespec.runtime.generate import generate, generate_spec
 
@@ -104,11 +104,12 @@ def _decoder(runner, mode: str):
     if mode == "spec":
         if not runner.has_spec:
             raise EdgespecError(f"program '{runner.path}' has no speculative methods (export with trained streams: recipe streams.weights); use --mode ar")
-        return mode, functools.partial(generate_spec, runner)
+        return mode, functools.partial(generate_spec, runner, lookup=lookup)
     return mode, functools.partial(generate, runner.forward)
 
 
 MODE = click.option("--mode", type=click.Choice(["auto", "spec", "ar"]), default="auto", show_default=True, help="spec: speculative (one call verifies and drafts); ar: one token per call; auto: spec when the program has it.")
+LOOKUP = click.option("--lookup", default=0, show_default=True, type=click.IntRange(min=0, max=8), help="spec: also draft from the context (prompt lookup, n-grams up to this length; 0 = streams only).")
 
 
 @main.command()
@@ -118,17 +119,18 @@ MODE = click.option("--mode", type=click.Choice(["auto", "spec", "ar"]), default
 @click.option("--temperature", default=0.0, show_default=True, type=click.FloatRange(min=0.0), help="0 = greedy.")
 @click.option("--seed", default=0, show_default=True, type=int, help="Sampling seed (temperature > 0).")
 @MODE
+@LOOKUP
 @click.option("--no-chat-template", is_flag=True, help="Feed the prompt as raw text.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of streaming text.")
 @_friendly
-def generate(bundle: str, prompt: str, max_new_tokens: int, temperature: float, seed: int, mode: str, no_chat_template: bool, as_json: bool) -> None:
+def generate(bundle: str, prompt: str, max_new_tokens: int, temperature: float, seed: int, mode: str, lookup: int, no_chat_template: bool, as_json: bool) -> None:
     """Generate a completion with the bundle's program, streaming text."""
     _quiet_runtime_logs()
     from edgespec.models.tokenizer import StreamDecoder
 
     _, tokenizer, runner = _load_bundle(bundle)
     ids = _prompt_ids(tokenizer, prompt, not no_chat_template)
-    mode, run = _decoder(runner, mode)
+    mode, run = _decoder(runner, mode, lookup)
     stream = StreamDecoder(tokenizer)
 
     def on_token(tok: int) -> None:
@@ -163,9 +165,10 @@ def generate(bundle: str, prompt: str, max_new_tokens: int, temperature: float, 
 @click.option("--warmup", default=1, show_default=True, type=click.IntRange(min=0))
 @click.option("--runs", default=5, show_default=True, type=click.IntRange(min=1))
 @click.option("--mode", type=click.Choice(["both", "spec", "ar"]), default="both", show_default=True, help="both: autoregressive and speculative side by side (interleaved runs).")
+@LOOKUP
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @_friendly
-def bench(bundle: str, prompt: str, max_new_tokens: int, warmup: int, runs: int, mode: str, as_json: bool) -> None:
+def bench(bundle: str, prompt: str, max_new_tokens: int, warmup: int, runs: int, mode: str, lookup: int, as_json: bool) -> None:
     """Prefill and decode tokens/s (medians), tokens per call, peak RSS and program size."""
     _quiet_runtime_logs()
     from edgespec.runtime.bench import bench_generation
@@ -175,7 +178,7 @@ def bench(bundle: str, prompt: str, max_new_tokens: int, warmup: int, runs: int,
     modes = ("ar", "spec") if mode == "both" else (mode,)
     if mode == "both" and not runner.has_spec:
         modes = ("ar",)
-    decoders = dict(_decoder(runner, m) for m in modes)
+    decoders = dict(_decoder(runner, m, lookup) for m in modes)
     stats = bench_generation(runner, ids, decoders, max_new_tokens=max_new_tokens, warmup=warmup, runs=runs)
     if as_json:
         click.echo(json.dumps(stats, indent=2))

@@ -14,6 +14,7 @@ import torch
 
 from edgespec.errors import EdgespecError
 from edgespec.runtime.sampling import sample
+from edgespec.spec.baselines import lookup_continuation, with_lookup
 
 StepFn = Callable[[torch.Tensor, int], torch.Tensor]
 
@@ -125,8 +126,13 @@ def generate_spec(
     temperature: float = 0.0,
     seed: int = 0,
     on_token: Callable[[int], None] | None = None,
+    lookup: int = 0,
 ) -> GenerationResult:
     """Speculative decoding: one `spec_step` call verifies the last draft and drafts the next.
+
+    lookup > 0: where the context's last n tokens (n from `lookup` down to 2) occurred
+    before, what followed them goes first into the draft, ahead of the streams' candidates
+    (prompt lookup; verification is exact either way, so the output does not change).
 
     Greedy output equals `generate` on the same program; with temperature > 0 the output is
     distributed as autoregressive sampling (the program's tree rejection sampling, fed
@@ -171,6 +177,8 @@ def generate_spec(
                 gumbel = -torch.log(-torch.log(torch.rand(methods.vocab_size, generator=gen).clamp(1e-20, 1 - 1e-7)))
             else:
                 uniforms, gumbel = half, no_noise
+            if lookup:
+                draft = with_lookup(draft, lookup_continuation(prompt_ids + out, methods.depth, lookup, min_ngram=2))
             new, draft = methods.spec_step(x, draft, pos, temperature, uniforms, gumbel)
         else:  # too close to the end of the context for a tree: one token per call
             new = [sample(methods.forward(torch.tensor([[x]], dtype=torch.long), pos), temperature, gen)]
