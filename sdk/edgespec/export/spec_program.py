@@ -54,7 +54,7 @@ class SpecProgram(nn.Module):
     def max_seq_len(self) -> int:
         return self.base.args.max_seq_len
 
-    def _main(self, tokens: torch.Tensor, start_pos, positions: torch.Tensor, mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    def _main(self, tokens: torch.Tensor, start_pos, positions: torch.Tensor, mask: torch.Tensor | None, per_row: bool) -> tuple[torch.Tensor, torch.Tensor]:
         """Base model over rows tokens [1, T] at `positions` [T]; K/V to [start_pos, start_pos + T).
         Returns (input of the first MSA layer [T, d], final-norm hidden [T, d])."""
         base = self.base
@@ -65,7 +65,7 @@ class SpecProgram(nn.Module):
             if i == self.first:
                 h0 = x
             lora = self.streams.lora[i - self.first] if self.shared and i >= self.first else None
-            x = layer(x, start_pos, cos, sin, lora, mask)
+            x = layer(x, start_pos, cos, sin, lora, mask, per_row)
         return h0[0], base.norm(x)[0]
 
     def _draft(self, h0: torch.Tensor, start_pos) -> torch.Tensor:
@@ -75,8 +75,10 @@ class SpecProgram(nn.Module):
         positions = torch.arange(self.depth) + start_pos
         cos, sin = base.rope_cos.index_select(0, positions), base.rope_sin.index_select(0, positions)
         for i in range(self.first, base.args.n_layers):
-            x = base.layers[i](x, start_pos, cos, sin, self.streams.lora[i - self.first])
+            x = base.layers[i](x, start_pos, cos, sin, self.streams.lora[i - self.first], None, True)
         logits = base.output(base.norm(x)[0])  # [D, V]
+        if self.k == 1:  # a chain: argmax is a cheaper scan than top-k
+            return logits.argmax(-1, keepdim=True)
         return logits.topk(self.k, -1).indices
 
     def _check_pos(self, start_pos, rows: int) -> None:
@@ -88,7 +90,7 @@ class SpecProgram(nn.Module):
         T = tokens.shape[1]
         start = input_pos[0].item()
         self._check_pos(start, T + self.depth)
-        h0, h = self._main(tokens, start, torch.arange(T) + start, None)
+        h0, h = self._main(tokens, start, torch.arange(T) + start, None, False)
         logits = self.base.output(h[-1:]).float()
         return logits, self._draft(h0[-1], start + T)
 
@@ -117,7 +119,7 @@ class SpecProgram(nn.Module):
             mask = None
         else:  # context fully visible, tree rows see their ancestors
             mask = torch.cat([torch.zeros(R, pos, dtype=self.tree_bias.dtype), self.tree_bias], 1)  # [R, pos + R]
-        h0, h = self._main(nodes[None], pos, self.node_depth + pos, mask)
+        h0, h = self._main(nodes[None], pos, self.node_depth + pos, mask, True)
         logits = self.base.output(h).float()  # [R, V]
         path, n, tokens = accept_tree(self.tree_children, self.tree_valid, self.depth, nodes, logits, temperature, uniforms, gumbel)
         if not self.tree.is_chain:

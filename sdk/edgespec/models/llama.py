@@ -107,10 +107,16 @@ class Attention(nn.Module):
         self.wo = nn.Linear(args.n_heads * args.head_dim, args.dim, bias=False)
         self.kv_cache = KVCache(args.max_seq_len, args.n_kv_heads, args.head_dim)
 
-    def forward(self, x: torch.Tensor, start_pos: int, cos: torch.Tensor, sin: torch.Tensor, adapters=None, mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, start_pos: int, cos: torch.Tensor, sin: torch.Tensor, adapters=None, mask: torch.Tensor | None = None, per_row: bool = False
+    ) -> torch.Tensor:
         """x [B, T, d] at positions start_pos.. (or as cos/sin say). Writes K/V to cache rows
         [start_pos, start_pos + T). mask None: causal over rows [0, start_pos + T); else an
-        additive float mask [T, start_pos + T] over those rows (tree attention)."""
+        additive float mask [T, start_pos + T] over those rows (tree attention).
+
+        per_row: attend one query row per op call (for a few rows with a static count). The
+        op's single-row path is ~10x faster than its multi-row path for T = 4 at a 200-token
+        context on a CPU, and it computes every row exactly as one-token decoding does."""
         B, T, _ = x.shape
         q = adapted(self.wq, adapters, "wq", x).view(B, T, self.n_heads, self.head_dim)
         k = adapted(self.wk, adapters, "wk", x).view(B, T, self.n_kv_heads, self.head_dim)
@@ -118,12 +124,24 @@ class Attention(nn.Module):
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         cdt = self.kv_cache.k_cache.dtype  # the cache and attention stay fp32 in fp16 models
         k_cache, v_cache = self.kv_cache.update(start_pos, k.to(cdt), v.to(cdt))
-        if mask is None:  # causal attention over cache rows [0, start_pos + T); GQA handled by the op
-            y = torch.ops.llama.custom_sdpa(q.to(cdt), k_cache, v_cache, start_pos, None, 0.0, True)  # [B, T, H, D]
-        else:  # with a mask the op attends to every row it is given: pass only [0, start_pos + T)
+        q = q.to(cdt)
+        if mask is not None:  # with a mask the op attends to every row it is given: pass only [0, start_pos + T)
             n = mask.shape[1]
-            y = torch.ops.llama.custom_sdpa(q.to(cdt), k_cache.narrow(1, 0, n), v_cache.narrow(1, 0, n), 0, mask.to(cdt), 0.0, False)
+            k_cache, v_cache, mask = k_cache.narrow(1, 0, n), v_cache.narrow(1, 0, n), mask.to(cdt)
+        if per_row:
+            y = torch.cat([self._sdpa(q[:, i : i + 1], k_cache, v_cache, start_pos + i, None if mask is None else mask[i : i + 1]) for i in range(T)], 1)
+        else:
+            y = self._sdpa(q, k_cache, v_cache, start_pos, mask)  # [B, T, H, D]
         return adapted(self.wo, adapters, "wo", y.reshape(B, T, -1).to(x.dtype))
+
+
+    @staticmethod
+    def _sdpa(q, k_cache, v_cache, start_pos, mask):
+        """ExecuTorch's SDPA (GQA-aware): causal over cache rows [0, start_pos + T) when mask is
+        None, else over all the rows it is given with the additive mask."""
+        if mask is None:
+            return torch.ops.llama.custom_sdpa(q, k_cache, v_cache, start_pos, None, 0.0, True)
+        return torch.ops.llama.custom_sdpa(q, k_cache, v_cache, 0, mask, 0.0, False)
 
 
 class FeedForward(nn.Module):
@@ -145,9 +163,11 @@ class TransformerBlock(nn.Module):
         self.ffn_norm = RMSNorm(args.dim, args.norm_eps)
         self.feed_forward = FeedForward(args.dim, args.hidden_dim)
 
-    def forward(self, x: torch.Tensor, start_pos: int, cos: torch.Tensor, sin: torch.Tensor, adapters=None, mask: torch.Tensor | None = None) -> torch.Tensor:
-        """adapters: optional additive maps by linear name (wq..w3), e.g. LoRA; mask: see Attention."""
-        h = x + self.attention(self.attention_norm(x), start_pos, cos, sin, adapters, mask)
+    def forward(
+        self, x: torch.Tensor, start_pos: int, cos: torch.Tensor, sin: torch.Tensor, adapters=None, mask: torch.Tensor | None = None, per_row: bool = False
+    ) -> torch.Tensor:
+        """adapters: optional additive maps by linear name (wq..w3), e.g. LoRA; mask, per_row: see Attention."""
+        h = x + self.attention(self.attention_norm(x), start_pos, cos, sin, adapters, mask, per_row)
         return h + self.feed_forward(self.ffn_norm(h), adapters)
 
 

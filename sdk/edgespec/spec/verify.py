@@ -91,7 +91,8 @@ def accept_tree(
 
     children/valid [R, k] from `Tree.children_table`; depth D = len(tree.branching);
     node_tokens [R]; logits [R, V];
-    temperature [1] (<= 0: greedy); uniforms [R, k] in (0, 1); gumbel [V] Gumbel(0, 1) noise.
+    temperature [1] (<= 0: greedy); uniforms [R, k] in (0, 1); gumbel [V] Gumbel(0, 1) noise
+    (zeros when greedy).
     The randomness comes from the caller, so the host owns the seed.
 
     Same rule as `accept_sampling`, evaluated at every node at once (each node has its own
@@ -106,9 +107,11 @@ def accept_tree(
     """
     R, k = children.shape
     greedy = temperature <= 0
+    # greedy: scores = logits (the caller passes zero noise); sampling: logits / T + gumbel
+    scaled = logits * torch.where(greedy, 1.0, 1.0 / temperature.clamp(min=1e-6))  # [R, V]
+    scores = scaled + gumbel
     best = logits.argmax(-1)  # [R]
     cand = node_tokens[children]  # [R, k] candidate tokens of each node's children
-    scaled = logits / temperature.clamp(min=1e-6)
     probs = torch.softmax(scaled, -1)
     p_cand = torch.where(greedy, (cand == best[:, None]).to(probs.dtype), probs.gather(1, cand))  # [R, k]
     chosen = torch.full((R,), -1, dtype=torch.long)
@@ -119,7 +122,6 @@ def accept_tree(
         chosen = torch.where(take, i, chosen)
         removed = removed + torch.where(open_ & ~take, p_cand[:, i], 0.0)
     # residual draw per node: best of (scores) among tokens that are not rejected candidates
-    scores = torch.where(greedy, logits, scaled + gumbel)  # [R, V]
     top = scores.topk(k + 1, -1).indices  # [R, k + 1]: at most k are excluded
     excluded = ((top[:, :, None] == cand[:, None, :]) & valid[:, None, :]).any(-1)  # [R, k + 1]
     residual = top.gather(1, (~excluded).to(torch.long).argmax(-1, keepdim=True))[:, 0]  # [R]
