@@ -49,3 +49,13 @@ def test_missing_and_invalid_yaml(tmp_path):
     bad.write_text("quant: [unclosed")
     with pytest.raises(EdgespecError, match="not valid YAML"):
         load_recipe(bad)
+
+
+def test_every_shipped_recipe_loads_and_names_existing_stream_weights():
+    from edgespec.spec.msa import load_streams  # noqa: F401  (resolution rule lives there)
+
+    for path in sorted((ROOT / "recipes").glob("*.yaml")):
+        recipe = load_recipe(path)
+        if recipe.streams.weights:
+            shipped = ROOT / "sdk" / "edgespec" / "weights" / recipe.streams.weights
+            assert shipped.is_file() or (ROOT / recipe.streams.weights).is_file(), path
