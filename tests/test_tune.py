@@ -45,7 +45,9 @@ def test_candidates_and_estimates():
     assert (1,) in trees and (1, 1, 1) in trees and (3, 2, 1) in trees and (2, 3) not in trees
     assert all(Tree(b).size <= 16 for b in trees)
     ranks = [torch.tensor([[0, 0, 5], [1, 0, 0], [0, 9, 9], [0, 0, 0]] * 5)]
-    fwd = {Tree(b).size: 0.010 + 0.001 * Tree(b).size for b in trees} | {1: 0.010}
-    table = T.estimate(ranks, fwd, 0.002, trees)
+    cost = T.StepCostModel.calibrate(0.010, 0.020, Tree((1, 1, 1)), 4 / 30)
+    assert abs(cost(Tree((1, 1, 1))) - 0.020) < 1e-12  # reproduces its calibration point
+    assert cost(Tree((3, 2, 1))) > cost(Tree((1, 1, 1))) > cost(Tree((1,)))
+    table = T.estimate(ranks, cost, trees)
     assert table == sorted(table, key=lambda e: -e.tokens_per_s)
     assert all(e.tokens_per_call >= 1 for e in table)

@@ -229,14 +229,14 @@ def tune(bundle: str, n_prompts: int, max_new_tokens: int, max_size: int, contex
     spec = SpecModel(base, load_streams(spec_info["weights"], base))
     ranks = T.future_ranks(spec, seqs, spec.cfg.gamma)
     trees = T.candidate_trees(spec.cfg.gamma, max_size)
-    sizes = sorted({1, runner.tree_size, *(Tree(b).size for b in trees)})
-    fwd = T.forward_costs(runner, sizes, context)
-    step_s = T.step_cost(runner, context)
-    draft_s = max(0.0, step_s - fwd[runner.tree_size])
-    table = T.estimate(ranks, fwd, draft_s, trees)
-    ar_tps = 1.0 / fwd[1]
+    t_1 = T.forward_cost(runner, context)
+    t_own = T.step_cost(runner, context)
+    cost = T.StepCostModel.calibrate(t_1, t_own, Tree(runner.branching), spec.cfg.n_layers / base.args.n_layers)
+    table = T.estimate(ranks, cost, trees)
+    ar_tps = 1.0 / t_1
     out = {
-        "device_costs_ms": {"forward": {str(k): round(1000 * v, 3) for k, v in fwd.items()}, "spec_step_own_tree": round(1000 * step_s, 3), "draft_overhead": round(1000 * draft_s, 3)},
+        "device_costs_ms": {"forward_1_token": round(1000 * t_1, 3), "spec_step_own_tree": round(1000 * t_own, 3), "per_extra_row": round(1000 * cost.c_row, 3)},
+        "context": context,
         "own_tree": list(runner.branching),
         "ar_tokens_per_s": round(ar_tps, 2),
         "trees": [{"branching": list(e.branching), "size": e.size, "tokens_per_call": round(e.tokens_per_call, 3), "ms_per_call": round(e.ms_per_call, 3), "tokens_per_s": round(e.tokens_per_s, 2), "vs_ar": round(e.tokens_per_s / ar_tps, 3)} for e in table],
@@ -244,7 +244,7 @@ def tune(bundle: str, n_prompts: int, max_new_tokens: int, max_size: int, contex
     if as_json:
         click.echo(json.dumps(out, indent=1))
         return
-    click.echo(f"cost per call (ms): forward T=1 {1000 * fwd[1]:.2f}; spec_step on {list(runner.branching)} {1000 * step_s:.2f} (draft overhead {1000 * draft_s:.2f})")
+    click.echo(f"cost per call (ms): forward 1 token {1000 * t_1:.2f}; spec_step on {list(runner.branching)} {1000 * t_own:.2f}; per extra row {1000 * cost.c_row:.2f}")
     click.echo(f"{'tree':<16}{'nodes':>6}{'tok/call':>10}{'ms/call':>9}{'tok/s':>9}{'vs AR':>7}")
     for e in out["trees"][:top]:
         click.echo(f"{str(e['branching']):<16}{e['size']:>6}{e['tokens_per_call']:>10.3f}{e['ms_per_call']:>9.2f}{e['tokens_per_s']:>9.1f}{e['vs_ar']:>7.3f}")

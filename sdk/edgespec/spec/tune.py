@@ -2,15 +2,13 @@
 
 Cost model (per verify-and-draft call, on the device at hand):
 
-    t_step(tree) = t_fwd(R) + t_draft
+    t_step(tree) = t_1 + c_row * ((R - 1) + D * m / N)
 
-- t_fwd(T): the program's own `forward` over T new tokens at a realistic context position,
-  measured for every tree size R that a candidate needs (the main pass of `spec_step` is
-  the same computation with the tree's mask instead of the causal one);
-- t_draft: what `spec_step` adds on top (acceptance, KV compaction, the D stream rows
-  through the MSA layers, the lm head on D rows); measured once as t(spec_step) - t_fwd(R)
-  on the bundle's own tree, and taken as the same for every tree of the same depth class
-  (it depends on D and the MSA layers, not on R).
+A call is one decode-like pass (t_1: the program's `forward` over one token) plus R - 1
+extra tree rows through all N layers and D stream rows through the m MSA layers, each extra
+row-layer costing c_row / N. The speculative methods attend one row per op call, so extra
+rows cost about the same per row; c_row is solved from one measurement of the bundle's own
+`spec_step`. Timing every tree directly would need one program per tree (an export each).
 
 Acceptance model (greedy): a product tree with branching (k_1..k_D) accepts depth d at
 position t iff the true token at t+1+i is within the top-k_i of stream i for every i <= d.
@@ -100,11 +98,10 @@ def time_call(fn, warmup: int = 2, reps: int = 7) -> float:
     return statistics.median(ts)
 
 
-def forward_costs(runner, sizes: list[int], context: int, reps: int = 7) -> dict[int, float]:
-    """Seconds of the program's forward over T tokens at position `context`, for each T."""
-    prompt = torch.zeros((1, context), dtype=torch.long)
-    runner.forward(prompt, 0)
-    return {T: time_call(lambda T=T: runner.forward(torch.zeros((1, T), dtype=torch.long), context), reps=reps) for T in sizes}
+def forward_cost(runner, context: int, reps: int = 7) -> float:
+    """Seconds of the program's forward over one token at position `context`."""
+    runner.forward(torch.zeros((1, context), dtype=torch.long), 0)
+    return time_call(lambda: runner.forward(torch.zeros((1, 1), dtype=torch.long), context), reps=reps)
 
 
 def step_cost(runner, context: int, reps: int = 7) -> float:
@@ -113,6 +110,23 @@ def step_cost(runner, context: int, reps: int = 7) -> float:
     R, k = runner.tree_size, runner.topk
     half, noise = torch.full((R, k), 0.5), torch.zeros(runner.vocab_size)
     return time_call(lambda: runner.spec_step(0, draft, context, 0.0, half, noise), reps=reps)
+
+
+@dataclass(frozen=True)
+class StepCostModel:
+    """t_step(tree) = t_1 + c_row * ((R - 1) + D * msa_fraction) (see module docstring)."""
+
+    t_1: float
+    c_row: float
+    msa_fraction: float
+
+    @classmethod
+    def calibrate(cls, t_1: float, t_own: float, own: Tree, msa_fraction: float) -> "StepCostModel":
+        rows = (own.size - 1) + len(own.branching) * msa_fraction
+        return cls(t_1, max(0.0, t_own - t_1) / rows, msa_fraction)
+
+    def __call__(self, tree: Tree) -> float:
+        return self.t_1 + self.c_row * ((tree.size - 1) + len(tree.branching) * self.msa_fraction)
 
 
 @dataclass(frozen=True)
@@ -127,11 +141,11 @@ class TreeEstimate:
         return 1000 * self.tokens_per_call / self.ms_per_call
 
 
-def estimate(ranks: list[torch.Tensor], fwd: dict[int, float], draft_s: float, trees: list[tuple[int, ...]]) -> list[TreeEstimate]:
+def estimate(ranks: list[torch.Tensor], cost: StepCostModel, trees: list[tuple[int, ...]]) -> list[TreeEstimate]:
     """Expected speed of every tree, best first."""
     out = []
     for b in trees:
-        R = Tree(b).size
+        tree = Tree(b)
         tpc, _ = replay(ranks, b)
-        out.append(TreeEstimate(b, R, tpc, 1000 * (fwd[R] + draft_s)))
+        out.append(TreeEstimate(b, tree.size, tpc, 1000 * cost(tree)))
     return sorted(out, key=lambda e: -e.tokens_per_s)
