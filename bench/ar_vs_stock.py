@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -33,7 +32,9 @@ MAX_SEQ_LEN = 1024
 
 
 def _peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    from edgespec.runtime.bench import peak_rss_mb
+
+    return peak_rss_mb()
 
 
 def worker_edgespec(pte: str, tokenizer: str, warmup: int) -> dict:

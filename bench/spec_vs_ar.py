@@ -122,13 +122,13 @@ def worker_stock(pte: str, tokenizer_json: str, texts: list[str], max_new_tokens
     return {"decode_tokens_per_s": statistics.median(tps), "prompts": len(tps), "peak_rss_mb": peak_rss_mb()}
 
 
-def worker_rss(bundle: str, mode: str, n: int, max_new_tokens: int) -> dict:
+def worker_rss(bundle: str, mode: str, prompts: list[list[int]], max_new_tokens: int) -> dict:
     from edgespec.cli import _decoder
     from edgespec.runtime.bench import peak_rss_mb
 
-    _, tokenizer, runner = _load(bundle)
+    _, _, runner = _load(bundle)
     _, run = _decoder(runner, mode)
-    for _, _, ids in _prompts(n, tokenizer):
+    for ids in prompts:
         run(ids, max_new_tokens=max_new_tokens, max_seq_len=runner.max_seq_len, eos_ids=runner.eos_ids)
     return {"bundle": bundle, "mode": mode, "peak_rss_mb": peak_rss_mb(), "pte_bytes": runner.path.stat().st_size}
 
@@ -147,16 +147,16 @@ def main() -> None:
     ap.add_argument("--stock", help="a .pte made by ExecuTorch's export_llm for the same model and quantization")
     ap.add_argument("--ar-bundle", help="an autoregressive-only bundle of the same model, for the memory/size ratio")
     ap.add_argument("--worker", choices=["stock", "rss"], help=argparse.SUPPRESS)
+    ap.add_argument("--inputs", help=argparse.SUPPRESS)  # worker prompts (JSON), prepared by the parent
     ap.add_argument("--mode", default="spec", help=argparse.SUPPRESS)
     args = ap.parse_args()
 
-    if args.worker == "stock":
-        _, tokenizer, _ = _load(args.bundle)
-        texts = [tokenizer.apply_chat_template(t) for _, t, _ in _prompts(args.prompts, tokenizer)]
-        print(json.dumps(worker_stock(args.stock, str(Path(args.bundle) / "tokenizer.json"), texts, args.max_new_tokens)))
-        return
-    if args.worker == "rss":
-        print(json.dumps(worker_rss(args.bundle, args.mode, args.prompts, args.max_new_tokens)))
+    if args.worker:  # a fresh process that only loads the program and decodes: its peak RSS is the decoder's
+        inputs = json.loads(Path(args.inputs).read_text())
+        if args.worker == "stock":
+            print(json.dumps(worker_stock(args.stock, str(Path(args.bundle) / "tokenizer.json"), inputs["texts"], args.max_new_tokens)))
+        else:
+            print(json.dumps(worker_rss(args.bundle, args.mode, inputs["ids"], args.max_new_tokens)))
         return
 
     result = run_suite(args.bundle, args.prompts, args.max_new_tokens, args.lookup)
@@ -170,15 +170,19 @@ def main() -> None:
         "overall": summarize(rows),
         "per_task": {t: summarize([r for r in rows if r["task"] == t]) for t in sorted({r["task"] for r in rows})},
     }
+    import tempfile
+
+    _, tokenizer, _ = _load(args.bundle)
+    prepared = _prompts(min(args.prompts, 30), tokenizer)
+    inputs = Path(tempfile.mkdtemp()) / "inputs.json"
+    inputs.write_text(json.dumps({"texts": [tokenizer.apply_chat_template(t) for _, t, _ in prepared], "ids": [ids for _, _, ids in prepared][:10]}))
     if args.stock:
-        n_stock = min(args.prompts, 30)
-        stock = _subprocess(["--worker", "stock", "--bundle", args.bundle, "--stock", args.stock, "--prompts", str(n_stock), "--max-new-tokens", str(args.max_new_tokens)])
+        stock = _subprocess(["--worker", "stock", "--inputs", str(inputs), "--bundle", args.bundle, "--stock", args.stock, "--max-new-tokens", str(args.max_new_tokens)])
         report["stock"] = {**stock, "pte_bytes": Path(args.stock).stat().st_size}
         report["spec_over_stock"] = round(report["overall"]["spec_decode_tokens_per_s"] / stock["decode_tokens_per_s"], 3)
     if args.ar_bundle:
-        n_rss = min(args.prompts, 10)
-        ar = _subprocess(["--worker", "rss", "--bundle", args.ar_bundle, "--mode", "ar", "--prompts", str(n_rss), "--max-new-tokens", str(args.max_new_tokens)])
-        sp = _subprocess(["--worker", "rss", "--bundle", args.bundle, "--mode", "spec", "--prompts", str(n_rss), "--max-new-tokens", str(args.max_new_tokens)])
+        ar = _subprocess(["--worker", "rss", "--inputs", str(inputs), "--bundle", args.ar_bundle, "--mode", "ar", "--max-new-tokens", str(args.max_new_tokens)])
+        sp = _subprocess(["--worker", "rss", "--inputs", str(inputs), "--bundle", args.bundle, "--mode", "spec", "--max-new-tokens", str(args.max_new_tokens)])
         report["memory"] = {
             "ar_peak_rss_mb": round(ar["peak_rss_mb"], 1),
             "spec_peak_rss_mb": round(sp["peak_rss_mb"], 1),

@@ -25,7 +25,13 @@ def _export(tmp_path_factory, name, recipe_yaml):
 
 @pytest.fixture(scope="session")
 def fp32_bundle(tmp_path_factory):
-    return _export(tmp_path_factory, "fp32", "name: t-fp32\nmodel: {max_seq_len: 256}\nquant: {scheme: fp32}\n")
+    # with the shipped stream weights: forward + spec_step in one program; a
+    # branching tree, so tree masks and KV compaction run on the real model
+    return _export(
+        tmp_path_factory,
+        "fp32",
+        "name: t-fp32\nmodel: {max_seq_len: 256}\nquant: {scheme: fp32}\nstreams: {weights: smollm2-135m-streams-cpu120.pt, tree: [2, 1]}\n",
+    )
 
 
 @pytest.fixture(scope="session")
@@ -73,6 +79,24 @@ def test_manifest_and_metadata(fp32_bundle):
     r = _runner(fp32_bundle)
     assert (r.max_seq_len, r.vocab_size, r.eos_ids) == (256, 49152, (2,))
     assert r.constant("use_kv_cache") and r.constant("enable_dynamic_shape")
+    assert r.has_spec and (r.depth, r.topk, r.tree_size, r.branching) == (2, 2, 5, (2, 1))
+    assert m["speculative"]["tree_parents"] == [-1, 0, 0, 1, 2] and m["speculative"]["mode"] == "lossless"
+    assert {"forward", "spec_step", "get_spec_depth"} <= set(m["methods"])
+
+
+@pytest.mark.parametrize("case", GOLDEN["cases"], ids=lambda c: c["prompt"][:20])
+def test_fp32_speculative_program_equals_its_autoregressive_decoding(fp32_bundle, case):
+    """spec_step on the real model: greedy output identical to forward's, token for token."""
+    from edgespec.runtime.generate import generate, generate_spec
+
+    r = _runner(fp32_bundle)
+    kw = dict(max_new_tokens=48, max_seq_len=256, eos_ids=())
+    ar = generate(r.forward, case["prompt_ids"], **kw)
+    sp = generate_spec(r, case["prompt_ids"], **kw)
+    assert sp.completion_ids == ar.completion_ids
+    assert sum(sp.tokens_per_call) + 1 >= 48 and len(sp.tokens_per_call) == len(sp.step_times_s)
+    sampled = generate_spec(r, case["prompt_ids"], **kw, temperature=0.7, seed=1)
+    assert len(sampled.completion_ids) == 48 and sampled.completion_ids == generate_spec(r, case["prompt_ids"], **kw, temperature=0.7, seed=1).completion_ids
 
 
 @pytest.mark.parametrize("case", GOLDEN["cases"], ids=lambda c: c["prompt"][:20])
@@ -133,7 +157,12 @@ def test_cli_generate_json_info_and_bench(fp32_bundle):
     assert res.exit_code == 0, res.output
     stats = json.loads(res.output[res.output.index("{"):])
     assert stats["ar"]["new_tokens"] == 4 and stats["peak_rss_mb"] > 0 and stats["pte_mb"] > 100
-    assert "spec" not in stats  # an autoregressive-only program
+    assert stats["spec"]["new_tokens"] == 4 and stats["lossless"] is True
+
+    for mode in ("ar", "spec"):
+        res = cli.invoke(main, ["generate", "--bundle", str(fp32_bundle), "--prompt", GOLDEN["cases"][0]["prompt"], "--json", "--mode", mode])
+        out = json.loads(res.output.strip().splitlines()[-1])
+        assert out["mode"] == mode and out["completion_ids"] + [2] == GOLDEN["cases"][0]["greedy_ids"]
 
 
 def test_cli_generate_bad_input(fp32_bundle, tmp_path):
@@ -144,3 +173,8 @@ def test_cli_generate_bad_input(fp32_bundle, tmp_path):
     assert res.exit_code == 2 and "but the program's context is 256" in res.output
     res = cli.invoke(main, ["generate", "--bundle", str(tmp_path / "missing"), "--prompt", "hi"])
     assert res.exit_code == 2 and "not found" in res.output
+
+
+def test_spec_mode_on_an_autoregressive_only_bundle_is_a_clear_error(q_bundle):
+    res = CliRunner().invoke(main, ["generate", "--bundle", str(q_bundle), "--prompt", "Hi", "--mode", "spec"])
+    assert res.exit_code == 2 and "no speculative methods" in res.output

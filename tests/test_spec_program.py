@@ -1,4 +1,4 @@
-"""The speculative program methods (spec_prefill / spec_step) on tiny random models:
+"""The speculative program (forward + spec_step) on tiny random models:
 eagerly (the code that is exported) and as a real ExecuTorch program."""
 
 import pytest
@@ -36,10 +36,12 @@ def test_eager_program_equals_autoregressive_and_reference_loop(tiny_model, bran
         ref = spec_generate(spec, tree, prompt, max_new_tokens=30, eos_ids=())
         got = generate_spec(methods, prompt, max_new_tokens=30, max_seq_len=64, eos_ids=())
         assert got.completion_ids == ar.completion_ids
-        # same drafts as the reference loop: the same number of tokens at every call (the
-        # reference counts the last call after truncation to max_new_tokens, so leave it out)
+        # same drafts as the reference loop: the same number of tokens at every call (here
+        # the first call, on a placeholder draft, yields what the reference's prefill does;
+        # the reference counts its last call after truncation to max_new_tokens: leave it out)
         k = len(ref.stats.tokens_per_call) - 1
-        assert got.tokens_per_call[:k] == ref.stats.tokens_per_call[:k]
+        assert got.tokens_per_call[0] == 1
+        assert got.tokens_per_call[1 : k + 1] == ref.stats.tokens_per_call[:k]
 
 
 @pytest.mark.parametrize("branching", [(2, 2, 2), (1, 1, 1)])
@@ -68,8 +70,8 @@ def test_shared_mode_main_stream_uses_the_adapters(tiny_model):
     lossless = SpecProgram(_spec_model(tiny_model, 2), Tree((1, 1))).eval()
     shared = SpecProgram(_spec_model(tiny_model, 2, mode="shared"), Tree((1, 1))).eval()
     tokens = torch.tensor([[5, 6, 7, 8]])
-    a, _ = lossless.prefill(tokens, torch.tensor([0]))
-    b, _ = shared.prefill(tokens, torch.tensor([0]))
+    a = lossless(tokens, torch.tensor([0]))
+    b = shared(tokens, torch.tensor([0]))
     ref = tiny_model(tokens, torch.tensor([0]))
     assert torch.allclose(a, ref, atol=1e-5)
     assert not torch.allclose(b, ref, atol=1e-3)
@@ -95,7 +97,7 @@ def test_decoding_finishes_autoregressively_near_the_end_of_the_context(tiny_mod
 
 @pytest.fixture(scope="module")
 def spec_pte(tmp_path_factory):
-    """A tiny three-method program (forward, spec_prefill, spec_step) run by ExecuTorch."""
+    """A tiny two-method program (forward, spec_step) run by ExecuTorch."""
     from edgespec.export.program import ProgramMeta, lower_to_executorch
     from edgespec.export.spec_program import export_spec_methods, spec_meta
     from edgespec.models.llama import LlamaArgs, Transformer
@@ -128,17 +130,22 @@ def test_program_spec_greedy_equals_program_autoregressive(spec_pte):
 
 
 def test_program_methods_share_one_kv_cache(spec_pte):
-    """spec_prefill fills the cache that forward then reads: the modes mix on one conversation."""
+    """forward fills the cache that spec_step reads, and the other way round."""
     from edgespec.runtime.program import ProgramRunner
+    from edgespec.spec.tree import placeholder_draft
 
     runner = ProgramRunner(spec_pte[0])
     prompt = _prompts(1, 97, length=9)[0]
-    full = runner.forward(torch.tensor([prompt + [7]]), 0)
-    logits, draft = runner.spec_prefill(torch.tensor([prompt]), 0)
-    assert draft.shape == (3, 2)
-    assert torch.allclose(logits, runner.forward(torch.tensor([prompt]), 0), atol=1e-5)
-    runner.spec_prefill(torch.tensor([prompt]), 0)
-    after = runner.forward(torch.tensor([[7]]), len(prompt))  # reads the prompt's K/V from spec_prefill
+    greedy = int(runner.forward(torch.tensor([prompt]), 0).argmax())
+    runner.forward(torch.tensor([prompt[:-1]]), 0)
+    half, noise = torch.full((runner.tree_size, runner.topk), 0.5), torch.zeros(97)
+    toks, draft = runner.spec_step(prompt[-1], placeholder_draft(runner.depth, runner.topk), len(prompt) - 1, 0.0, half, noise)
+    assert toks[0] == greedy and draft.shape == (3, 2)  # the step read the prompt's K/V
+    # the step wrote the K/V of the root; forward continues from what the step accepted
+    full = runner.forward(torch.tensor([prompt + toks]), 0)
+    runner.forward(torch.tensor([prompt[:-1]]), 0)
+    runner.spec_step(prompt[-1], placeholder_draft(runner.depth, runner.topk), len(prompt) - 1, 0.0, half, noise)
+    after = runner.forward(torch.tensor([toks[-1:]]), len(prompt) + len(toks) - 1)
     assert torch.allclose(after, full, atol=1e-4)
 
 
@@ -167,3 +174,9 @@ def test_lookup_drafts_change_speed_not_output(tiny_model):
         assert looked.completion_ids == plain.completion_ids == ar.completion_ids
         # random tiny models fall into loops, which lookup predicts
         assert looked.mean_accepted >= plain.mean_accepted
+
+
+def test_one_token_prompt(tiny_model):
+    methods = EagerSpecMethods(SpecProgram(_spec_model(tiny_model, 2), Tree((2, 1))).eval())
+    ar = generate(eager_step(tiny_model), [5], max_new_tokens=12, max_seq_len=64, eos_ids=())
+    assert generate_spec(methods, [5], max_new_tokens=12, max_seq_len=64, eos_ids=()).completion_ids == ar.completion_ids

@@ -1,9 +1,15 @@
-"""Speculative Streaming as program methods: a prefill that drafts, and one call per step
-that verifies the previous draft and drafts the next.
+"""Speculative Streaming as a program method: one call per step verifies the previous
+draft and drafts the next. The program has two methods sharing one KV cache (same buffer
+names, lowered with shared mutable buffers): `forward` (the main stream, autoregressive,
+dynamic length: it prefills prompts) and `spec_step`.
 
-Both methods share the program's KV cache with the autoregressive `forward` (the buffers
-have the same names in every method and the program is lowered with shared mutable
-buffers), so a runtime can switch between modes on one conversation.
+A prompt is prefilled by `forward` over all but its last token; the first `spec_step`
+then takes the last prompt token as its root with a placeholder draft: it emits the first
+new token(s) and the first real draft. So there is no separate drafting prefill method:
+every method carries its own packed copy of the weights in ExecuTorch's XNNPACK runtime
+(no weight cache in the pip build: +100 MB resident per 8da4w method, measured), and a
+third method would push the speculative program's memory past the autoregressive one's
+by a third instead of a sixth.
 
 step(last, draft, input_pos, temperature, uniforms, gumbel) -> (tokens, n, next draft)
  1. tree rows: the last emitted token (root, at input_pos) and the draft's candidates,
@@ -26,7 +32,7 @@ from torch import nn
 
 from edgespec.export import constants as C
 from edgespec.spec.msa import SpecModel
-from edgespec.spec.tree import Tree
+from edgespec.spec.tree import Tree, placeholder_draft
 from edgespec.spec.verify import accept_tree
 
 
@@ -47,8 +53,7 @@ class SpecProgram(nn.Module):
         self.register_buffer("tree_valid", valid, persistent=False)
         self.register_buffer("node_depth", torch.tensor(tree.depth, dtype=torch.long), persistent=False)
         self.register_buffer("fill_index", tree.fill_index(), persistent=False)
-        bias = torch.zeros(tree.size, tree.size).masked_fill(~tree.ancestor_mask(), float("-inf"))
-        self.register_buffer("tree_bias", bias, persistent=False)
+        self.register_buffer("tree_visible", tree.ancestor_mask(), persistent=False)
 
     @property
     def max_seq_len(self) -> int:
@@ -85,14 +90,15 @@ class SpecProgram(nn.Module):
         torch._check(start_pos >= 0)
         torch._check(start_pos + rows <= self.max_seq_len)
 
-    def prefill(self, tokens: torch.Tensor, input_pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """tokens [1, T] at input_pos [1] -> (logits of the last row [1, V] fp32, draft [D, k])."""
+    def forward(self, tokens: torch.Tensor, input_pos: torch.Tensor) -> torch.Tensor:
+        """The main stream, autoregressively: tokens [1, T] at input_pos [1] -> logits of the
+        last row [1, V] fp32. In Lossless mode this is the base model; in Shared mode the
+        main rows use the fine-tuned adapters, as in spec_step."""
         T = tokens.shape[1]
         start = input_pos[0].item()
-        self._check_pos(start, T + self.depth)
-        h0, h = self._main(tokens, start, torch.arange(T) + start, None, False)
-        logits = self.base.output(h[-1:]).float()
-        return logits, self._draft(h0[-1], start + T)
+        self._check_pos(start, T)
+        _, h = self._main(tokens, start, torch.arange(T) + start, None, False)
+        return self.base.output(h[-1:]).float()
 
     def step(
         self,
@@ -113,12 +119,14 @@ class SpecProgram(nn.Module):
         R = self.tree.size
         pos = input_pos[0].item()
         self._check_pos(pos, R + self.depth)
-        torch._check(pos >= 1)  # a step follows a prefill of at least one token
+        torch._check(pos >= 0)
         nodes = torch.cat([last, draft.reshape(-1).index_select(0, self.fill_index)])  # [R]
         if self.tree.is_chain:  # a line: causal attention is tree attention
             mask = None
-        else:  # context fully visible, tree rows see their ancestors
-            mask = torch.cat([torch.zeros(R, pos, dtype=self.tree_bias.dtype), self.tree_bias], 1)  # [R, pos + R]
+        else:  # context fully visible, tree rows see their ancestors: [R, pos + R] additive
+            rel = torch.arange(pos + R) - pos  # key slot relative to the root
+            visible = (rel < 0) | self.tree_visible.index_select(1, rel.clamp(min=0))
+            mask = torch.zeros(visible.shape).masked_fill(~visible, float("-inf"))
         h0, h = self._main(nodes[None], pos, self.node_depth + pos, mask, True)
         logits = self.base.output(h).float()  # [R, V]
         path, n, tokens = accept_tree(self.tree_children, self.tree_valid, self.depth, nodes, logits, temperature, uniforms, gumbel)
@@ -144,16 +152,15 @@ class _Method(nn.Module):
         self.program, self.name = program, name
 
     def forward(self, *args):
-        fn = self.program.base if self.name == C.FORWARD else getattr(self.program, self.name)
-        return fn(*args)
+        return getattr(self.program, self.name)(*args)
 
 
 def example_step_inputs(program: SpecProgram) -> tuple[torch.Tensor, ...]:
     R, D, k, V = program.tree.size, program.depth, program.k, program.base.args.vocab_size
     return (
         torch.zeros(1, dtype=torch.long),
-        torch.zeros(D, k, dtype=torch.long),
-        torch.zeros(1, dtype=torch.long),
+        placeholder_draft(D, k),
+        torch.ones(1, dtype=torch.long),
         torch.zeros(1),
         torch.full((R, k), 0.5),
         torch.zeros(V),
@@ -161,15 +168,12 @@ def example_step_inputs(program: SpecProgram) -> tuple[torch.Tensor, ...]:
 
 
 def export_spec_methods(program: SpecProgram) -> dict[str, torch.export.ExportedProgram]:
-    """`torch.export` of forward (autoregressive), spec_prefill and spec_step."""
-    S = program.max_seq_len
-    seq = torch.export.Dim("seq_len", min=1, max=S - 1)
-    pre = torch.export.Dim("prefill_len", min=1, max=S - 1 - program.depth)
+    """`torch.export` of forward (autoregressive, dynamic length) and spec_step."""
+    seq = torch.export.Dim("seq_len", min=1, max=program.max_seq_len - 1)
     tokens, pos = torch.zeros((1, 4), dtype=torch.long), torch.zeros((1,), dtype=torch.long)
     out = {}
     with torch.no_grad():
-        out[C.FORWARD] = torch.export.export(_Method(program, C.FORWARD), (tokens, pos), dynamic_shapes=(({1: seq}, None),), strict=False)
-        out[C.SPEC_PREFILL] = torch.export.export(_Method(program, "prefill"), (tokens, pos), dynamic_shapes=(({1: pre}, None),), strict=False)
+        out[C.FORWARD] = torch.export.export(_Method(program, "forward"), (tokens, pos), dynamic_shapes=(({1: seq}, None),), strict=False)
         out[C.SPEC_STEP] = torch.export.export(_Method(program, "step"), example_step_inputs(program), strict=False)
     return out
 
@@ -189,15 +193,10 @@ class EagerSpecMethods:
         self.vocab_size = program.base.args.vocab_size
 
     @torch.no_grad()
-    def spec_prefill(self, tokens: torch.Tensor, start_pos: int) -> tuple[torch.Tensor, torch.Tensor]:
-        logits, draft = self.program.prefill(tokens, torch.tensor([start_pos]))
-        return logits[0], draft
-
-    @torch.no_grad()
     def spec_step(self, last: int, draft, pos: int, temperature: float, uniforms, gumbel) -> tuple[list[int], torch.Tensor]:
         toks, n, nxt = self.program.step(torch.tensor([last]), draft, torch.tensor([pos]), torch.tensor([temperature]), uniforms, gumbel)
         return toks[: int(n)].tolist(), nxt
 
     @torch.no_grad()
     def forward(self, tokens: torch.Tensor, start_pos: int) -> torch.Tensor:
-        return self.program.base(tokens, torch.tensor([start_pos]))[0]
+        return self.program(tokens, torch.tensor([start_pos]))[0]

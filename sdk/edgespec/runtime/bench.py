@@ -17,8 +17,17 @@ Decoder = Callable[..., GenerationResult]
 
 
 def peak_rss_mb() -> float:
-    """Peak resident set size of this process so far (Linux reports KiB)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    """Peak resident set size of this process so far, in MB.
+
+    Linux: VmHWM of this process image. (getrusage's ru_maxrss survives exec, so a worker
+    started by fork + exec from a big parent would report the parent's size.)"""
+    try:
+        for line in open("/proc/self/status"):
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
 def summarize(results: list[GenerationResult]) -> dict:

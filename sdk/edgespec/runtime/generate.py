@@ -15,6 +15,7 @@ import torch
 from edgespec.errors import EdgespecError
 from edgespec.runtime.sampling import sample
 from edgespec.spec.baselines import lookup_continuation, with_lookup
+from edgespec.spec.tree import placeholder_draft
 
 StepFn = Callable[[torch.Tensor, int], torch.Tensor]
 
@@ -109,8 +110,6 @@ class SpecMethods(Protocol):
     tree_size: int
     vocab_size: int
 
-    def spec_prefill(self, tokens: torch.Tensor, start_pos: int) -> tuple[torch.Tensor, torch.Tensor]: ...
-
     def spec_step(self, last: int, draft: torch.Tensor, pos: int, temperature: float, uniforms: torch.Tensor, gumbel: torch.Tensor) -> tuple[list[int], torch.Tensor]: ...
 
     def forward(self, tokens: torch.Tensor, start_pos: int) -> torch.Tensor: ...
@@ -148,16 +147,18 @@ def generate_spec(
     no_noise = torch.zeros(methods.vocab_size)
 
     t0 = time.perf_counter()
-    logits, draft = methods.spec_prefill(torch.tensor([prompt_ids], dtype=torch.long), 0)
+    if len(prompt_ids) > 1:  # all but the last prompt token; the first step takes that one
+        methods.forward(torch.tensor([prompt_ids[:-1]], dtype=torch.long), 0)
     prefill_s = time.perf_counter() - t0
 
     out: list[int] = []
     steps: list[float] = []
     per_call: list[int] = []
-    pos = len(prompt_ids)
+    pos = len(prompt_ids) - 1
     t_dec = time.perf_counter()
-    x = sample(logits, temperature, gen)
-    new = [x]
+    x = prompt_ids[-1]
+    draft = placeholder_draft(methods.depth, k)
+    new: list[int] = []
     while True:
         # emit `new`, stopping at EOS or the token budget
         for tok in new:

@@ -42,8 +42,7 @@ class ProgramRunner:
             self.topk = int(self.constant(C.GET_SPEC_TOPK))
             self.tree_size = int(self.constant(C.GET_SPEC_TREE_SIZE))
             self.branching = tuple(int(x) for x in self.constant(C.GET_SPEC_BRANCHING, many=True))
-            self._prefill = self.program.load_method(C.SPEC_PREFILL)
-            self._step = self.program.load_method(C.SPEC_STEP)
+            self._step = None  # loaded on first use: each method holds its own packed weights
 
     def constant(self, name: str, many: bool = False):
         """The value a metadata method returns."""
@@ -57,13 +56,10 @@ class ProgramRunner:
         out = self._forward.execute([tokens, torch.tensor([start_pos], dtype=torch.long)])
         return out[0].reshape(-1, self.vocab_size)[-1]
 
-    def spec_prefill(self, tokens: torch.Tensor, start_pos: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """(logits of the last prompt row [V], first draft [D, K])."""
-        logits, draft = self._prefill.execute([tokens, torch.tensor([start_pos], dtype=torch.long)])
-        return logits.reshape(-1), draft
-
     def spec_step(self, last: int, draft: torch.Tensor, pos: int, temperature: float, uniforms: torch.Tensor, gumbel: torch.Tensor) -> tuple[list[int], torch.Tensor]:
         """One verify-and-draft call: (emitted tokens, next draft [D, K])."""
+        if self._step is None:
+            self._step = self.program.load_method(C.SPEC_STEP)
         toks, n, nxt = self._step.execute(
             [torch.tensor([last], dtype=torch.long), draft, torch.tensor([pos], dtype=torch.long), torch.tensor([temperature], dtype=torch.float32), uniforms, gumbel]
         )

@@ -105,3 +105,9 @@ class Tree:
     def fill_index(self) -> torch.Tensor:
         """[n - 1] flat indices into a [g, k_max] candidate table for nodes 1..n-1 (see `fill`)."""
         return torch.tensor([(self.depth[i] - 1) * self.k_max + self.rank[i] for i in range(1, self.size)], dtype=torch.long)
+
+
+def placeholder_draft(depth: int, topk: int) -> torch.Tensor:
+    """A [depth, topk] draft for the first step after a prefill: distinct ids per depth
+    (lossless sampling needs distinct siblings); verification rejects what does not fit."""
+    return torch.arange(topk, dtype=torch.long).repeat(depth, 1)

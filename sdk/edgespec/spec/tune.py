@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import torch
 
 from edgespec.spec.msa import SpecModel
-from edgespec.spec.tree import Tree
+from edgespec.spec.tree import Tree, placeholder_draft
 
 
 @torch.no_grad()
@@ -106,8 +106,9 @@ def forward_cost(runner, context: int, reps: int = 7) -> float:
 
 def step_cost(runner, context: int, reps: int = 7) -> float:
     """Seconds of one greedy spec_step at position `context` (after a prefill)."""
-    _, draft = runner.spec_prefill(torch.zeros((1, context), dtype=torch.long), 0)
+    runner.forward(torch.zeros((1, context), dtype=torch.long), 0)
     R, k = runner.tree_size, runner.topk
+    _, draft = runner.spec_step(0, placeholder_draft(runner.depth, k), context, 0.0, torch.full((R, k), 0.5), torch.zeros(runner.vocab_size))
     half, noise = torch.full((R, k), 0.5), torch.zeros(runner.vocab_size)
     return time_call(lambda: runner.spec_step(0, draft, context, 0.0, half, noise), reps=reps)
 
