@@ -10,7 +10,7 @@ FORWARD = "forward"  # (tokens int64 [1, T], input_pos int64 [1]) -> logits fp32
 # the speculative method (present when the bundle has streams), sharing forward's KV cache:
 # spec_step(last int64 [1], draft int64 [D, K], input_pos int64 [1], temperature fp32 [1],
 #           uniforms fp32 [R, K], gumbel fp32 [V]) -> (tokens int64 [D + 1], n int64 [1], draft int64 [D, K])
-# After `forward` prefills all but the last prompt token, the first call takes that token as
+# After `forward` prefills the prompt, the first call takes the first generated token as
 # `last` with a placeholder draft (distinct ids per depth, e.g. 0..K-1).
 SPEC_STEP = "spec_step"
 

@@ -3,9 +3,9 @@ draft and drafts the next. The program has two methods sharing one KV cache (sam
 names, lowered with shared mutable buffers): `forward` (the main stream, autoregressive,
 dynamic length: it prefills prompts) and `spec_step`.
 
-A prompt is prefilled by `forward` over all but its last token; the first `spec_step`
-then takes the last prompt token as its root with a placeholder draft: it emits the first
-new token(s) and the first real draft. So there is no separate drafting prefill method:
+A prompt is prefilled by `forward` (as in autoregressive decoding); the first `spec_step`
+starts from the first generated token with a placeholder draft and produces the first real
+draft. So there is no separate drafting prefill method:
 every method carries its own packed copy of the weights in ExecuTorch's XNNPACK runtime
 (no weight cache in the pip build: +100 MB resident per 8da4w method, measured), and a
 third method would push the speculative program's memory past the autoregressive one's

@@ -146,19 +146,20 @@ def generate_spec(
     half = torch.full((R, k), 0.5)
     no_noise = torch.zeros(methods.vocab_size)
 
+    # the prompt exactly as `generate` prefills it (same call, same numerics), then the first
+    # step starts from the sampled token with a placeholder draft and yields the first draft
     t0 = time.perf_counter()
-    if len(prompt_ids) > 1:  # all but the last prompt token; the first step takes that one
-        methods.forward(torch.tensor([prompt_ids[:-1]], dtype=torch.long), 0)
+    logits = methods.forward(torch.tensor([prompt_ids], dtype=torch.long), 0)
     prefill_s = time.perf_counter() - t0
 
     out: list[int] = []
     steps: list[float] = []
     per_call: list[int] = []
-    pos = len(prompt_ids) - 1
     t_dec = time.perf_counter()
-    x = prompt_ids[-1]
+    x = sample(logits, temperature, gen)
+    new = [x]
+    pos = len(prompt_ids)  # position of x, the last emitted token (not yet in the cache)
     draft = placeholder_draft(methods.depth, k)
-    new: list[int] = []
     while True:
         # emit `new`, stopping at EOS or the token budget
         for tok in new:
