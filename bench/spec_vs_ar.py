@@ -39,7 +39,9 @@ def _prompts(n: int, tokenizer) -> list[tuple[str, str, list[int]]]:
 
 def _margin(runner, ids: list[int]) -> float:
     """Top-1 minus top-2 logit of the program's AR prediction after `ids`."""
-    top = runner.forward(__import__("torch").tensor([ids]), 0).topk(2).values
+    import torch
+
+    top = runner.forward(torch.tensor([ids]), 0).topk(2).values
     return float(top[0] - top[1])
 
 
@@ -52,7 +54,8 @@ def run_suite(bundle: str, n: int, max_new_tokens: int, lookup: int) -> dict:
     kw = dict(max_new_tokens=max_new_tokens, max_seq_len=runner.max_seq_len, eos_ids=runner.eos_ids)
     rows = []
     warm = _prompts(1, tokenizer)[0][2]
-    generate(runner.forward, warm, **kw), generate_spec(runner, warm, lookup=lookup, **kw)  # warm-up
+    generate(runner.forward, warm, **kw)  # warm-up, both modes
+    generate_spec(runner, warm, lookup=lookup, **kw)
     for i, (task, _, ids) in enumerate(_prompts(n, tokenizer)):
         runs = {}
         for mode in (("ar", "spec") if i % 2 == 0 else ("spec", "ar")):

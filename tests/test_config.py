@@ -52,8 +52,6 @@ def test_missing_and_invalid_yaml(tmp_path):
 
 
 def test_every_shipped_recipe_loads_and_names_existing_stream_weights():
-    from edgespec.spec.msa import load_streams  # noqa: F401  (resolution rule lives there)
-
     for path in sorted((ROOT / "recipes").glob("*.yaml")):
         recipe = load_recipe(path)
         if recipe.streams.weights:
