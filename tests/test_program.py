@@ -30,13 +30,18 @@ def fp32_bundle(tmp_path_factory):
     return _export(
         tmp_path_factory,
         "fp32",
-        "name: t-fp32\nmodel: {max_seq_len: 256}\nquant: {scheme: fp32}\nstreams: {weights: smollm2-135m-streams-cpu120.pt, tree: [2, 1]}\n",
+        "name: t-fp32\nmodel: {max_seq_len: 256}\nquant: {scheme: fp32}\nstreams: {weights: smollm2-135m-streams-cpu120.pt, tree: [2, 1]}\nvalidate: {enabled: false}\n",
     )
 
 
 @pytest.fixture(scope="session")
 def q_bundle(tmp_path_factory):
-    return _export(tmp_path_factory, "8da4w", "name: t-8da4w\nmodel: {max_seq_len: 256}\nquant: {scheme: 8da4w, group_size: 32}\nnumerics: {search: false}\n")
+    # the export's validate stage runs for real: two suites, the fp32 base model as reference
+    return _export(
+        tmp_path_factory,
+        "8da4w",
+        "name: t-8da4w\nmodel: {max_seq_len: 256}\nquant: {scheme: 8da4w, group_size: 32}\nnumerics: {search: false}\nvalidate: {suites: [rag, qa], prompts_per_suite: 2}\n",
+    )
 
 
 def _runner(bundle):
@@ -178,3 +183,28 @@ def test_cli_generate_bad_input(fp32_bundle, tmp_path):
 def test_spec_mode_on_an_autoregressive_only_bundle_is_a_clear_error(q_bundle):
     res = CliRunner().invoke(main, ["generate", "--bundle", str(q_bundle), "--prompt", "Hi", "--mode", "spec"])
     assert res.exit_code == 2 and "no speculative methods" in res.output
+
+
+def test_8da4w_export_validated_the_program(q_bundle):
+    m = json.loads((q_bundle / "manifest.json").read_text())
+    v = m["validation"]
+    assert v["passed"] and v["prompts"] == 4 and [g["name"] for g in v["gates"]] == ["max_accuracy_drop"]
+    report = json.loads((q_bundle / "report.json").read_text())
+    assert report["precision"] == "8da4w" and set(report["suites"]) == {"rag", "qa"}
+    assert 0.0 <= report["overall"]["score"] <= 1.0 and 0.0 <= report["overall"]["reference_score"] <= 1.0
+    assert "report.md" in m["files"] and "accuracy_vs_precision.png" in m["files"]
+
+
+def test_validate_speculative_bundle(fp32_bundle, tmp_path, monkeypatch):
+    monkeypatch.setenv("EDGESPEC_CACHE", str(tmp_path / "cache"))
+    base = ["validate", "--bundle", str(fp32_bundle), "--suite", "rag", "--suite", "qa", "--prompts-per-suite", "2", "--reference", "none"]
+    res = CliRunner().invoke(main, [*base, "--json", "-o", str(tmp_path / "rep")])
+    assert res.exit_code == 0, res.output
+    report = json.loads(res.output[res.output.index("{"):])
+    o = report["overall"]
+    assert o["lossless"] == "4/4" and o["spec"]["tokens_per_call"] >= 1.0 and o["spec"]["speedup"] > 0
+    assert {g["name"]: g["passed"] for g in report["gates"]} == {"lossless": True}
+    assert set(report["peak_rss_mb"]) == {"ar", "spec"}
+    assert (tmp_path / "rep" / "accepted_length.png").is_file()
+    res = CliRunner().invoke(main, [*base, "--min-speedup", "50"])
+    assert res.exit_code == 1 and "gate FAIL: speculative speedup" in res.output and "short by" in res.output

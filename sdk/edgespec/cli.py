@@ -2,7 +2,8 @@
 
 Flags map 1:1 to config fields or function arguments; heavy modules (torch, torchao,
 ExecuTorch) are imported inside the commands, so `edgespec --help` is instant.
-Every `EdgespecError` is printed as one line `error: ...` with exit code 2.
+Every `EdgespecError` is printed as one line `error: ...` with exit code 2 (1 when a
+validation gate failed).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ def _friendly(fn):
             return fn(*args, **kwargs)
         except EdgespecError as e:
             click.echo(f"error: {e}", err=True)
-            sys.exit(2)
+            sys.exit(getattr(e, "exit_code", 2))
 
     return wrapper
 
@@ -66,46 +67,40 @@ def export(recipe: str | None, outdir: str) -> None:
                 bar.update(1)
             bar.set_postfix_str(name)
 
-        result = export_bundle(cfg, outdir, on_stage=on_stage)
+        def on_progress(phase: str, done: int, total: int) -> None:
+            bar.set_postfix_str(f"validate: {phase} {done}/{total}")
+
+        result = export_bundle(cfg, outdir, on_stage=on_stage, on_progress=on_progress)
         bar.update(1)
     m = result.manifest
     size_mb = m["files"]["model.pte"]["bytes"] / 1e6
     total = sum(result.stage_seconds.values())
     parts = ", ".join(f"{k} {v:.0f}s" for k, v in result.stage_seconds.items())
-    click.echo(f"wrote {result.bundle_dir} ({cfg.quant.scheme}, model.pte {size_mb:.1f} MB) in {total:.0f}s [{parts}]")
+    v = m.get("validation")
+    checked = ""
+    if v:
+        spec = f", spec {v['spec']['tokens_per_s']:.1f} tok/s ({v['spec']['speedup']:.2f}x, lossless {v['lossless']})" if v.get("spec") else ""
+        ref = f" (fp32 base {v['reference_score']:.3f})" if v.get("reference_score") is not None else ""
+        checked = f"; validated on {v['prompts']} prompts: score {v['score']:.3f}{ref}, AR {v['ar_tokens_per_s']:.1f} tok/s{spec}, gates passed; report {result.bundle_dir}/report.md"
+    click.echo(f"wrote {result.bundle_dir} ({cfg.quant.scheme}, model.pte {size_mb:.1f} MB) in {total:.0f}s [{parts}]{checked}")
 
 
 def _load_bundle(bundle: str):
-    from edgespec.bundle import read_manifest
-    from edgespec.models.tokenizer import Tokenizer
-    from edgespec.runtime.program import ProgramRunner
+    from edgespec.runtime.session import open_bundle
 
-    manifest = read_manifest(bundle)
-    tk = manifest["tokenizer"]
-    tokenizer = Tokenizer.from_file(
-        Path(bundle) / tk["file"], chat_template=tk.get("chat_template"), bos_id=tk.get("bos_id"), eos_ids=tuple(tk["eos_ids"]), add_bos=tk.get("add_bos", False)
-    )
-    return manifest, tokenizer, ProgramRunner(Path(bundle) / "model.pte")
+    return open_bundle(bundle)
 
 
 def _prompt_ids(tokenizer, prompt: str, chat_template: bool) -> list[int]:
-    if not prompt.strip():
-        raise EdgespecError("the prompt is empty")
-    text = tokenizer.apply_chat_template(prompt) if chat_template and tokenizer.chat_template else prompt
-    return tokenizer.encode(text)
+    from edgespec.runtime.session import prompt_ids
+
+    return prompt_ids(tokenizer, prompt, chat_template)
 
 
 def _decoder(runner, mode: str, lookup: int = 0):
-    """`generate` or `generate_spec` bound to the runner, by --mode (auto: spec when present)."""
-    from edgespec.runtime.generate import generate, generate_spec
+    from edgespec.runtime.session import decoder
 
-    if mode == "auto":
-        mode = "spec" if runner.has_spec else "ar"
-    if mode == "spec":
-        if not runner.has_spec:
-            raise EdgespecError(f"program '{runner.path}' has no speculative methods (export with trained streams: recipe streams.weights); use --mode ar")
-        return mode, functools.partial(generate_spec, runner, lookup=lookup)
-    return mode, functools.partial(generate, runner.forward)
+    return decoder(runner, mode, lookup)
 
 
 MODE = click.option("--mode", type=click.Choice(["auto", "spec", "ar"]), default="auto", show_default=True, help="spec: speculative (one call verifies and drafts); ar: one token per call; auto: spec when the program has it.")
@@ -185,6 +180,85 @@ def bench(bundle: str, prompt: str, max_new_tokens: int, warmup: int, runs: int,
     else:
         for k, v in stats.items():
             click.echo(f"{k:>28}: {v}")
+
+
+@main.command()
+@click.option("--bundle", required=True, type=click.Path(), help="Bundle directory from `edgespec export`.")
+@click.option("--suite", "suites", multiple=True, help="A built-in suite (summarization, translation, qa, math, sql, rag) or a .jsonl file; repeat for several. Default: the bundle recipe's validate.suites.")
+@click.option("--prompts-per-suite", type=click.IntRange(min=1), help="Override validate.prompts_per_suite.")
+@click.option("--runs", type=click.IntRange(min=1, max=100), help="Override validate.runs (repetitions per prompt; median).")
+@click.option("--seed", type=int, help="Override validate.seed (which prompts each suite draws).")
+@click.option("--lookup", type=click.IntRange(min=0, max=8), help="Override validate.lookup (also measure prompt-lookup drafting).")
+@click.option("--reference", type=click.Choice(["fp32", "none"]), help="Override validate.reference.")
+@click.option("--min-speedup", type=click.FloatRange(min=0.0), help="Override validate.gates.min_speedup.")
+@click.option("--max-accuracy-drop", type=float, help="Override validate.gates.max_accuracy_drop (negative: off).")
+@click.option("-o", "--out", type=click.Path(file_okay=False), help="Write report.json, report.md and plots here.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@_friendly
+def validate(bundle: str, suites: tuple[str, ...], prompts_per_suite: int | None, runs: int | None, seed: int | None, lookup: int | None, reference: str | None, min_speedup: float | None, max_accuracy_drop: float | None, out: str | None, as_json: bool) -> None:
+    """Run the bundle's program on the task suites and check the gates (exit 1 if one fails)."""
+    from edgespec.bundle import read_manifest
+    from edgespec.config import Recipe, from_dict
+
+    manifest = read_manifest(bundle)
+    recipe = from_dict(Recipe, manifest["recipe"])
+    fields = {k: v for k, v in {"suites": list(suites) or None, "prompts_per_suite": prompts_per_suite, "runs": runs, "seed": seed, "lookup": lookup, "reference": reference}.items() if v is not None}
+    gates = {k: v for k, v in {"min_speedup": min_speedup, "max_accuracy_drop": max_accuracy_drop}.items() if v is not None}
+    if gates:
+        fields["gates"] = {**recipe.to_dict()["validate"]["gates"], **gates}
+    cfg = recipe.replace(validate=fields).validate if fields else recipe.validate
+    _quiet_runtime_logs()
+    report = _run_validation(bundle, cfg, source=None)
+    if out:
+        from edgespec.harness.report import write_report
+
+        write_report(report, out)
+    if as_json:
+        click.echo(json.dumps(report, indent=1))
+    else:
+        click.echo(_validation_summary(report))
+    if not report["passed"]:
+        sys.exit(1)
+
+
+def _run_validation(bundle, cfg, source):
+    from tqdm import tqdm
+
+    from edgespec.harness.validate import validate_bundle
+
+    bars: dict = {}
+
+    def on_progress(phase: str, done: int, total: int) -> None:
+        if phase not in bars:
+            for b in bars.values():
+                b.close()
+            bars.clear()
+            bars[phase] = tqdm(total=total, desc=f"validate [{phase}]", unit="step", file=sys.stderr, leave=False)
+        bars[phase].n = done
+        bars[phase].refresh()
+
+    try:
+        return validate_bundle(bundle, cfg, source=source, on_progress=on_progress)
+    finally:
+        for b in bars.values():
+            b.close()
+
+
+def _validation_summary(report: dict) -> str:
+    o = report["overall"]
+    lines = [f"{'suite':<14}{'metric':<18}{'score':>7}{'fp32':>7}{'AR tok/s':>10}{'spec tok/s':>11}{'speedup':>9}{'tok/call':>9}{'lossless':>10}"]
+    for name, s in [*report["suites"].items(), ("all", {**o, "metric": "mean"})]:
+        sp = s.get("spec") or {}
+        ref = s.get("reference_score")
+        lines.append(
+            f"{name:<14}{s['metric']:<18}{s['score']:>7.3f}{'' if ref is None else f'{ref:.3f}':>7}{s['ar']['tokens_per_s']:>10.1f}"
+            f"{sp.get('tokens_per_s', float('nan')):>11.1f}{sp.get('speedup', float('nan')):>9.3f}{sp.get('tokens_per_call', float('nan')):>9.3f}{s['lossless'] if sp else '':>10}"
+        )
+    lines.append("peak RSS " + ", ".join(f"{k} {v:.0f} MB" for k, v in report["peak_rss_mb"].items()) + f"; program {report['program_bytes'] / 1e6:.1f} MB")
+    for g in report["gates"]:
+        lines.append(f"gate {'pass' if g['passed'] else 'FAIL'}: {g['message']}")
+    lines.append("validation " + ("passed" if report["passed"] else "FAILED"))
+    return "\n".join(lines)
 
 
 @main.command()

@@ -140,6 +140,59 @@ class ExportConfig:
         pass
 
 
+SUITE_NAMES = ("summarization", "translation", "qa", "math", "sql", "rag")
+
+
+@dataclass(frozen=True)
+class GatesConfig:
+    """What a bundle must show before `edgespec export` writes it (`edgespec validate` exits 1).
+
+    min_speedup: speculative / autoregressive decode tokens/s on the suites (median of the
+    per-prompt ratios); 0 turns it off, > 0 requires speculative methods.
+    lossless: speculative greedy output identical to autoregressive greedy output on every prompt.
+    max_accuracy_drop: largest allowed drop of the mean task score (0..1, averaged over suites)
+    below the fp32 base model's on the same prompts; negative turns it off.
+    no_overflow: the chosen pre-normalizers had no overflow/underflow on any search row.
+    """
+
+    min_speedup: float = 0.0
+    lossless: bool = True
+    max_accuracy_drop: float = 0.10
+    no_overflow: bool = True
+
+    def validate(self, path: str = "validate.gates") -> None:
+        _require(0.0 <= self.min_speedup <= 100.0, f"{path}.min_speedup", f"must be in [0, 100], got {self.min_speedup}")
+        _require(self.max_accuracy_drop <= 1.0, f"{path}.max_accuracy_drop", f"must be <= 1 (scores are in [0, 1]), got {self.max_accuracy_drop}")
+
+
+@dataclass(frozen=True)
+class ValidateConfig:
+    """Host validation of the program (`edgespec validate`; a stage of `edgespec export`).
+
+    suites: built-in suites (see edgespec.harness.suites) or JSONL files of your own.
+    reference: ``fp32`` also runs the unquantized base model eagerly on the same prompts (cached
+    on disk) for the accuracy gate; ``none`` skips it. runs: repetitions per prompt (median).
+    """
+
+    enabled: bool = True
+    suites: tuple[str, ...] = SUITE_NAMES
+    prompts_per_suite: int = 8
+    seed: int = 0
+    runs: int = 1
+    lookup: int = 0
+    reference: Literal["fp32", "none"] = "fp32"
+    gates: GatesConfig = field(default_factory=GatesConfig)
+
+    def validate(self, path: str = "validate") -> None:
+        _require(len(self.suites) >= 1, f"{path}.suites", "needs at least one suite")
+        for i, s in enumerate(self.suites):
+            _require(s in SUITE_NAMES or s.endswith(".jsonl"), f"{path}.suites[{i}]", f"must be one of {list(SUITE_NAMES)} or a .jsonl file, got {s!r}")
+        _require(1 <= self.prompts_per_suite <= 10000, f"{path}.prompts_per_suite", f"must be in [1, 10000], got {self.prompts_per_suite}")
+        _require(1 <= self.runs <= 100, f"{path}.runs", f"must be in [1, 100], got {self.runs}")
+        _require(0 <= self.lookup <= 8, f"{path}.lookup", f"must be in [0, 8], got {self.lookup}")
+        self.gates.validate(f"{path}.gates")
+
+
 @dataclass(frozen=True)
 class Recipe:
     """One export, fully described. ``Recipe()`` is the built-in default recipe."""
@@ -151,6 +204,7 @@ class Recipe:
     train: TrainConfig = field(default_factory=TrainConfig)
     numerics: NumericsConfig = field(default_factory=NumericsConfig)
     export: ExportConfig = field(default_factory=ExportConfig)
+    validate: ValidateConfig = field(default_factory=ValidateConfig)
 
     def __post_init__(self) -> None:
         _require(bool(self.name), "name", "must not be empty")
@@ -161,6 +215,7 @@ class Recipe:
         self.train.validate("train")
         self.numerics.validate("numerics")
         self.export.validate("export")
+        self.validate.validate("validate")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

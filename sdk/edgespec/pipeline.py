@@ -1,7 +1,9 @@
 """`edgespec export`: recipe -> bundle, stage by stage.
 
-load -> streams -> normsearch -> quantize -> torch.export -> lower to ExecuTorch -> package
-(atomic). With trained stream weights (recipe `streams.weights`) the program gets the
+load -> streams -> normsearch -> quantize -> torch.export -> lower to ExecuTorch -> validate
+-> package (atomic). The validate stage runs the finished program on the recipe's task suites
+(edgespec.harness) and refuses to package when a gate fails: the bundle is not written, the
+report goes to `<outdir>.rejected/` so the user can see why. With trained stream weights (recipe `streams.weights`) the program gets the
 speculative methods next to `forward`; without, it is autoregressive only.
 The normalizer search report always goes into the bundle; its choices are swapped into
 the model when the program runs in the searched format (quant.scheme fp16).
@@ -17,7 +19,7 @@ from typing import Callable
 
 from edgespec.config import Recipe, recipe_to_yaml
 
-STAGES = ("load", "streams", "normsearch", "quantize", "export", "lower", "package")
+STAGES = ("load", "streams", "normsearch", "quantize", "export", "lower", "validate", "package")
 
 
 @dataclass
@@ -27,7 +29,7 @@ class ExportResult:
     stage_seconds: dict[str, float]
 
 
-def export_bundle(recipe: Recipe, outdir: str | Path, on_stage: Callable[[str], None] = lambda s: None) -> ExportResult:
+def export_bundle(recipe: Recipe, outdir: str | Path, on_stage: Callable[[str], None] = lambda s: None, on_progress: Callable[[str, int, int], None] = lambda *a: None) -> ExportResult:
     """Run the recipe and write the bundle to `outdir` (replaced atomically)."""
     from edgespec import bundle as B
 
@@ -85,30 +87,68 @@ def export_bundle(recipe: Recipe, outdir: str | Path, on_stage: Callable[[str], 
         meta = ProgramMeta(recipe.model.max_seq_len, src.args.vocab_size, src.args.n_layers, bos, src.eos_ids, spec_meta(spec) if spec is not None else None)
         pte = lower_to_executorch(programs, meta)
 
-        stage("package")
+        stage("validate")
         (stage_dir / B.PROGRAM).write_bytes(pte)
         (stage_dir / B.TOKENIZER).write_text(src.tokenizer_json)
         (stage_dir / "recipe.yaml").write_text(recipe_to_yaml(recipe))
-        manifest = B.write_manifest(
-            stage_dir,
-            {
-                "model": {"name": src.name, "source": recipe.model.source, **_args_dict(src.args)},
-                "recipe": recipe.to_dict(),
-                "precision": recipe.quant.scheme,
-                "reports": report_files,
-                "methods": sorted([*programs, *meta.constant_methods()]),
-                "speculative": _spec_manifest(recipe, meta),
-                "tokenizer": {
-                    "file": B.TOKENIZER,
-                    "chat_template": src.chat_template if recipe.model.chat_template else None,
-                    "bos_id": src.bos_id,
-                    "eos_ids": list(src.eos_ids),
-                    "add_bos": src.add_bos,
-                },
+        fields = {
+            "model": {"name": src.name, "source": recipe.model.source, **_args_dict(src.args)},
+            "recipe": recipe.to_dict(),
+            "precision": recipe.quant.scheme,
+            "reports": report_files,
+            "methods": sorted([*programs, *meta.constant_methods()]),
+            "speculative": _spec_manifest(recipe, meta),
+            "tokenizer": {
+                "file": B.TOKENIZER,
+                "chat_template": src.chat_template if recipe.model.chat_template else None,
+                "bos_id": src.bos_id,
+                "eos_ids": list(src.eos_ids),
+                "add_bos": src.add_bos,
             },
-        )
+        }
+        B.write_manifest(stage_dir, fields)  # provisional: the harness opens the staged bundle
+        validation = None
+        if recipe.validate.enabled:
+            validation = _validate(stage_dir, recipe, Path(outdir), on_progress)
+            fields["reports"] = [*report_files, *validation.pop("files")]
+
+        stage("package")
+        manifest = B.write_manifest(stage_dir, {**fields, "validation": validation})
         stage.stop()
+    import shutil
+
+    shutil.rmtree(Path(outdir).resolve().parent / f"{Path(outdir).resolve().name}.rejected", ignore_errors=True)  # a stale rejection
     return ExportResult(Path(outdir).resolve(), manifest, stage.seconds)
+
+
+def _validate(stage_dir: Path, recipe: Recipe, outdir: Path, on_progress) -> dict:
+    """Run the harness on the staged bundle; report files go into it. A failed gate raises
+    GateFailure (so the bundle is not written) after saving the report next to outdir."""
+    from edgespec.harness.gates import GateFailure, GateResult
+    from edgespec.harness.report import write_report
+    from edgespec.harness.validate import validate_bundle
+
+    report = validate_bundle(stage_dir, recipe.validate, source=recipe.model.source, on_progress=on_progress)
+    if not report["passed"]:
+        rejected = outdir.resolve().parent / f"{outdir.resolve().name}.rejected"
+        report["bundle"] = f"(not written: {outdir})"
+        write_report(report, rejected)
+        failed = [GateResult(**g) for g in report["gates"] if not g["passed"]]
+        raise GateFailure(failed, rejected)
+    files = write_report(report, stage_dir)
+    o = report["overall"]
+    return {
+        "passed": True,
+        "gates": report["gates"],
+        "prompts": o["prompts"],
+        "score": o["score"],
+        "reference_score": o.get("reference_score"),
+        "ar_tokens_per_s": o["ar"]["tokens_per_s"],
+        "spec": o.get("spec"),
+        "lossless": o["lossless"],
+        "peak_rss_mb": report["peak_rss_mb"],
+        "files": files,
+    }
 
 
 class _StageClock:

