@@ -76,7 +76,7 @@ def main() -> None:
     ap.add_argument("--speed-prompts", type=int, default=8)
     ap.add_argument("--max-new-tokens", type=int, default=64)
     args = ap.parse_args()
-    from edgespec.cli import _load_bundle
+    from edgespec.runtime.session import open_bundle as _load_bundle
 
     pairs = texts(args.texts)
     report, ref_top = [], None

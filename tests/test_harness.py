@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from edgespec.config import GatesConfig, Recipe, ValidateConfig
+from edgespec.config import GatesConfig, Recipe
 from edgespec.errors import EdgespecError
 from edgespec.harness import suites as S
 from edgespec.harness.gates import check_gates

@@ -135,6 +135,7 @@ def _validate(stage_dir: Path, recipe: Recipe, outdir: Path, on_progress) -> dic
         write_report(report, rejected)
         failed = [GateResult(**g) for g in report["gates"] if not g["passed"]]
         raise GateFailure(failed, rejected)
+    report["bundle"] = str(outdir.resolve())  # where it lands, not the staging directory
     files = write_report(report, stage_dir)
     o = report["overall"]
     return {

@@ -70,7 +70,7 @@ def connect() -> sqlite3.Connection:
     """A fresh in-memory Chinook database, read-only from here on."""
     con = sqlite3.connect(":memory:")
     con.executescript(SCHEMA)
-    for model, (table, cols) in _TABLES.items():
+    for table, cols in _TABLES.values():
         marks = ",".join("?" * (len(cols) + 1))
         con.executemany(f"INSERT INTO {table} VALUES ({marks})", _rows()[table])
     con.commit()
