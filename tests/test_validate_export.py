@@ -106,3 +106,47 @@ def test_validate_cli_exit_codes(tiny_hf_dir, tmp_path, monkeypatch):
     assert res.exit_code == 1 and "gate FAIL" in res.output and "validation FAILED" in res.output
     res = CliRunner().invoke(main, [*base, "--suite", "poetry"])
     assert res.exit_code == 2 and "must be one of" in res.output
+
+
+def test_verify_and_package(tiny_hf_dir, tmp_path):
+    import zipfile
+
+    out = tmp_path / "bundle"
+    r = _recipe(tmp_path, tiny_hf_dir).read_text().replace("validate: {", "validate: {enabled: false, ")
+    (tmp_path / "r.yaml").write_text(r)
+    assert CliRunner().invoke(main, ["export", str(tmp_path / "r.yaml"), "-o", str(out)]).exit_code == 0
+    res = CliRunner().invoke(main, ["verify", "--bundle", str(out), "--json"])
+    assert res.exit_code == 0, res.output
+    meta = json.loads(res.output[res.output.index("{"):])
+    assert meta["get_max_seq_len"] == 512 and meta["get_eos_ids"] == [2] and meta["get_vocab_size"] == 259
+    res = CliRunner().invoke(main, ["package", "--bundle", str(out), "-o", str(tmp_path / "b.zip")])
+    assert res.exit_code == 0, res.output
+    names = zipfile.ZipFile(tmp_path / "b.zip").namelist()
+    assert names[0] == "manifest.json" and {"model.pte", "tokenizer.json"} <= set(names)
+    # a corrupt program: verify and package both refuse, naming the file
+    pte = out / "model.pte"
+    data = bytearray(pte.read_bytes())
+    data[100] ^= 0xFF
+    pte.write_bytes(bytes(data))
+    for cmd in (["verify", "--bundle", str(out)], ["package", "--bundle", str(out), "-o", str(tmp_path / "c.zip")]):
+        res = CliRunner().invoke(main, cmd)
+        assert res.exit_code == 2 and "file 'model.pte' is corrupt" in res.output, res.output
+    assert not (tmp_path / "c.zip").exists()
+    # re-signed, the damaged program still fails: ExecuTorch's full flatbuffer verification
+    import hashlib
+
+    def resign(**tokenizer):
+        m = json.loads((out / "manifest.json").read_text())
+        m["files"]["model.pte"]["sha256"] = hashlib.sha256(pte.read_bytes()).hexdigest()
+        m["tokenizer"].update(tokenizer)
+        (out / "manifest.json").write_text(json.dumps(m))
+
+    resign()
+    res = CliRunner().invoke(main, ["verify", "--bundle", str(out)])
+    assert res.exit_code == 2 and "could not be loaded by ExecuTorch" in res.output, res.output
+    # an intact program that disagrees with its manifest
+    data[100] ^= 0xFF
+    pte.write_bytes(bytes(data))
+    resign(eos_ids=[7])
+    res = CliRunner().invoke(main, ["verify", "--bundle", str(out)])
+    assert res.exit_code == 2 and "program EOS ids [2] != manifest [7]" in res.output, res.output

@@ -99,3 +99,57 @@ def verify_checksums(bundle_dir: str | Path, manifest: dict[str, Any]) -> None:
             raise EdgespecError(f"bundle '{d}': file '{name}' listed in the manifest is missing")
         if sha256_file(p) != entry["sha256"]:
             raise EdgespecError(f"bundle '{d}': file '{name}' is corrupt (SHA-256 does not match the manifest)")
+
+
+def verify_program(bundle_dir: str | Path, manifest: dict[str, Any]) -> dict[str, Any]:
+    """Load the bundle's program with ExecuTorch and check that it answers its metadata methods
+    and agrees with the manifest (methods, vocabulary, EOS ids, speculative tree).
+    Returns the metadata it read."""
+    from edgespec.export import constants as C
+    from edgespec.runtime.program import ProgramRunner
+
+    d = Path(bundle_dir)
+    runner = ProgramRunner(d / PROGRAM)
+    have = set(runner.program.method_names)
+    missing = [m for m in manifest.get("methods", []) if m not in have]
+    if missing:
+        raise EdgespecError(f"bundle '{d}': the manifest lists methods the program lacks: {missing}")
+    meta = {name: runner.constant(name, many=name in (C.GET_EOS_IDS, C.GET_SPEC_BRANCHING, C.GET_SPEC_PARENTS)) for name in C.METADATA_METHODS}
+    if meta[C.GET_VOCAB_SIZE] != manifest["model"]["vocab_size"]:
+        raise EdgespecError(f"bundle '{d}': program vocabulary {meta[C.GET_VOCAB_SIZE]} != manifest {manifest['model']['vocab_size']}")
+    if [int(x) for x in meta[C.GET_EOS_IDS]] != list(manifest["tokenizer"]["eos_ids"]):
+        raise EdgespecError(f"bundle '{d}': program EOS ids {meta[C.GET_EOS_IDS]} != manifest {manifest['tokenizer']['eos_ids']}")
+    spec = manifest.get("speculative")
+    if runner.has_spec != (spec is not None):
+        raise EdgespecError(f"bundle '{d}': program {'has' if runner.has_spec else 'lacks'} spec_step but the manifest says the opposite")
+    if spec is not None:
+        for name in C.SPEC_METADATA_METHODS:
+            meta[name] = runner.constant(name, many=name in (C.GET_SPEC_BRANCHING, C.GET_SPEC_PARENTS))
+        if [int(x) for x in meta[C.GET_SPEC_BRANCHING]] != list(spec["tree_branching"]):
+            raise EdgespecError(f"bundle '{d}': program tree {meta[C.GET_SPEC_BRANCHING]} != manifest {spec['tree_branching']}")
+    return {k: ([int(x) for x in v] if isinstance(v, list) else v) for k, v in meta.items()}
+
+
+def package_zip(bundle_dir: str | Path, out: str | Path) -> Path:
+    """The bundle as one zip (manifest first, files stored uncompressed so the program can be
+    memory-mapped after unpacking), written to a temporary name and renamed."""
+    import zipfile
+
+    d = Path(bundle_dir)
+    manifest = read_manifest(d)
+    verify_checksums(d, manifest)
+    out = Path(out)
+    tmp = out.with_name(f".{out.name}.partial-{os.getpid()}")
+    try:
+        with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_STORED) as z:
+            z.write(d / MANIFEST, MANIFEST)
+            for name in manifest["files"]:
+                z.write(d / name, name)
+        tmp.replace(out)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise EdgespecError(f"cannot write '{out}': {e.strerror}") from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return out

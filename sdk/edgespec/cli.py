@@ -435,5 +435,37 @@ def info(bundle: str, verify: bool) -> None:
         click.echo(f"file        {name:<16} {f['bytes'] / 1e6:8.2f} MB  sha256 {f['sha256'][:16]}…")
 
 
+@main.command()
+@click.option("--bundle", required=True, type=click.Path(), help="Bundle directory.")
+@click.option("--json", "as_json", is_flag=True, help="Print the program's metadata as JSON.")
+@_friendly
+def verify(bundle: str, as_json: bool) -> None:
+    """Check a bundle: schema, every file's SHA-256, and that the program loads and answers its
+    metadata methods consistently with the manifest (exit 2 with the reason otherwise)."""
+    from edgespec.bundle import read_manifest, verify_checksums, verify_program
+
+    m = read_manifest(bundle)
+    verify_checksums(bundle, m)
+    _quiet_runtime_logs()
+    meta = verify_program(bundle, m)
+    if as_json:
+        click.echo(json.dumps(meta, indent=1))
+    else:
+        spec = f", spec tree {meta['get_spec_branching']}" if "get_spec_branching" in meta else ""
+        click.echo(f"ok: {Path(bundle).resolve()} schema {m['schema_version']}, {len(m['files'])} files match their SHA-256, program answers {len(meta)} metadata methods (context {meta['get_max_seq_len']}, vocab {meta['get_vocab_size']}, eos {meta['get_eos_ids']}{spec})")
+
+
+@main.command()
+@click.option("--bundle", required=True, type=click.Path(), help="Bundle directory.")
+@click.option("-o", "--out", required=True, type=click.Path(dir_okay=False), help="Zip file to write (atomically).")
+@_friendly
+def package(bundle: str, out: str) -> None:
+    """Pack a verified bundle into one zip for transfer (scripts/push_bundle.sh pushes a directory)."""
+    from edgespec.bundle import package_zip
+
+    path = package_zip(bundle, out)
+    click.echo(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
+
+
 if __name__ == "__main__":
     main()

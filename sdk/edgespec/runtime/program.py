@@ -28,7 +28,7 @@ class ProgramRunner:
         from executorch.runtime import Runtime, Verification
 
         try:
-            self.program = Runtime.get().load_program(path, verification=Verification.Minimal)
+            self.program = Runtime.get().load_program(path, verification=Verification.InternalConsistency)
             self._forward = self.program.load_method(C.FORWARD)
         except Exception as e:
             raise EdgespecError(f"program '{path}' could not be loaded by ExecuTorch: {e}") from None

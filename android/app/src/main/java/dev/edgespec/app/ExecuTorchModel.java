@@ -1,0 +1,88 @@
+package dev.edgespec.app;
+
+import dev.edgespec.core.LanguageModel;
+import dev.edgespec.core.ProgramContract;
+import org.pytorch.executorch.EValue;
+import org.pytorch.executorch.Module;
+import org.pytorch.executorch.Tensor;
+
+/**
+ * The edgespec LanguageModel over ExecuTorch's Android Module: forward and spec_step as the
+ * runtime contract defines them, metadata read once from the program's constant methods.
+ * Uses nothing from android.*, so it is type-checked on the JVM (against signature stubs).
+ */
+public final class ExecuTorchModel implements LanguageModel {
+  private final Module module;
+  private final int maxSeqLen;
+  private final int vocabSize;
+  private final long[] eosIds;
+  private final boolean hasSpec;
+  private final int depth;
+  private final int topK;
+  private final int treeSize;
+
+  public ExecuTorchModel(String ptePath) {
+    module = Module.load(ptePath, Module.LOAD_MODE_MMAP);
+    maxSeqLen = (int) constant(ProgramContract.GET_MAX_SEQ_LEN);
+    vocabSize = (int) constant(ProgramContract.GET_VOCAB_SIZE);
+    EValue[] eos = module.execute(ProgramContract.GET_EOS_IDS);
+    eosIds = new long[eos.length];
+    for (int i = 0; i < eos.length; i++) eosIds[i] = eos[i].toInt();
+    boolean spec = false;
+    for (String m : module.getMethods()) spec |= ProgramContract.SPEC_STEP.equals(m);
+    hasSpec = spec;
+    depth = spec ? (int) constant(ProgramContract.GET_SPEC_DEPTH) : 0;
+    topK = spec ? (int) constant(ProgramContract.GET_SPEC_TOPK) : 0;
+    treeSize = spec ? (int) constant(ProgramContract.GET_SPEC_TREE_SIZE) : 0;
+  }
+
+  private long constant(String method) {
+    return module.execute(method)[0].toInt();
+  }
+
+  private static EValue longs(long[] data, long... shape) {
+    return EValue.from(Tensor.fromBlob(data, shape));
+  }
+
+  private static EValue floats(float[] data, long... shape) {
+    return EValue.from(Tensor.fromBlob(data, shape));
+  }
+
+  @Override public int maxSeqLen() { return maxSeqLen; }
+  @Override public int vocabSize() { return vocabSize; }
+  @Override public long[] eosIds() { return eosIds.clone(); }
+  @Override public boolean hasSpec() { return hasSpec; }
+  @Override public int specDepth() { return depth; }
+  @Override public int specTopK() { return topK; }
+  @Override public int specTreeSize() { return treeSize; }
+
+  @Override
+  public float[] forward(long[] tokens, long startPos) {
+    EValue[] out = module.execute(ProgramContract.FORWARD, longs(tokens, 1, tokens.length), longs(new long[] {startPos}, 1));
+    float[] all = out[0].toTensor().getDataAsFloatArray();
+    float[] last = new float[vocabSize];
+    System.arraycopy(all, all.length - vocabSize, last, 0, vocabSize);
+    return last;
+  }
+
+  @Override
+  public SpecStep specStep(long last, long[] draft, long pos, float temperature, float[] uniforms, float[] gumbel) {
+    EValue[] out = module.execute(
+        ProgramContract.SPEC_STEP,
+        longs(new long[] {last}, 1),
+        longs(draft, depth, topK),
+        longs(new long[] {pos}, 1),
+        floats(new float[] {temperature}, 1),
+        floats(uniforms, treeSize, topK),
+        floats(gumbel, vocabSize));
+    long[] toks = out[0].toTensor().getDataAsLongArray();
+    int n = (int) out[1].toTensor().getDataAsLongArray()[0];
+    long[] emitted = new long[n];
+    System.arraycopy(toks, 0, emitted, 0, n);
+    return new SpecStep(emitted, out[2].toTensor().getDataAsLongArray());
+  }
+
+  public void close() {
+    module.destroy();
+  }
+}

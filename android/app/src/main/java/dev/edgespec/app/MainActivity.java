@@ -1,0 +1,112 @@
+package dev.edgespec.app;
+
+import android.os.Bundle;
+import android.widget.Button;
+import android.widget.EditText;
+import android.widget.ScrollView;
+import android.widget.TextView;
+import androidx.appcompat.app.AppCompatActivity;
+import androidx.appcompat.widget.SwitchCompat;
+import dev.edgespec.core.ByteLevelBpe;
+import dev.edgespec.core.ChatFormat;
+import dev.edgespec.core.Decoder;
+import dev.edgespec.core.Generation;
+import java.io.File;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+
+/**
+ * Chat screen: prompt in, streamed text out, tokens/s and tokens per call shown, a switch
+ * between speculative and autoregressive decoding. The bundle is read from
+ * /data/local/tmp/edgespec/bundle (scripts/push_bundle.sh puts it there) or the path in the
+ * launch intent's "bundle" extra; its checksums are verified before the program is loaded.
+ */
+public class MainActivity extends AppCompatActivity {
+  static final String DEFAULT_BUNDLE = "/data/local/tmp/edgespec/bundle";
+  private static final int MAX_NEW_TOKENS = 256;
+
+  private final ExecutorService worker = Executors.newSingleThreadExecutor();
+  private ExecuTorchModel model;
+  private ByteLevelBpe tokenizer;
+  private boolean chatTemplate;
+  private TextView status, chat, stats;
+
+  @Override
+  protected void onCreate(Bundle saved) {
+    super.onCreate(saved);
+    setContentView(R.layout.activity_main);
+    status = findViewById(R.id.status);
+    chat = findViewById(R.id.chat);
+    stats = findViewById(R.id.stats);
+    EditText prompt = findViewById(R.id.prompt);
+    Button send = findViewById(R.id.send);
+    SwitchCompat spec = findViewById(R.id.spec);
+    ScrollView scroll = findViewById(R.id.scroll);
+
+    String path = getIntent().getStringExtra("bundle");
+    File dir = new File(path != null ? path : DEFAULT_BUNDLE);
+    send.setEnabled(false);
+    status.setText("loading " + dir + " …");
+    worker.execute(() -> {
+      try {
+        dev.edgespec.core.Bundle b = dev.edgespec.core.Bundle.open(dir); // checksums first
+        tokenizer = ByteLevelBpe.fromFile(b.tokenizerFile());
+        chatTemplate = b.tokenizerInfo().get("chat_template") != null;
+        model = new ExecuTorchModel(b.program().getAbsolutePath());
+        boolean hasSpec = model.hasSpec();
+        runOnUiThread(() -> {
+          status.setText(b.precision() + " · context " + model.maxSeqLen() + (hasSpec ? " · speculative tree depth " + model.specDepth() : " · autoregressive only"));
+          spec.setEnabled(hasSpec);
+          spec.setChecked(hasSpec);
+          send.setEnabled(true);
+        });
+      } catch (Exception e) {
+        runOnUiThread(() -> status.setText("cannot load the bundle: " + e.getMessage()));
+      }
+    });
+
+    send.setOnClickListener(v -> {
+      String text = prompt.getText().toString().trim();
+      if (text.isEmpty()) return;
+      prompt.setText("");
+      send.setEnabled(false);
+      boolean speculative = spec.isChecked();
+      chat.append("\n> " + text + "\n");
+      CharSequence before = chat.getText();
+      worker.execute(() -> {
+        List<Long> ids = new ArrayList<>();
+        for (int id : tokenizer.encode(chatTemplate ? ChatFormat.smollm2(text) : text)) ids.add((long) id);
+        List<Integer> out = new ArrayList<>();
+        try {
+          Decoder.TokenListener onToken = tok -> {
+            out.add((int) tok);
+            String sofar = tokenizer.decode(out);
+            runOnUiThread(() -> {
+              chat.setText(before);
+              chat.append(sofar);
+              scroll.fullScroll(ScrollView.FOCUS_DOWN);
+            });
+          };
+          Generation g = speculative
+              ? Decoder.generateSpec(model, ids, MAX_NEW_TOKENS, 0f, 0, onToken)
+              : Decoder.generate(model, ids, MAX_NEW_TOKENS, 0f, 0, onToken);
+          String line = String.format(java.util.Locale.US, "%s: %.1f tok/s decode, %.2f tokens per call, %d tokens, prefill %d ms",
+              speculative ? "speculative" : "autoregressive", g.decodeTokensPerSecond(), g.meanAccepted(), g.completion.size(), g.prefillNanos / 1_000_000);
+          runOnUiThread(() -> stats.setText(line));
+        } catch (RuntimeException e) {
+          runOnUiThread(() -> stats.setText("error: " + e.getMessage()));
+        }
+        runOnUiThread(() -> send.setEnabled(true));
+      });
+    });
+  }
+
+  @Override
+  protected void onDestroy() {
+    worker.shutdownNow();
+    if (model != null) model.close();
+    super.onDestroy();
+  }
+}

@@ -1,0 +1,32 @@
+package dev.edgespec.core;
+
+import java.util.ArrayList;
+import java.util.List;
+
+/** A finished generation and its statistics (decode calls, tokens per call, timings). */
+public final class Generation {
+  public final List<Long> completion = new ArrayList<>();
+  public final List<Integer> tokensPerCall = new ArrayList<>();
+  public boolean stoppedByEos;
+  public long prefillNanos;
+  public long decodeNanos;
+
+  public int decodeCalls() {
+    return tokensPerCall.size();
+  }
+
+  /** Tokens produced by decode calls (the first completion token comes from the prefill). */
+  public int decodeTokens() {
+    int n = 0;
+    for (int t : tokensPerCall) n += t;
+    return n;
+  }
+
+  public double meanAccepted() {
+    return tokensPerCall.isEmpty() ? 0.0 : (double) decodeTokens() / tokensPerCall.size();
+  }
+
+  public double decodeTokensPerSecond() {
+    return decodeNanos > 0 ? decodeTokens() / (decodeNanos / 1e9) : 0.0;
+  }
+}
