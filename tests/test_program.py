@@ -179,3 +179,16 @@ def test_validate_speculative_bundle(fp32_bundle, tmp_path, monkeypatch):
     assert (tmp_path / "rep" / "accepted_length.png").is_file()
     res = CliRunner().invoke(main, [*base, "--min-speedup", "50"])
     assert res.exit_code == 1 and "gate FAIL: speculative speedup" in res.output and "short by" in res.output
+
+
+def test_ngram_blocking_on_the_speculative_program(fp32_bundle):
+    from edgespec.runtime.generate import generate, generate_spec
+
+    runner = _runner(fp32_bundle)
+    for case in GOLDEN["cases"][:2]:
+        ids = case["prompt_ids"]
+        kw = dict(max_new_tokens=48, max_seq_len=256, eos_ids=runner.eos_ids, no_repeat_ngram_size=3)
+        ar = generate(runner.forward, ids, **kw).completion_ids
+        assert generate_spec(runner, ids, **kw).completion_ids == ar
+        grams = [tuple((ids + ar)[i : i + 3]) for i in range(len(ids + ar) - 2)]
+        assert len(grams) == len(set(grams))

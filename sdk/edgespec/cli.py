@@ -104,6 +104,7 @@ def _decoder(runner, mode: str, lookup: int = 0):
 
 
 MODE = click.option("--mode", type=click.Choice(["auto", "spec", "ar"]), default="auto", show_default=True, help="spec: speculative (one call verifies and drafts); ar: one token per call; auto: spec when the program has it.")
+NGRAM = click.option("--no-repeat-ngram-size", default=0, show_default=True, type=click.IntRange(min=0), help="Never repeat an n-gram of this size (prompt included); 0 = off.")
 LOOKUP = click.option("--lookup", default=0, show_default=True, type=click.IntRange(min=0, max=8), help="spec: also draft from the context (prompt lookup, n-grams up to this length; 0 = streams only).")
 
 
@@ -115,10 +116,11 @@ LOOKUP = click.option("--lookup", default=0, show_default=True, type=click.IntRa
 @click.option("--seed", default=0, show_default=True, type=int, help="Sampling seed (temperature > 0).")
 @MODE
 @LOOKUP
+@NGRAM
 @click.option("--no-chat-template", is_flag=True, help="Feed the prompt as raw text.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of streaming text.")
 @_friendly
-def generate(bundle: str, prompt: str, max_new_tokens: int, temperature: float, seed: int, mode: str, lookup: int, no_chat_template: bool, as_json: bool) -> None:
+def generate(bundle: str, prompt: str, max_new_tokens: int, temperature: float, seed: int, mode: str, lookup: int, no_repeat_ngram_size: int, no_chat_template: bool, as_json: bool) -> None:
     """Generate a completion with the bundle's program, streaming text."""
     _quiet_runtime_logs()
     from edgespec.models.tokenizer import StreamDecoder
@@ -132,7 +134,7 @@ def generate(bundle: str, prompt: str, max_new_tokens: int, temperature: float, 
         if not as_json:
             click.echo(stream.push(tok), nl=False)
 
-    res = run(ids, max_new_tokens=max_new_tokens, max_seq_len=runner.max_seq_len, eos_ids=runner.eos_ids, temperature=temperature, seed=seed, on_token=on_token)
+    res = run(ids, max_new_tokens=max_new_tokens, max_seq_len=runner.max_seq_len, eos_ids=runner.eos_ids, temperature=temperature, seed=seed, on_token=on_token, no_repeat_ngram_size=no_repeat_ngram_size)
     if as_json:
         click.echo(json.dumps({
             "mode": mode,

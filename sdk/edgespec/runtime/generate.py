@@ -13,6 +13,7 @@ from typing import Callable, Protocol
 import torch
 
 from edgespec.errors import EdgespecError
+from edgespec.runtime.ngram import banned_tokens, block_
 from edgespec.runtime.sampling import sample
 from edgespec.spec.baselines import lookup_continuation, with_lookup
 from edgespec.spec.tree import placeholder_draft
@@ -59,11 +60,16 @@ def generate(
     temperature: float = 0.0,
     seed: int = 0,
     on_token: Callable[[int], None] | None = None,
+    no_repeat_ngram_size: int = 0,
 ) -> GenerationResult:
-    """Prefill the whole prompt in one call, then decode one token per call."""
+    """Prefill the whole prompt in one call, then decode one token per call.
+
+    no_repeat_ngram_size n > 0: never emit a token that repeats an n-gram of the context
+    (prompt included), greedy or sampled (edgespec.runtime.ngram)."""
     _check_prompt(prompt_ids, max_seq_len)
     max_new_tokens = min(max_new_tokens, max_seq_len - len(prompt_ids))
     gen = torch.Generator().manual_seed(seed)
+    ctx = _Context(prompt_ids, max_seq_len, no_repeat_ngram_size)
 
     t0 = time.perf_counter()
     logits = step(torch.tensor([prompt_ids], dtype=torch.long), 0)
@@ -75,11 +81,12 @@ def generate(
     stopped = False
     t_dec = time.perf_counter()
     while True:
-        tok = sample(logits, temperature, gen)
+        tok = sample(ctx.block(logits), temperature, gen)
         if tok in eos_ids:
             stopped = True
             break
         out.append(tok)
+        ctx.push(tok)
         if on_token:
             on_token(tok)
         if len(out) >= max_new_tokens or pos >= max_seq_len:
@@ -126,6 +133,7 @@ def generate_spec(
     seed: int = 0,
     on_token: Callable[[int], None] | None = None,
     lookup: int = 0,
+    no_repeat_ngram_size: int = 0,
 ) -> GenerationResult:
     """Speculative decoding: one `spec_step` call verifies the last draft and drafts the next.
 
@@ -137,6 +145,15 @@ def generate_spec(
     distributed as autoregressive sampling (the program's tree rejection sampling, fed
     uniforms and Gumbel noise from this function's seeded generator). Near the end of the
     context, where a tree no longer fits, decoding finishes autoregressively.
+
+    no_repeat_ngram_size n > 0, greedy: the program verifies as usual; the host then checks
+    the emitted tokens in order, and at the first banned one recomputes that position's
+    logits with one `forward` call (the cache already holds the accepted prefix), takes the
+    best unbanned token and drops the rest. Every token it keeps is the argmax of its
+    position's logits, so unbanned, it is what blocked autoregressive decoding picks: the
+    output equals `generate(..., no_repeat_ngram_size=n)`. With temperature > 0 the
+    program's acceptance does not see the bans, so blocked sampling decodes one token per
+    call (exact, no speed-up).
     """
     room = methods.tree_size + methods.depth  # slots one step may touch past its position
     _check_prompt(prompt_ids, max_seq_len, room)
@@ -145,6 +162,8 @@ def generate_spec(
     R, k = methods.tree_size, methods.topk
     half = torch.full((R, k), 0.5)
     no_noise = torch.zeros(methods.vocab_size)
+    ctx = _Context(prompt_ids, max_seq_len, no_repeat_ngram_size)
+    tree_ok = not (no_repeat_ngram_size > 0 and temperature > 0)
 
     # the prompt exactly as `generate` prefills it (same call, same numerics), then the first
     # step starts from the sampled token with a placeholder draft and yields the first draft
@@ -156,7 +175,7 @@ def generate_spec(
     steps: list[float] = []
     per_call: list[int] = []
     t_dec = time.perf_counter()
-    x = sample(logits, temperature, gen)
+    x = sample(ctx.block(logits), temperature, gen)
     new = [x]
     pos = len(prompt_ids)  # position of x, the last emitted token (not yet in the cache)
     draft = placeholder_draft(methods.depth, k)
@@ -166,6 +185,7 @@ def generate_spec(
             if tok in eos_ids:
                 return GenerationResult(prompt_ids, out, True, prefill_s, time.perf_counter() - t_dec, steps, per_call)
             out.append(tok)
+            ctx.push(tok)
             if on_token:
                 on_token(tok)
             if len(out) >= max_new_tokens:
@@ -173,7 +193,7 @@ def generate_spec(
         if pos >= max_seq_len:
             return GenerationResult(prompt_ids, out, False, prefill_s, time.perf_counter() - t_dec, steps, per_call)
         t = time.perf_counter()
-        if pos + room <= max_seq_len:
+        if pos + room <= max_seq_len and tree_ok:
             if temperature > 0:
                 uniforms = torch.rand((R, k), generator=gen)
                 gumbel = -torch.log(-torch.log(torch.rand(methods.vocab_size, generator=gen).clamp(1e-20, 1 - 1e-7)))
@@ -182,12 +202,48 @@ def generate_spec(
             if lookup:
                 draft = with_lookup(draft, lookup_continuation(prompt_ids + out, methods.depth, lookup, min_ngram=2))
             new, draft = methods.spec_step(x, draft, pos, temperature, uniforms, gumbel)
-        else:  # too close to the end of the context for a tree: one token per call
-            new = [sample(methods.forward(torch.tensor([[x]], dtype=torch.long), pos), temperature, gen)]
+            if no_repeat_ngram_size > 0:
+                new = _unblock(methods, ctx, x, pos, new)
+        else:  # near the end of the context (or blocked sampling): one token per call
+            new = [sample(ctx.block(methods.forward(torch.tensor([[x]], dtype=torch.long), pos)), temperature, gen)]
         steps.append(time.perf_counter() - t)
         per_call.append(len(new))
         pos += len(new)
         x = new[-1]
+
+
+class _Context:
+    """The token context (prompt + emitted) in a preallocated buffer, for n-gram bans."""
+
+    def __init__(self, prompt_ids: list[int], max_seq_len: int, n: int):
+        self.n = n
+        self.buf = torch.empty(max_seq_len + 1, dtype=torch.long)
+        self.buf[: len(prompt_ids)] = torch.tensor(prompt_ids, dtype=torch.long)
+        self.len = len(prompt_ids)
+
+    def push(self, tok: int) -> None:
+        if self.n > 0 and self.len < self.buf.numel():
+            self.buf[self.len] = tok
+        self.len += 1
+
+    def view(self, extra: list[int] = ()) -> torch.Tensor:
+        if not extra:
+            return self.buf[: self.len]
+        return torch.cat([self.buf[: self.len], torch.tensor(extra, dtype=torch.long)])
+
+    def block(self, logits: torch.Tensor) -> torch.Tensor:
+        return block_(logits.clone(), self.buf[: self.len], self.n) if self.n > 0 else logits
+
+
+def _unblock(methods: SpecMethods, ctx: _Context, x: int, pos: int, new: list[int]) -> list[int]:
+    """Greedy spec tokens with n-gram bans applied (see generate_spec): keep the tokens up to the
+    first banned one, which is replaced by the best unbanned token of its position."""
+    for j, tok in enumerate(new):
+        if bool((banned_tokens(ctx.view(new[:j]), ctx.n) == tok).any()):
+            prev = x if j == 0 else new[j - 1]
+            logits = methods.forward(torch.tensor([[prev]], dtype=torch.long), pos + j)
+            return new[:j] + [int(torch.argmax(block_(logits.clone(), ctx.view(new[:j]), ctx.n)))]
+    return new
 
 
 def eager_step(model: torch.nn.Module) -> StepFn:
