@@ -4,46 +4,11 @@ and a failing gate that stops the bundle from being written. Real ExecuTorch pro
 import json
 
 import pytest
-import torch
 from click.testing import CliRunner
 
 from edgespec.cli import main
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def tiny_hf_dir(tmp_path_factory):
-    """A 2-layer Llama with a byte-level tokenizer (every text encodes), saved as an HF directory."""
-    from safetensors.torch import save_file
-    from tokenizers.pre_tokenizers import ByteLevel
-
-    from edgespec.models.tokenizer import build_bpe_tokenizer_json
-
-    d = tmp_path_factory.mktemp("tiny_hf")
-    dim, layers, heads, kv, hidden = 64, 2, 4, 2, 128
-    tokens = ["<unk>", "<s>", "</s>"] + sorted(ByteLevel.alphabet())
-    vocab = len(tokens)
-    g = torch.Generator().manual_seed(0)
-    w = lambda *s: (0.2 * torch.randn(*s, generator=g)).contiguous()  # noqa: E731
-    sd = {"model.embed_tokens.weight": w(vocab, dim), "model.norm.weight": torch.ones(dim)}
-    for i in range(layers):
-        p = f"model.layers.{i}."
-        sd |= {
-            p + "self_attn.q_proj.weight": w(dim, dim), p + "self_attn.k_proj.weight": w(kv * dim // heads, dim),
-            p + "self_attn.v_proj.weight": w(kv * dim // heads, dim), p + "self_attn.o_proj.weight": w(dim, dim),
-            p + "mlp.gate_proj.weight": w(hidden, dim), p + "mlp.up_proj.weight": w(hidden, dim), p + "mlp.down_proj.weight": w(dim, hidden),
-            p + "input_layernorm.weight": torch.ones(dim), p + "post_attention_layernorm.weight": torch.ones(dim),
-        }
-    save_file(sd, d / "model.safetensors")
-    (d / "config.json").write_text(json.dumps({
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": dim, "num_hidden_layers": layers,
-        "num_attention_heads": heads, "num_key_value_heads": kv, "intermediate_size": hidden, "vocab_size": vocab,
-        "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": True, "max_position_embeddings": 512,
-        "bos_token_id": 1, "eos_token_id": 2,
-    }))
-    (d / "tokenizer.json").write_text(build_bpe_tokenizer_json(tokens, [], [3, 3, 3] + [1] * (vocab - 3), pre="gpt2"))
-    return d
 
 
 def _recipe(tmp_path, src, gates=""):

@@ -110,7 +110,9 @@ LOOKUP = click.option("--lookup", default=0, show_default=True, type=click.IntRa
 
 @main.command()
 @click.option("--bundle", required=True, type=click.Path(), help="Bundle directory from `edgespec export`.")
-@click.option("--prompt", required=True, help="User prompt.")
+@click.option("--prompt", help="User prompt (or use --input for a batch).")
+@click.option("--input", "input_path", type=click.Path(dir_okay=False), help="Batch: a JSONL file, one {\"id\", \"prompt\"} object per line.")
+@click.option("--output", "output_path", type=click.Path(dir_okay=False), help="Batch: JSONL to append results to (resumable: finished ids are skipped).")
 @click.option("--max-new-tokens", default=128, show_default=True, type=click.IntRange(min=1))
 @click.option("--temperature", default=0.0, show_default=True, type=click.FloatRange(min=0.0), help="0 = greedy.")
 @click.option("--seed", default=0, show_default=True, type=int, help="Sampling seed (temperature > 0).")
@@ -118,23 +120,33 @@ LOOKUP = click.option("--lookup", default=0, show_default=True, type=click.IntRa
 @LOOKUP
 @NGRAM
 @click.option("--no-chat-template", is_flag=True, help="Feed the prompt as raw text.")
+@click.option("--sequential", is_flag=True, help="Batch: no pipelining (read, decode, write one after another).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of streaming text.")
 @_friendly
-def generate(bundle: str, prompt: str, max_new_tokens: int, temperature: float, seed: int, mode: str, lookup: int, no_repeat_ngram_size: int, no_chat_template: bool, as_json: bool) -> None:
-    """Generate a completion with the bundle's program, streaming text."""
+def generate(bundle: str, prompt: str | None, input_path: str | None, output_path: str | None, max_new_tokens: int, temperature: float, seed: int, mode: str, lookup: int, no_repeat_ngram_size: int, no_chat_template: bool, sequential: bool, as_json: bool) -> None:
+    """Generate a completion with the bundle's program, streaming text; or, with --input and
+    --output, a whole JSONL batch through an asynchronous pipeline."""
+    if (prompt is None) == (input_path is None):
+        raise EdgespecError("give either --prompt or --input (with --output)")
+    if input_path is not None and output_path is None:
+        raise EdgespecError("--input needs --output (the JSONL file results are appended to)")
     _quiet_runtime_logs()
     from edgespec.models.tokenizer import StreamDecoder
 
     _, tokenizer, runner = _load_bundle(bundle)
-    ids = _prompt_ids(tokenizer, prompt, not no_chat_template)
     mode, run = _decoder(runner, mode, lookup)
+    kwargs = dict(max_new_tokens=max_new_tokens, max_seq_len=runner.max_seq_len, eos_ids=runner.eos_ids, temperature=temperature, seed=seed, no_repeat_ngram_size=no_repeat_ngram_size)
+    if input_path is not None:
+        _generate_batch(run, tokenizer, input_path, output_path, kwargs, not no_chat_template, not sequential)
+        return
+    ids = _prompt_ids(tokenizer, prompt, not no_chat_template)
     stream = StreamDecoder(tokenizer)
 
     def on_token(tok: int) -> None:
         if not as_json:
             click.echo(stream.push(tok), nl=False)
 
-    res = run(ids, max_new_tokens=max_new_tokens, max_seq_len=runner.max_seq_len, eos_ids=runner.eos_ids, temperature=temperature, seed=seed, on_token=on_token, no_repeat_ngram_size=no_repeat_ngram_size)
+    res = run(ids, on_token=on_token, **kwargs)
     if as_json:
         click.echo(json.dumps({
             "mode": mode,
@@ -153,6 +165,27 @@ def generate(bundle: str, prompt: str, max_new_tokens: int, temperature: float, 
         click.echo()
         if mode == "spec":
             click.echo(f"[spec: {res.decode_tokens_per_s:.1f} tok/s decode, {res.mean_accepted:.2f} tokens per call]", err=True)
+
+
+def _generate_batch(run, tokenizer, input_path: str, output_path: str, kwargs: dict, chat: bool, pipelined: bool) -> None:
+    from tqdm import tqdm
+
+    from edgespec.runtime.batch import run_batch
+
+    p = Path(input_path)
+    total = sum(1 for line in open(p, encoding="utf-8", errors="replace") if line.strip()) if p.is_file() else 0
+    with tqdm(total=total, desc="generate", unit="prompt", file=sys.stderr) as bar:
+
+        def on_item(stats) -> None:
+            bar.n = stats.generated + stats.skipped_done + len(stats.errors)
+            bar.set_postfix_str(f"{stats.new_tokens} tokens, {len(stats.errors)} errors")
+            bar.refresh()
+
+        stats = run_batch(run, lambda t: _prompt_ids(tokenizer, t, chat), tokenizer.decode, p, output_path, gen_kwargs=kwargs, pipelined=pipelined, on_item=on_item)
+    for e in stats.errors:
+        where = f"line {e['line']}" if "line" in e else f"id {e['id']}"
+        click.echo(f"skipped {where}: {e['error']}", err=True)
+    click.echo(json.dumps(stats.as_dict()))
 
 
 @main.command()

@@ -1,0 +1,234 @@
+"""Batch generation over a JSONL file, as an asynchronous pipeline (FastSeq's host-side overlap).
+
+    reader thread:  read + parse lines, skip finished ids, tokenize  ─┐ bounded queue
+    main thread:    decode with the program (one program, one thread) ─┤ bounded queue
+    writer thread:  detokenize, append one JSON line, flush + fsync   ─┘
+
+Resumable: ids already in the output are skipped, and a torn last line (a killed writer) is
+cut off before appending, so a crash loses no finished line and duplicates none. A
+malformed input line (not JSON, no string "prompt", a prompt too long for the program) is
+reported and skipped; it never stops the batch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from edgespec.errors import EdgespecError
+
+_DONE = object()
+
+
+@dataclass
+class BatchStats:
+    total_lines: int = 0
+    skipped_done: int = 0
+    generated: int = 0
+    new_tokens: int = 0
+    errors: list[dict] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict:
+        return {
+            "lines": self.total_lines,
+            "already_done": self.skipped_done,
+            "generated": self.generated,
+            "errors": len(self.errors),
+            "new_tokens": self.new_tokens,
+            "seconds": round(self.seconds, 3),
+            "prompts_per_s": round(self.generated / self.seconds, 3) if self.seconds > 0 else 0.0,
+        }
+
+
+def finished_ids(output: Path) -> set[str]:
+    """Ids of the complete lines of an output file; a torn last line is cut off the file."""
+    if not output.exists():
+        return set()
+    data = output.read_bytes()
+    end = data.rfind(b"\n") + 1
+    if end < len(data):  # the writer died mid-line: drop the fragment
+        with open(output, "r+b") as f:
+            f.truncate(end)
+            f.flush()
+            os.fsync(f.fileno())
+    done = set()
+    for line in data[:end].splitlines():
+        try:
+            done.add(str(json.loads(line)["id"]))
+        except (json.JSONDecodeError, KeyError, TypeError):
+            continue
+    return done
+
+
+def _parse(n: int, line: str) -> tuple[str, str]:
+    obj = json.loads(line)
+    if not isinstance(obj, dict) or not isinstance(obj.get("prompt"), str) or not obj["prompt"].strip():
+        raise ValueError("expected a JSON object with a non-empty string 'prompt'")
+    return str(obj.get("id", n)), obj["prompt"]
+
+
+def run_batch(
+    decode: Callable[..., object],
+    encode: Callable[[str], list[int]],
+    decode_text: Callable[[list[int]], str],
+    input_path: str | Path,
+    output_path: str | Path,
+    *,
+    gen_kwargs: dict,
+    pipelined: bool = True,
+    queue_size: int = 16,
+    on_item: Callable[[BatchStats], None] = lambda s: None,
+) -> BatchStats:
+    """Generate for every pending line of `input_path`, appending to `output_path`.
+
+    decode(prompt_ids, **gen_kwargs) -> GenerationResult; encode(text) -> ids;
+    decode_text(ids) -> text. pipelined=False runs the same steps one after another (the
+    baseline the pipeline is measured against)."""
+    inp, out = Path(input_path), Path(output_path)
+    if not inp.is_file():
+        raise EdgespecError(f"input file '{inp}' not found")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        done = finished_ids(out)
+        sink = open(out, "a", encoding="utf-8")
+    except OSError as e:
+        raise EdgespecError(f"cannot write output '{out}': {e.strerror}") from None
+    stats = BatchStats(skipped_done=0)
+    t0 = time.perf_counter()
+
+    def items():  # (id, prompt, ids) or an error dict, for every line not done yet
+        seen = set(done)
+        with open(inp, encoding="utf-8", errors="replace") as f:
+            for n, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                stats.total_lines += 1
+                try:
+                    key, prompt = _parse(n, line)
+                except (json.JSONDecodeError, ValueError) as e:
+                    yield {"line": n, "error": f"malformed input: {e}"}
+                    continue
+                if key in seen:
+                    stats.skipped_done += key in done
+                    if key not in done:
+                        yield {"line": n, "id": key, "error": "duplicate id in the input (first one kept)"}
+                    continue
+                seen.add(key)
+                yield key, prompt, encode(prompt)
+
+    def generate(item):
+        if isinstance(item, dict):
+            return item
+        key, prompt, ids = item
+        try:
+            res = decode(ids, **gen_kwargs)
+        except EdgespecError as e:  # e.g. a prompt longer than the program's context
+            return {"id": key, "error": str(e)}
+        return key, prompt, res
+
+    def write(result) -> None:
+        if isinstance(result, dict):
+            stats.errors.append(result)
+        else:
+            key, prompt, res = result
+            row = {
+                "id": key,
+                "prompt": prompt,
+                "completion": decode_text(res.completion_ids),
+                "new_tokens": len(res.completion_ids),
+                "stopped_by_eos": res.stopped_by_eos,
+                "decode_tokens_per_s": round(res.decode_tokens_per_s, 2),
+                "tokens_per_call": round(res.mean_accepted, 3),
+            }
+            sink.write(json.dumps(row, ensure_ascii=False) + "\n")
+            sink.flush()
+            os.fsync(sink.fileno())  # a finished line survives a crash
+            stats.generated += 1
+            stats.new_tokens += len(res.completion_ids)
+        on_item(stats)
+
+    try:
+        if not pipelined:
+            for item in items():
+                write(generate(item))
+        else:
+            _pipeline(items(), generate, write, queue_size)
+    finally:
+        sink.close()
+        stats.seconds = time.perf_counter() - t0
+    return stats
+
+
+def _pipeline(source, work, sink, size: int) -> None:
+    """source (reader thread) -> work (this thread) -> sink (writer thread), bounded queues;
+    an exception in any stage stops the others and is raised here."""
+    q_in: queue.Queue = queue.Queue(size)
+    q_out: queue.Queue = queue.Queue(size)
+    failure: list[BaseException] = []
+    stop = threading.Event()
+
+    def put(q, x) -> bool:
+        while not stop.is_set():
+            try:
+                q.put(x, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def read() -> None:
+        try:
+            for item in source:
+                if not put(q_in, item):
+                    return
+        except BaseException as e:  # noqa: BLE001  handed to the main thread
+            failure.append(e)
+            stop.set()
+        finally:
+            put(q_in, _DONE) if not stop.is_set() else None
+
+    def write() -> None:
+        try:
+            while True:
+                r = q_out.get()
+                if r is _DONE:
+                    return
+                sink(r)
+        except BaseException as e:  # noqa: BLE001
+            failure.append(e)
+            stop.set()
+
+    reader = threading.Thread(target=read, name="batch-reader", daemon=True)
+    writer = threading.Thread(target=write, name="batch-writer", daemon=True)
+    reader.start()
+    writer.start()
+    try:
+        while not stop.is_set():
+            try:
+                item = q_in.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            if item is _DONE:
+                break
+            if not put(q_out, work(item)):
+                break
+    finally:
+        # the writer drains what was decoded (a crash loses no finished line), then stops
+        while writer.is_alive():
+            try:
+                q_out.put(_DONE, timeout=0.1)
+                break
+            except queue.Full:
+                continue
+        writer.join()
+        stop.set()
+        reader.join(timeout=5)
+    if failure:
+        raise failure[0]
