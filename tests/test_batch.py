@@ -100,7 +100,8 @@ def test_missing_input_is_a_clear_error(tmp_path):
 def test_kill_and_resume_with_a_real_program(tiny_bundle, tmp_path):
     """SIGKILL the CLI mid-batch, run it again: every id exactly once, as an uninterrupted run."""
     _write_input(tmp_path / "in.jsonl", 300)
-    cmd = [sys.executable, "-m", "edgespec.cli", "generate", "--bundle", str(tiny_bundle), "--input", str(tmp_path / "in.jsonl"), "--max-new-tokens", "32", "--no-chat-template"]
+    # no prefix reuse: a resumed run starts from an empty cache, and this test is about the pipeline
+    cmd = [sys.executable, "-m", "edgespec.cli", "generate", "--bundle", str(tiny_bundle), "--input", str(tmp_path / "in.jsonl"), "--max-new-tokens", "32", "--no-chat-template", "--no-reuse-prefix"]
     ref = subprocess.run([*cmd, "--output", str(tmp_path / "ref.jsonl")], capture_output=True, text=True, timeout=600)
     assert ref.returncode == 0, ref.stderr[-2000:]
     out = tmp_path / "out.jsonl"

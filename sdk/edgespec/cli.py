@@ -121,9 +121,10 @@ LOOKUP = click.option("--lookup", default=0, show_default=True, type=click.IntRa
 @NGRAM
 @click.option("--no-chat-template", is_flag=True, help="Feed the prompt as raw text.")
 @click.option("--sequential", is_flag=True, help="Batch: no pipelining (read, decode, write one after another).")
+@click.option("--reuse-prefix/--no-reuse-prefix", default=True, show_default=True, help="Batch: prefill only where a prompt differs from what the KV cache holds (shared system prompt or context).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of streaming text.")
 @_friendly
-def generate(bundle: str, prompt: str | None, input_path: str | None, output_path: str | None, max_new_tokens: int, temperature: float, seed: int, mode: str, lookup: int, no_repeat_ngram_size: int, no_chat_template: bool, sequential: bool, as_json: bool) -> None:
+def generate(bundle: str, prompt: str | None, input_path: str | None, output_path: str | None, max_new_tokens: int, temperature: float, seed: int, mode: str, lookup: int, no_repeat_ngram_size: int, no_chat_template: bool, sequential: bool, reuse_prefix: bool, as_json: bool) -> None:
     """Generate a completion with the bundle's program, streaming text; or, with --input and
     --output, a whole JSONL batch through an asynchronous pipeline."""
     if (prompt is None) == (input_path is None):
@@ -137,6 +138,10 @@ def generate(bundle: str, prompt: str | None, input_path: str | None, output_pat
     mode, run = _decoder(runner, mode, lookup)
     kwargs = dict(max_new_tokens=max_new_tokens, max_seq_len=runner.max_seq_len, eos_ids=runner.eos_ids, temperature=temperature, seed=seed, no_repeat_ngram_size=no_repeat_ngram_size)
     if input_path is not None:
+        if reuse_prefix:
+            from edgespec.runtime.generate import CacheState
+
+            kwargs["cache"] = CacheState()
         _generate_batch(run, tokenizer, input_path, output_path, kwargs, not no_chat_template, not sequential)
         return
     ids = _prompt_ids(tokenizer, prompt, not no_chat_template)

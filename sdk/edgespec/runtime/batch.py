@@ -32,6 +32,8 @@ class BatchStats:
     skipped_done: int = 0
     generated: int = 0
     new_tokens: int = 0
+    reused_tokens: int = 0
+    prompt_tokens: int = 0
     errors: list[dict] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -42,6 +44,8 @@ class BatchStats:
             "generated": self.generated,
             "errors": len(self.errors),
             "new_tokens": self.new_tokens,
+            "prompt_tokens": self.prompt_tokens,
+            "reused_prefix_tokens": self.reused_tokens,
             "seconds": round(self.seconds, 3),
             "prompts_per_s": round(self.generated / self.seconds, 3) if self.seconds > 0 else 0.0,
         }
@@ -146,12 +150,15 @@ def run_batch(
                 "stopped_by_eos": res.stopped_by_eos,
                 "decode_tokens_per_s": round(res.decode_tokens_per_s, 2),
                 "tokens_per_call": round(res.mean_accepted, 3),
+                "reused_prefix_tokens": res.reused_prefix,
             }
             sink.write(json.dumps(row, ensure_ascii=False) + "\n")
             sink.flush()
             os.fsync(sink.fileno())  # a finished line survives a crash
             stats.generated += 1
             stats.new_tokens += len(res.completion_ids)
+            stats.prompt_tokens += len(res.prompt_ids)
+            stats.reused_tokens += res.reused_prefix
         on_item(stats)
 
     try:

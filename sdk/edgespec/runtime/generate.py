@@ -30,6 +30,7 @@ class GenerationResult:
     decode_s: float
     step_times_s: list[float] = field(default_factory=list)
     tokens_per_call: list[int] = field(default_factory=list)  # per decode call; empty = 1 each (AR)
+    reused_prefix: int = 0  # prompt tokens whose KV was already in the cache (not prefilled)
 
     @property
     def prefill_tokens_per_s(self) -> float:
@@ -61,18 +62,22 @@ def generate(
     seed: int = 0,
     on_token: Callable[[int], None] | None = None,
     no_repeat_ngram_size: int = 0,
+    cache: "CacheState | None" = None,
 ) -> GenerationResult:
     """Prefill the whole prompt in one call, then decode one token per call.
 
     no_repeat_ngram_size n > 0: never emit a token that repeats an n-gram of the context
-    (prompt included), greedy or sampled (edgespec.runtime.ngram)."""
+    (prompt included), greedy or sampled (edgespec.runtime.ngram).
+    cache: what the program's KV cache holds from the previous generation; the prompt's
+    longest common prefix with it is not prefilled again (see CacheState)."""
     _check_prompt(prompt_ids, max_seq_len)
     max_new_tokens = min(max_new_tokens, max_seq_len - len(prompt_ids))
     gen = torch.Generator().manual_seed(seed)
     ctx = _Context(prompt_ids, max_seq_len, no_repeat_ngram_size)
 
     t0 = time.perf_counter()
-    logits = step(torch.tensor([prompt_ids], dtype=torch.long), 0)
+    start = cache.reusable(prompt_ids) if cache is not None else 0
+    logits = step(torch.tensor([prompt_ids[start:]], dtype=torch.long), start)
     prefill_s = time.perf_counter() - t0
 
     out: list[int] = []
@@ -95,7 +100,9 @@ def generate(
         logits = step(torch.tensor([[tok]], dtype=torch.long), pos)
         steps.append(time.perf_counter() - t)
         pos += 1
-    return GenerationResult(prompt_ids, out, stopped, prefill_s, time.perf_counter() - t_dec, steps)
+    if cache is not None:
+        cache.holds(prompt_ids + out, pos)
+    return GenerationResult(prompt_ids, out, stopped, prefill_s, time.perf_counter() - t_dec, steps, reused_prefix=start)
 
 
 def _check_prompt(prompt_ids: list[int], max_seq_len: int, reserve: int = 0) -> None:
@@ -134,6 +141,7 @@ def generate_spec(
     on_token: Callable[[int], None] | None = None,
     lookup: int = 0,
     no_repeat_ngram_size: int = 0,
+    cache: "CacheState | None" = None,
 ) -> GenerationResult:
     """Speculative decoding: one `spec_step` call verifies the last draft and drafts the next.
 
@@ -168,8 +176,14 @@ def generate_spec(
     # the prompt exactly as `generate` prefills it (same call, same numerics), then the first
     # step starts from the sampled token with a placeholder draft and yields the first draft
     t0 = time.perf_counter()
-    logits = methods.forward(torch.tensor([prompt_ids], dtype=torch.long), 0)
+    start = cache.reusable(prompt_ids) if cache is not None else 0
+    logits = methods.forward(torch.tensor([prompt_ids[start:]], dtype=torch.long), start)
     prefill_s = time.perf_counter() - t0
+
+    def done(stopped: bool) -> GenerationResult:
+        if cache is not None:
+            cache.holds(prompt_ids + out, pos)
+        return GenerationResult(prompt_ids, out, stopped, prefill_s, time.perf_counter() - t_dec, steps, per_call, reused_prefix=start)
 
     out: list[int] = []
     steps: list[float] = []
@@ -183,15 +197,15 @@ def generate_spec(
         # emit `new`, stopping at EOS or the token budget
         for tok in new:
             if tok in eos_ids:
-                return GenerationResult(prompt_ids, out, True, prefill_s, time.perf_counter() - t_dec, steps, per_call)
+                return done(True)
             out.append(tok)
             ctx.push(tok)
             if on_token:
                 on_token(tok)
             if len(out) >= max_new_tokens:
-                return GenerationResult(prompt_ids, out, False, prefill_s, time.perf_counter() - t_dec, steps, per_call)
+                return done(False)
         if pos >= max_seq_len:
-            return GenerationResult(prompt_ids, out, False, prefill_s, time.perf_counter() - t_dec, steps, per_call)
+            return done(False)
         t = time.perf_counter()
         if pos + room <= max_seq_len and tree_ok:
             if temperature > 0:
@@ -210,6 +224,40 @@ def generate_spec(
         per_call.append(len(new))
         pos += len(new)
         x = new[-1]
+
+
+class CacheState:
+    """Which tokens the program's KV cache holds, for prefix reuse across generations.
+
+    The cache is a fixed buffer indexed by position, and a call writes the rows it feeds before
+    attending over rows [0, position]. So after a generation the rows of the tokens it fed stay
+    valid, and the next prompt that starts with those tokens (a shared system prompt, a RAG
+    context) only prefills from where it differs: no copy, nothing recomputed. The first
+    differing token and everything after it are simply overwritten. One CacheState per loaded
+    program; reset() after anything else used the program.
+
+    Numerics: a prompt prefilled in two calls is the same computation as in one, except that
+    the attention kernel accumulates per call; logits can differ in the last bits (fp32) or
+    more (8da4w's dynamic activation quantization), as with any chunked prefill.
+    """
+
+    def __init__(self) -> None:
+        self.ids: list[int] = []
+
+    def reset(self) -> None:
+        self.ids = []
+
+    def reusable(self, prompt_ids: list[int]) -> int:
+        """Prompt tokens already in the cache, leaving at least one to feed (for its logits)."""
+        n = 0
+        for a, b in zip(self.ids, prompt_ids):
+            if a != b:
+                break
+            n += 1
+        return min(n, len(prompt_ids) - 1)
+
+    def holds(self, context: list[int], fed: int) -> None:
+        self.ids = list(context[:fed])
 
 
 class _Context:
