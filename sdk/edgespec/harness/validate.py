@@ -9,6 +9,7 @@ accuracy gate. Returns the report as a dict; prints nothing.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
 from pathlib import Path
@@ -106,7 +107,7 @@ def validate_bundle(bundle_dir: str | Path, cfg: ValidateConfig, *, source: str 
         "model": manifest["model"]["name"],
         "precision": manifest["precision"],
         "speculative": manifest.get("speculative"),
-        "config": json.loads(json.dumps(cfg, default=lambda o: o.__dict__)),
+        "config": dataclasses.asdict(cfg),
         "program_bytes": runner.path.stat().st_size,
         "peak_rss_mb": memory,
         "normalizer_events": _normalizer_events(bundle_dir),
