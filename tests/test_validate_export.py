@@ -115,3 +115,37 @@ def test_verify_and_package(tiny_hf_dir, tmp_path):
     resign(eos_ids=[7])
     res = CliRunner().invoke(main, ["verify", "--bundle", str(out)])
     assert res.exit_code == 2 and "program EOS ids [2] != manifest [7]" in res.output, res.output
+
+
+@pytest.mark.parametrize("scheme", ["fp16", "8da4w", "8da8w"])
+def test_every_quantization_scheme_lowers_and_runs(tiny_hf_dir, tmp_path, scheme):
+    """Each QuantConfig scheme (fp32 is the other tests') exports, loads, and its program
+    computes what the eager model quantized the same way computes."""
+    import torch
+
+    from edgespec.config import QuantConfig
+    from edgespec.models.load import build_model, read_source
+    from edgespec.quant import SCHEMES, quantize_model_
+    from edgespec.runtime.program import ProgramRunner
+
+    assert set(SCHEMES) == {"fp32", "fp16", "8da4w", "8da8w"}
+    r = tmp_path / "r.yaml"
+    r.write_text(f"name: q\nmodel: {{source: {tiny_hf_dir}, max_seq_len: 64}}\nquant: {{scheme: {scheme}}}\nnumerics: {{search: false}}\nvalidate: {{enabled: false}}\n")
+    res = CliRunner().invoke(main, ["export", str(r), "-o", str(tmp_path / "b")])
+    assert res.exit_code == 0, res.output
+    tokens = torch.tensor([[5, 17, 42, 7]])
+    got = ProgramRunner(tmp_path / "b" / "model.pte").forward(tokens, 0)
+    eager = quantize_model_(build_model(read_source(str(tiny_hf_dir), 64)), QuantConfig(scheme=scheme))
+    with torch.no_grad():
+        ref = eager(tokens, torch.tensor([0]))[0].float()  # last position [V]
+    assert torch.isfinite(got).all()
+    err = float((got - ref).abs().max())
+    assert err < 0.05 * float(ref.abs().max()), (scheme, err)
+
+
+def test_int8_weight_only_is_refused_before_any_work(tmp_path):
+    r = tmp_path / "r.yaml"
+    r.write_text("quant: {scheme: int8wo}\n")
+    res = CliRunner().invoke(main, ["export", str(r), "-o", str(tmp_path / "b")])
+    assert res.exit_code == 2 and "recipe field 'quant.scheme': int8wo" in res.output and "use 8da8w" in res.output
+    assert not (tmp_path / "b").exists()

@@ -15,7 +15,7 @@ from typing import Any, Literal, get_args, get_origin
 
 from edgespec.errors import EdgespecError
 
-QuantScheme = Literal["fp32", "fp16", "8da4w", "int8wo"]
+QuantScheme = Literal["fp32", "fp16", "8da4w", "8da8w", "int8wo"]
 EMBEDDED_MODELS = ("smollm2-135m-instruct",)
 
 
@@ -46,9 +46,10 @@ class QuantConfig:
     """torchao quantization of the exported program.
 
     scheme: ``fp32`` (none), ``fp16`` (fp16 weights and activations; KV cache and attention
-    in fp32), ``8da4w`` (int8 dynamic activations, int4 grouped weights), ``int8wo`` (int8
-    per-channel weight-only). ``embedding_bits`` 0 keeps the embedding in
-    fp32; 4 or 8 quantizes it weight-only with ``group_size``.
+    in fp32), ``8da4w`` (int8 dynamic activations, int4 grouped weights), ``8da8w`` (int8
+    dynamic activations, int8 per-channel weights). ``int8wo`` (int8 weight-only) is refused:
+    ExecuTorch's XNNPACK lowering has no kernel for it. ``embedding_bits`` 0 keeps the
+    embedding in fp32; 4 or 8 quantizes it weight-only with ``group_size``.
     """
 
     scheme: QuantScheme = "8da4w"
@@ -56,6 +57,11 @@ class QuantConfig:
     embedding_bits: int = 0
 
     def validate(self, path: str = "quant") -> None:
+        _require(
+            self.scheme != "int8wo",
+            f"{path}.scheme",
+            "int8wo (int8 weight-only linears) does not lower to XNNPACK in ExecuTorch 1.5 (no kernel for torchao::dequantize_affine); use 8da8w (int8 weights with dynamic int8 activations) or 8da4w",
+        )
         _require(self.group_size > 0 and self.group_size % 16 == 0, f"{path}.group_size", f"must be a positive multiple of 16, got {self.group_size}")
         _require(self.embedding_bits in (0, 4, 8), f"{path}.embedding_bits", f"must be 0 (off), 4 or 8, got {self.embedding_bits}")
 

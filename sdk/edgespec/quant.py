@@ -42,12 +42,12 @@ def _8da4w(model: nn.Module, cfg: QuantConfig) -> nn.Module:
     return model
 
 
-def _int8wo(model: nn.Module, cfg: QuantConfig) -> nn.Module:
-    from torchao.quantization import IntxWeightOnlyConfig, quantize_
+def _8da8w(model: nn.Module, cfg: QuantConfig) -> nn.Module:
+    from torchao.quantization import Int8DynamicActivationIntxWeightConfig, quantize_
     from torchao.quantization.granularity import PerAxis
 
     _untie_output_(model)
-    quantize_(model, IntxWeightOnlyConfig(weight_dtype=torch.int8, granularity=PerAxis(0)), filter_fn=_linear_filter(1))
+    quantize_(model, Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int8, weight_granularity=PerAxis(0)), filter_fn=_linear_filter(1))
     return model
 
 
@@ -71,7 +71,7 @@ SCHEMES: dict[str, Callable[[nn.Module, QuantConfig], nn.Module]] = {
     "fp32": _fp32,
     "fp16": _fp16,
     "8da4w": _8da4w,
-    "int8wo": _int8wo,
+    "8da8w": _8da8w,
 }
 
 
