@@ -133,12 +133,12 @@ def translation(n: int, seed: int) -> list[Example]:
 
 def _package_file(package: str, relpath: str, pip_hint: str) -> Path:
     """A data file inside an installed package, found without importing the package."""
-    import importlib.util
+    from edgespec.packages import package_dir
 
-    spec = importlib.util.find_spec(package)
-    if spec is None or not spec.submodule_search_locations:
+    root = package_dir(package)
+    if root is None:
         raise EdgespecError(f"this suite needs the package '{package}' ({pip_hint})")
-    p = Path(next(iter(spec.submodule_search_locations))) / relpath
+    p = root / relpath
     if not p.is_file():
         raise EdgespecError(f"package '{package}' is installed but has no {relpath}; reinstall it ({pip_hint})")
     return p

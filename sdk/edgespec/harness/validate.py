@@ -55,7 +55,7 @@ def validate_bundle(bundle_dir: str | Path, cfg: ValidateConfig, *, source: str 
     for i, (ex, p) in enumerate(zip(examples, ids)):
         res = side_by_side(decoders, p, max_new_tokens=ex.max_new_tokens, runs=cfg.runs, flip=i % 2 == 1, **kw)
         text = tokenizer.decode(res["ar"].completion_ids)
-        rows.append({"id": ex.id, "suite": ex.suite, "prompt_tokens": len(p), "prediction": text, "reference": ex.reference, "score": score(ex.metric, text, ex), **ex.extra, **row_stats(res)})
+        rows.append({"id": ex.id, "suite": ex.suite, "metric": ex.metric, "prompt_tokens": len(p), "prediction": text, "reference": ex.reference, "score": score(ex.metric, text, ex), **ex.extra, **row_stats(res)})
         on_progress("suites", i + 1, len(examples))
 
     ref_scores = None
@@ -79,7 +79,7 @@ def validate_bundle(bundle_dir: str | Path, cfg: ValidateConfig, *, source: str 
     for name in dict.fromkeys(r["suite"] for r in rows):
         sr = [r for r in rows if r["suite"] == name]
         entry = {
-            "metric": examples[rows.index(sr[0])].metric,
+            "metric": sr[0]["metric"],
             "source": SUITES[name].source if name in SUITES else "user JSONL",
             "score": round(statistics.fmean(r["score"] for r in sr), 4),
             **summarize(sr),

