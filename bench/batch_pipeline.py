@@ -29,7 +29,7 @@ from edgespec.runtime.session import open_bundle, prompt_ids  # noqa: E402
 
 
 def throughput(bundle: str, n: int, max_new_tokens: int, rounds: int) -> dict:
-    from edgespec.spec.data import mixed_prompts
+    from edgespec.corpus.prompts import mixed_prompts
 
     _, tk, runner = open_bundle(bundle)
     work = Path(tempfile.mkdtemp())

@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sdk"))
 
 
 def texts(n: int) -> list[tuple[str, str]]:
-    from edgespec.spec.data import mixed_prompts
+    from edgespec.corpus.prompts import mixed_prompts
 
     return [(p.text, p.reference) for p in mixed_prompts("heldout", n, ("reasoning", "code", "math")) if p.reference]
 

@@ -37,11 +37,12 @@ def main() -> None:
 
     from edgespec.models.load import build_model, read_source, tokenizer_of
     from edgespec.runtime.generate import eager_step, generate
-    from edgespec.spec.baselines import MedusaHeads, MedusaModel, prompt_lookup_drafter
-    from edgespec.spec.data import SUITES
-    from edgespec.spec.decode import spec_generate, stream_drafter
-    from edgespec.spec.msa import SpecModel, load_streams
-    from edgespec.spec.tree import Tree
+    from edgespec.speculative.lookup import prompt_lookup_drafter
+    from edgespec.speculative.medusa import MedusaHeads, MedusaModel
+    from edgespec.corpus.prompts import SUITES
+    from edgespec.speculative.decode import spec_generate, stream_drafter
+    from edgespec.speculative.streams import SpecModel, load_streams
+    from edgespec.speculative.tree import Tree
 
     torch.set_grad_enabled(False)
     src = read_source("smollm2-135m-instruct", 1024)

@@ -28,7 +28,7 @@ from edgespec.runtime.session import decoder, open_bundle, prompt_ids  # noqa: E
 
 
 def _prompts(n: int, tokenizer) -> list[tuple[str, str, list[int]]]:
-    from edgespec.spec.data import mixed_prompts
+    from edgespec.corpus.prompts import mixed_prompts
 
     return [(p.task, p.text, prompt_ids(tokenizer, p.text)) for p in mixed_prompts("heldout", n, ("math", "reasoning", "code"))]
 

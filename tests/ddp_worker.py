@@ -10,8 +10,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from test_train import _periodic_examples  # noqa: E402
 
 from edgespec.models.llama import LlamaArgs, Transformer  # noqa: E402
-from edgespec.spec.msa import MSAConfig, SpecModel, StreamParams  # noqa: E402
-from edgespec.spec.train import FeatureCache, TrainHParams, _dist, train_streams  # noqa: E402
+from edgespec.speculative.streams import MSAConfig, SpecModel, StreamParams  # noqa: E402
+from edgespec.speculative.train import FeatureCache, TrainHParams, _dist, train_streams  # noqa: E402
 
 
 def main(out: str, batch_size: int) -> None:

@@ -1,11 +1,12 @@
 import torch
 
 from edgespec.runtime.generate import eager_step, generate
-from edgespec.spec.baselines import MedusaHeads, MedusaModel, medusa_parameter_count, prompt_lookup_drafter
-from edgespec.spec.decode import spec_generate
-from edgespec.spec.msa import SpecModel
-from edgespec.spec.train import FeatureCache, TrainHParams, train_streams
-from edgespec.spec.tree import Tree
+from edgespec.speculative.lookup import prompt_lookup_drafter
+from edgespec.speculative.medusa import MedusaHeads, MedusaModel, medusa_parameter_count
+from edgespec.speculative.decode import spec_generate
+from edgespec.speculative.streams import SpecModel
+from edgespec.speculative.train import FeatureCache, TrainHParams, train_streams
+from edgespec.speculative.tree import Tree
 from test_train import _periodic_examples
 
 

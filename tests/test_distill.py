@@ -2,8 +2,8 @@ import json
 
 import torch
 
-from edgespec.spec.data import Prompt, read_jsonl_pairs
-from edgespec.spec.distill import distill, done_ids
+from edgespec.corpus.prompts import Prompt, read_jsonl_pairs
+from edgespec.corpus.distill import distill, done_ids
 
 
 def _step(tokens, pos):

@@ -9,8 +9,8 @@ import torch
 from edgespec.export.spec_program import EagerSpecMethods, SpecProgram
 from edgespec.runtime.generate import eager_step, generate, generate_spec
 from edgespec.runtime.ngram import banned_naive, banned_tokens, block_, is_banned
-from edgespec.spec.msa import MSAConfig, SpecModel, StreamParams
-from edgespec.spec.tree import Tree
+from edgespec.speculative.streams import MSAConfig, SpecModel, StreamParams
+from edgespec.speculative.tree import Tree
 
 
 def test_incremental_bans_equal_the_dictionary_algorithm():

@@ -5,8 +5,8 @@ import torch
 
 from edgespec.export.spec_program import EagerSpecMethods, SpecProgram
 from edgespec.runtime.generate import CacheState, eager_step, generate, generate_spec
-from edgespec.spec.msa import MSAConfig, SpecModel, StreamParams
-from edgespec.spec.tree import Tree
+from edgespec.speculative.streams import MSAConfig, SpecModel, StreamParams
+from edgespec.speculative.tree import Tree
 
 
 def test_reusable_prefix_rules():

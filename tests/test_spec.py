@@ -4,10 +4,10 @@ import pytest
 import torch
 
 from edgespec.runtime.generate import eager_step, generate
-from edgespec.spec.decode import spec_generate
-from edgespec.spec.msa import MSAConfig, SpecModel, StreamParams, count_parameters
-from edgespec.spec.tree import Tree
-from edgespec.spec.verify import accept_greedy
+from edgespec.speculative.decode import spec_generate
+from edgespec.speculative.streams import MSAConfig, SpecModel, StreamParams, count_parameters
+from edgespec.speculative.tree import Tree
+from edgespec.speculative.accept import accept_greedy
 
 
 @pytest.mark.parametrize("branching", [(1,), (2, 2, 2), (3, 2, 1), (1, 1, 1, 1)])

@@ -7,9 +7,9 @@ import torch
 from edgespec.errors import EdgespecError
 from edgespec.export.spec_program import EagerSpecMethods, SpecProgram
 from edgespec.runtime.generate import eager_step, generate, generate_spec
-from edgespec.spec.decode import spec_generate
-from edgespec.spec.msa import MSAConfig, SpecModel, StreamParams
-from edgespec.spec.tree import Tree
+from edgespec.speculative.decode import spec_generate
+from edgespec.speculative.streams import MSAConfig, SpecModel, StreamParams
+from edgespec.speculative.tree import Tree
 
 
 def _spec_model(model, gamma: int, mode: str = "lossless") -> SpecModel:
@@ -131,7 +131,7 @@ def test_program_spec_greedy_equals_program_autoregressive(spec_pte):
 def test_program_methods_share_one_kv_cache(spec_pte):
     """forward fills the cache that spec_step reads, and the other way round."""
     from edgespec.runtime.program import ProgramRunner
-    from edgespec.spec.tree import placeholder_draft
+    from edgespec.speculative.tree import placeholder_draft
 
     runner = ProgramRunner(spec_pte[0])
     prompt = _prompts(1, 97, length=9)[0]
@@ -161,7 +161,7 @@ def test_program_sampling_runs_and_is_seeded(spec_pte):
 
 
 def test_lookup_drafts_change_speed_not_output(tiny_model):
-    from edgespec.spec.baselines import with_lookup
+    from edgespec.speculative.lookup import with_lookup
 
     assert with_lookup(torch.tensor([[4, 5], [6, 7]]), [5]).tolist() == [[5, 4], [6, 7]]  # distinct per depth
     assert with_lookup(torch.tensor([[4], [6]]), [9, 8, 7]).tolist() == [[9], [8]]

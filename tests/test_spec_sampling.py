@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 
-from edgespec.spec.tree import Tree
-from edgespec.spec.verify import accept_sampling
+from edgespec.speculative.tree import Tree
+from edgespec.speculative.accept import accept_sampling
 
 
 def _chi2_sf(x: float, k: int) -> float:
@@ -45,8 +45,8 @@ def test_one_step_output_distribution_equals_target(draft):
 
 def test_two_step_joint_distribution_on_a_tiny_model(tiny_model):
     """Joint law of the first two sampled tokens: speculative sampler vs exact target law."""
-    from edgespec.spec.decode import spec_generate
-    from edgespec.spec.msa import SpecModel
+    from edgespec.speculative.decode import spec_generate
+    from edgespec.speculative.streams import SpecModel
 
     prompt = [1, 2, 3]
     with torch.no_grad():
@@ -89,7 +89,7 @@ def test_in_program_acceptance_samples_the_target_law():
     Tree (2, 2): if the first token is one of the root's candidates it was accepted and the
     second token follows that child's distribution; otherwise the step stops after one token.
     """
-    from edgespec.spec.verify import accept_tree
+    from edgespec.speculative.accept import accept_tree
 
     gen = torch.Generator().manual_seed(7)
     V = 5
@@ -119,7 +119,7 @@ def test_in_program_acceptance_samples_the_target_law():
 
 
 def test_in_program_acceptance_at_temperature_zero_is_greedy():
-    from edgespec.spec.verify import accept_greedy, accept_tree
+    from edgespec.speculative.accept import accept_greedy, accept_tree
 
     gen = torch.Generator().manual_seed(0)
     for branching in [(3, 2, 1), (1, 1, 1), (2, 2), (4,)]:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import torch
 
-from edgespec.spec.msa import MSAConfig, SpecModel, StreamParams
-from edgespec.spec.train import Example, FeatureCache, TrainHParams, make_batch, train_streams
+from edgespec.speculative.streams import MSAConfig, SpecModel, StreamParams
+from edgespec.speculative.train import Example, FeatureCache, TrainHParams, make_batch, train_streams
 
 
 def test_make_batch_targets_are_future_response_tokens():

@@ -4,10 +4,10 @@ import pytest
 import torch
 
 from edgespec.runtime.generate import eager_step, generate
-from edgespec.spec import tune as T
-from edgespec.spec.decode import spec_generate
-from edgespec.spec.msa import MSAConfig, SpecModel, StreamParams
-from edgespec.spec.tree import Tree
+from edgespec.speculative import tune as T
+from edgespec.speculative.decode import spec_generate
+from edgespec.speculative.streams import MSAConfig, SpecModel, StreamParams
+from edgespec.speculative.tree import Tree
 
 
 def test_replay_on_synthetic_ranks():

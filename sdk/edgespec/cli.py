@@ -322,10 +322,10 @@ def tune(bundle: str, n_prompts: int, max_new_tokens: int, max_size: int, contex
 
     from edgespec.models.load import build_model, read_source
     from edgespec.runtime.generate import generate
-    from edgespec.spec import tune as T
-    from edgespec.spec.data import mixed_prompts
-    from edgespec.spec.msa import SpecModel, load_streams
-    from edgespec.spec.tree import Tree
+    from edgespec.speculative import tune as T
+    from edgespec.corpus.prompts import mixed_prompts
+    from edgespec.speculative.streams import SpecModel, load_streams
+    from edgespec.speculative.tree import Tree
 
     manifest, tokenizer, runner = _load_bundle(bundle)
     if not runner.has_spec:
@@ -387,7 +387,7 @@ def train(recipe: str | None, steps: int | None, data: str | None, out_dir: str 
     _quiet_runtime_logs()
     from tqdm import tqdm
 
-    from edgespec.spec.train import train_from_recipe
+    from edgespec.speculative.train import train_from_recipe
 
     with tqdm(total=cfg.train.steps, desc="train", unit="step", file=sys.stderr) as bar:
 
@@ -413,8 +413,8 @@ def distill(bundle: str, suites: str, split: str, n_prompts: int, max_new_tokens
     _quiet_runtime_logs()
     from tqdm import tqdm
 
-    from edgespec.spec.data import SUITES, mixed_prompts
-    from edgespec.spec.distill import distill as run
+    from edgespec.corpus.prompts import SUITES, mixed_prompts
+    from edgespec.corpus.distill import distill as run
 
     names = tuple(s.strip() for s in suites.split(",") if s.strip())
     unknown = [s for s in names if s not in SUITES]

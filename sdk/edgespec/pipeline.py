@@ -46,8 +46,8 @@ def export_bundle(recipe: Recipe, outdir: str | Path, on_stage: Callable[[str], 
         spec = None
         if recipe.streams.weights:
             from edgespec.export.spec_program import SpecProgram
-            from edgespec.spec.msa import SpecModel, load_streams
-            from edgespec.spec.tree import Tree
+            from edgespec.speculative.streams import SpecModel, load_streams
+            from edgespec.speculative.tree import Tree
 
             params = load_streams(recipe.streams.weights, model)
             spec = SpecProgram(SpecModel(model, params), Tree(recipe.streams.tree)).eval()

@@ -31,9 +31,9 @@ import torch
 from torch import nn
 
 from edgespec.export import constants as C
-from edgespec.spec.msa import SpecModel
-from edgespec.spec.tree import Tree, placeholder_draft
-from edgespec.spec.verify import accept_tree
+from edgespec.speculative.streams import SpecModel
+from edgespec.speculative.tree import Tree, placeholder_draft
+from edgespec.speculative.accept import accept_tree
 
 
 class SpecProgram(nn.Module):

@@ -165,7 +165,7 @@ def qa(n: int, seed: int) -> list[Example]:
 # --- reasoning-gym: math and retrieval-augmented QA ------------------------------------
 
 MATH_GENERATORS = ("gsm_symbolic", "basic_arithmetic", "chain_sum", "products", "leg_counting")
-EVAL_SEED = 7_000_001  # disjoint from the stream-training seeds (edgespec.spec.data)
+EVAL_SEED = 7_000_001  # disjoint from the stream-training seeds (edgespec.corpus.prompts)
 
 
 def _gym(name: str, n: int, seed: int) -> list[dict]:
@@ -249,7 +249,7 @@ def user_suite(path: str | Path, n: int | None = None) -> list[Example]:
     """Examples from a JSONL file: `prompt`, `reference`, optional `context` (prepended to the
     prompt), `metric` (one of edgespec.harness.metrics.METRICS; default rouge_l), `max_new_tokens`."""
     from edgespec.harness.metrics import METRICS
-    from edgespec.spec.data import iter_jsonl
+    from edgespec.corpus.prompts import iter_jsonl
 
     name = Path(path).stem
     out = []

@@ -147,7 +147,7 @@ def run_normsearch(model: nn.Module, tokenizer, cfg, on_layer=lambda name: None)
     cfg: a `NumericsConfig`. Returns {"format", "layers": [...], "summary": {...}}.
     """
     from edgespec.numerics.formats import FORMATS
-    from edgespec.spec.data import mixed_prompts
+    from edgespec.corpus.prompts import mixed_prompts
 
     fmt = FORMATS[cfg.format]
     limit = min(384, model.args.max_seq_len - 1)  # calibration rows per prompt, within the context

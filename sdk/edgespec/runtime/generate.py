@@ -15,8 +15,8 @@ import torch
 from edgespec.errors import EdgespecError
 from edgespec.runtime.ngram import banned_tokens, block_
 from edgespec.runtime.sampling import sample
-from edgespec.spec.baselines import lookup_continuation, with_lookup
-from edgespec.spec.tree import placeholder_draft
+from edgespec.speculative.lookup import lookup_continuation, with_lookup
+from edgespec.speculative.tree import placeholder_draft
 
 StepFn = Callable[[torch.Tensor, int], torch.Tensor]
 

@@ -14,9 +14,9 @@ from typing import Callable, Protocol
 import torch
 
 from edgespec.errors import EdgespecError
-from edgespec.spec.msa import SpecModel, topk_draft
-from edgespec.spec.tree import Tree
-from edgespec.spec.verify import accept_greedy, accept_sampling
+from edgespec.speculative.streams import SpecModel, topk_draft
+from edgespec.speculative.tree import Tree
+from edgespec.speculative.accept import accept_greedy, accept_sampling
 
 
 class Drafter(Protocol):

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from edgespec.spec.tree import Tree
+from edgespec.speculative.tree import Tree
 
 
 @dataclass

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from edgespec.models.llama import Transformer, TransformerBlock, adapted, apply_rope
-from edgespec.spec.tree import Tree
+from edgespec.speculative.tree import Tree
 
 ADAPTED = ("wq", "wk", "wv", "wo", "w1", "w2", "w3")
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from edgespec.runtime.generate import StepFn, generate
-from edgespec.spec.data import Prompt
+from edgespec.corpus.prompts import Prompt
 
 
 def done_ids(path: Path) -> set[str]:

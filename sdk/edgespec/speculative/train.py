@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from edgespec.spec.msa import SpecModel
+from edgespec.speculative.streams import SpecModel
 
 
 @dataclass(frozen=True)
@@ -219,7 +219,7 @@ def train_streams(
 def load_examples(path: str | Path, tokenizer, seq_len: int) -> list[Example]:
     """Self-distilled rows (prompt_ids/response_ids) or text pairs (prompt/response)."""
     from edgespec.errors import EdgespecError
-    from edgespec.spec.data import iter_jsonl
+    from edgespec.corpus.prompts import iter_jsonl
 
     out = []
     for n, row in iter_jsonl(path, skip_torn=True):
@@ -240,7 +240,7 @@ def load_examples(path: str | Path, tokenizer, seq_len: int) -> list[Example]:
 def train_from_recipe(recipe, on_status: Callable[[str], None] = lambda s: None, on_step: Callable[[int, float], None] = lambda s, l: None) -> dict:
     """`edgespec train`: base model -> features -> stream training -> streams.pt in out_dir."""
     from edgespec.models.load import build_model, read_source, tokenizer_of
-    from edgespec.spec.msa import MSAConfig, StreamParams, count_parameters, save_streams
+    from edgespec.speculative.streams import MSAConfig, StreamParams, count_parameters, save_streams
 
     s, t = recipe.streams, recipe.train
     torch.manual_seed(t.seed)
@@ -248,7 +248,7 @@ def train_from_recipe(recipe, on_status: Callable[[str], None] = lambda s: None,
     base = build_model(src)
     tok = tokenizer_of(src)
     if t.drafter == "medusa":
-        from edgespec.spec.baselines import MedusaHeads, MedusaModel
+        from edgespec.speculative.medusa import MedusaHeads, MedusaModel
 
         params = MedusaHeads(base.args.dim, s.gamma)
         model = MedusaModel(base, params)

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 
 import torch
 
-from edgespec.spec.msa import SpecModel
-from edgespec.spec.tree import Tree, placeholder_draft
+from edgespec.speculative.streams import SpecModel
+from edgespec.speculative.tree import Tree, placeholder_draft
 
 
 @torch.no_grad()

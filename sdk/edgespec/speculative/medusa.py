@@ -1,12 +1,10 @@
-"""Baselines that draft through the same tree verifier as the streams.
+"""Medusa-1 heads: the baseline drafter that goes through the same tree verifier as the streams.
 
 - Medusa-1-style heads: on the frozen base model's final hidden state h, head j predicts
   the token j+1 steps after the next one as lm_head(h + SiLU(W_j h + b_j)) (a residual
   block per head). The lm head is the base model's, frozen and shared by the heads (the
   original Medusa-1 gives each head its own trainable copy: 49152 x 576 = 28.3M parameters
   per head for this model; both counts are reported).
-- Prompt lookup: no training; the draft continues the most recent earlier occurrence of
-  the context's last n-gram (n = 3, 2, 1).
 """
 
 from __future__ import annotations
@@ -16,8 +14,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from edgespec.models.llama import Transformer
-from edgespec.spec.msa import MSAConfig, SpecModel, frozen_layers, topk_draft
-from edgespec.spec.tree import Tree
+from edgespec.speculative.streams import MSAConfig, SpecModel, frozen_layers, topk_draft
+from edgespec.speculative.tree import Tree
 
 
 class MedusaHeads(nn.Module):
@@ -64,44 +62,6 @@ class MedusaModel(nn.Module):
         return SpecModel(self.base, None)
 
 
-def lookup_continuation(context: list[int], length: int, max_ngram: int = 3, min_ngram: int = 1) -> list[int]:
-    """What followed the last earlier occurrence of the context's longest tail n-gram
-    (max_ngram down to min_ngram); at most `length` tokens, [] when nothing matches."""
-    ctx = torch.tensor(context)
-    for n in range(min(max_ngram, len(context) - 1), min_ngram - 1, -1):
-        tail = ctx[-n:]
-        windows = ctx[:-1].unfold(0, n, 1)  # every earlier n-gram start (excluding the tail itself)
-        hits = (windows == tail).all(1).nonzero().flatten()
-        hits = hits[hits + n < len(context)]
-        if len(hits):
-            start = int(hits[-1]) + n
-            return context[start : start + length]
-    return []
-
-
-def prompt_lookup_drafter(max_ngram: int = 3):
-    """Draft by copying what followed the last earlier occurrence of the context's tail."""
-
-    def draft(main_h, stream_h, context: list[int], tree: Tree) -> torch.Tensor:
-        g, k = len(tree.branching), max(tree.branching)
-        found = lookup_continuation(context, g, max_ngram)
-        found = found + [context[-1]] * (g - len(found))
-        return torch.tensor(found)[:, None].expand(g, k).clone()
-
-    return draft
-
-
 def medusa_parameter_count(dim: int, vocab: int, n_heads: int, own_lm_head: bool) -> int:
     per_head = dim * dim + dim + (dim * vocab if own_lm_head else 0)
     return n_heads * per_head
-
-
-def with_lookup(draft: torch.Tensor, continuation: list[int]) -> torch.Tensor:
-    """Put a lookup continuation first at each depth of a [D, k] draft, keeping the draft's
-    other candidates after it (distinct per depth, as lossless sampling needs)."""
-    out = draft.clone()
-    k = draft.shape[1]
-    for d, tok in enumerate(continuation[: draft.shape[0]]):
-        rest = [t for t in draft[d].tolist() if t != tok]
-        out[d] = torch.tensor([tok, *rest][:k])
-    return out

@@ -1,0 +1,1 @@
+"""Corpora: prompt suites from installed packages and self-distilled training data."""
