@@ -51,7 +51,7 @@ def teacher_forced(runner, tokenizer, pairs) -> tuple[list[float], list[int]]:
 
 
 def speed(runner, tokenizer, prompts, max_new_tokens: int) -> dict:
-    from edgespec.runtime.generate import generate, generate_spec
+    from edgespec.runtime.generate import generate
 
     kw = dict(max_new_tokens=max_new_tokens, max_seq_len=runner.max_seq_len, eos_ids=())
     ids = [tokenizer.encode(tokenizer.apply_chat_template(p)) for p, _ in prompts]
@@ -60,9 +60,9 @@ def speed(runner, tokenizer, prompts, max_new_tokens: int) -> dict:
     for x in ids:
         ar.append(generate(runner.forward, x, **kw).decode_tokens_per_s)
         if runner.has_spec:
-            r = generate_spec(runner, x, **kw)
+            r = generate(runner.forward, x, **kw, spec=runner)
             sp.append(r.decode_tokens_per_s)
-            acc.append(r.mean_accepted)
+            acc.append(r.mean_tokens_per_call)
     out = {"ar_decode_tokens_per_s": round(statistics.median(ar), 2)}
     if sp:
         out |= {"spec_decode_tokens_per_s": round(statistics.median(sp), 2), "spec_tokens_per_call": round(statistics.mean(acc), 3)}

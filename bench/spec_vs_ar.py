@@ -1,9 +1,11 @@
 """Speculative vs autoregressive decoding on one program, side by side, over held-out prompts.
 
-The methodology is the harness's (edgespec.harness.speed): for every held-out prompt (math,
-reasoning, code; chat template; greedy; EOS stops) the same program decodes with `forward`
-(one token per call) and `spec_step`, in alternating order; medians, median per-prompt
-speedup, tokens per call, losslessness (at a divergence: the AR logits' top-2 margin there).
+The methodology is edgespec's one (edgespec.runtime.speed, as `edgespec bench` and
+`edgespec validate`): for every held-out prompt (math, reasoning, code; chat template; greedy;
+EOS stops) the same program decodes with `forward` (one token per call) and `spec_step`,
+interleaved in alternating order after a warm-up; medians, median per-prompt speedup, tokens
+per call, losslessness (at a divergence: the AR logits' top-2 margin there). Fields:
+docs/benchmarks.md.
 
 Optional, each in its own fresh process (so peak RSS is the decoder's own):
   --stock PTE     ExecuTorch's TextLLMRunner on a program from ExecuTorch's export_llm, same prompts
@@ -25,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sdk"))
 
 from edgespec.harness import speed  # noqa: E402
 from edgespec.runtime.session import decoder, open_bundle, prompt_ids  # noqa: E402
+from edgespec.runtime.speed import measure, row_stats, summarize  # noqa: E402
 
 
 def _prompts(n: int, tokenizer) -> list[tuple[str, str, list[int]]]:
@@ -41,32 +44,38 @@ def _margin(runner, ids: list[int]) -> float:
     return float(top[0] - top[1])
 
 
-def run_suite(bundle: str, n: int, max_new_tokens: int, lookup: int) -> tuple[list[dict], object, object]:
+def run_suite(bundle: str, n: int, max_new_tokens: int, lookup: int, runs: int = 1) -> tuple[list[dict], object, object]:
     _, tokenizer, runner = open_bundle(bundle)
     if not runner.has_spec:
         raise SystemExit(f"{bundle}: the program has no speculative methods")
     decoders = {"ar": decoder(runner, "ar")[1], "spec": decoder(runner, "spec", lookup)[1]}
-    kw = dict(max_seq_len=runner.max_seq_len, eos_ids=runner.eos_ids)
     prompts = _prompts(n, tokenizer)
-    for d in decoders.values():  # warm-up
-        d(prompts[0][2], max_new_tokens=max_new_tokens, **kw)
+    measured = measure(
+        decoders, [ids for _, _, ids in prompts], max_new_tokens=max_new_tokens, max_seq_len=runner.max_seq_len, eos_ids=runner.eos_ids, warmup=1, runs=runs
+    )
     rows = []
-    for i, (task, _, ids) in enumerate(prompts):
-        res = speed.side_by_side(decoders, ids, max_new_tokens=max_new_tokens, flip=i % 2 == 1, **kw)
-        row = {"task": task, "prompt_tokens": len(ids), **speed.row_stats(res)}
+    for i, ((task, _, ids), res) in enumerate(zip(prompts, measured)):
+        row = {"task": task, **row_stats(res, len(ids))}
         if not row["lossless"]:
             a, s = res["ar"].completion_ids, res["spec"].completion_ids
             j = next(k for k, (x, y) in enumerate(zip(a + [-1], s + [-2])) if x != y)
             row["divergence"] = {"index": j, "ar_top2_margin": _margin(runner, ids + a[:j])}
         rows.append(row)
-        print(f"[{i + 1}/{n}] {task}: ar {row['ar']['tokens_per_s']:.1f} spec {row['spec']['tokens_per_s']:.1f} tok/s, lossless {row['lossless']}", file=sys.stderr)
+        print(f"[{i + 1}/{n}] {task}: ar {row['ar']['tokens_per_s']} spec {row['spec']['tokens_per_s']} tok/s, lossless {row['lossless']}", file=sys.stderr)
     return rows, tokenizer, runner
 
 
 def _stock_worker(pte: str, tokenizer_json: str, texts: list[str], max_new_tokens: int) -> dict:
     out = subprocess.run(
-        [sys.executable, "-c", "import json,sys; from edgespec.harness.speed import stock_decode; a=json.load(sys.stdin); print(json.dumps(stock_decode(**a)))"],
-        input=json.dumps({"pte": pte, "tokenizer_json": tokenizer_json, "texts": texts, "max_new_tokens": max_new_tokens}), capture_output=True, text=True, check=True,
+        [
+            sys.executable,
+            "-c",
+            "import json,sys; from edgespec.harness.speed import stock_decode; a=json.load(sys.stdin); print(json.dumps(stock_decode(**a)))",
+        ],
+        input=json.dumps({"pte": pte, "tokenizer_json": tokenizer_json, "texts": texts, "max_new_tokens": max_new_tokens}),
+        capture_output=True,
+        text=True,
+        check=True,
     )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -76,20 +85,22 @@ def main() -> None:
     ap.add_argument("--bundle", required=True)
     ap.add_argument("--prompts", type=int, default=100)
     ap.add_argument("--max-new-tokens", type=int, default=96)
+    ap.add_argument("--runs", type=int, default=1, help="runs per prompt and decoder (the median one is kept)")
     ap.add_argument("--lookup", type=int, default=0, help="also draft by prompt lookup (max n-gram; 0 = streams only)")
     ap.add_argument("--stock", help="a .pte made by ExecuTorch's export_llm for the same model and quantization")
     ap.add_argument("--ar-bundle", help="an autoregressive-only bundle of the same model, for the memory/size ratio")
     args = ap.parse_args()
 
-    rows, tokenizer, runner = run_suite(args.bundle, args.prompts, args.max_new_tokens, args.lookup)
+    rows, tokenizer, runner = run_suite(args.bundle, args.prompts, args.max_new_tokens, args.lookup, args.runs)
     report = {
         "bundle": args.bundle,
         "branching": list(runner.branching),
         "lookup": args.lookup,
         "pte_bytes": runner.path.stat().st_size,
         "max_new_tokens": args.max_new_tokens,
-        "overall": speed.summarize(rows),
-        "per_task": {t: speed.summarize([r for r in rows if r["task"] == t]) for t in sorted({r["task"] for r in rows})},
+        "runs": args.runs,
+        "overall": summarize(rows),
+        "per_task": {t: summarize([r for r in rows if r["task"] == t]) for t in sorted({r["task"] for r in rows})},
         "divergence_margins": [round(r["divergence"]["ar_top2_margin"], 4) for r in rows if "divergence" in r],
     }
     prepared = _prompts(min(args.prompts, 30), tokenizer)
@@ -97,15 +108,20 @@ def main() -> None:
         texts = [tokenizer.apply_chat_template(t) for _, t, _ in prepared]
         stock = _stock_worker(args.stock, str(Path(args.bundle) / "tokenizer.json"), texts, args.max_new_tokens)
         report["stock"] = {**stock, "pte_bytes": Path(args.stock).stat().st_size}
-        report["spec_over_stock"] = round(report["overall"]["spec"]["tokens_per_s"] / stock["decode_tokens_per_s"], 3)
+        ours, theirs = report["overall"]["spec"]["tokens_per_s"], stock["decode_tokens_per_s"]
+        report["spec_over_stock"] = round(ours / theirs, 3) if ours and theirs else None
     if args.ar_bundle:
         ids = [p for _, _, p in prepared][:10]
         ar = speed.peak_rss_fresh(args.ar_bundle, "ar", ids, args.max_new_tokens)
         sp = speed.peak_rss_fresh(args.bundle, "spec", ids, args.max_new_tokens)
         ar_bytes = (Path(args.ar_bundle) / "model.pte").stat().st_size
         report["memory"] = {
-            "ar_peak_rss_mb": ar, "spec_peak_rss_mb": sp, "rss_ratio": round(sp / ar, 3),
-            "ar_pte_bytes": ar_bytes, "spec_pte_bytes": report["pte_bytes"], "size_ratio": round(report["pte_bytes"] / ar_bytes, 4),
+            "ar_peak_rss_mb": ar,
+            "spec_peak_rss_mb": sp,
+            "rss_ratio": round(sp / ar, 3),
+            "ar_pte_bytes": ar_bytes,
+            "spec_pte_bytes": report["pte_bytes"],
+            "size_ratio": round(report["pte_bytes"] / ar_bytes, 4),
         }
     report["rows"] = rows
     print(json.dumps(report, indent=1))

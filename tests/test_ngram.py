@@ -6,8 +6,8 @@ import random
 import pytest
 import torch
 
-from edgespec.export.spec_program import EagerSpecMethods, SpecProgram
-from edgespec.runtime.generate import eager_step, generate, generate_spec
+from edgespec.speculative.step import EagerSpecMethods, SpecProgram
+from edgespec.runtime.generate import eager_step, generate
 from edgespec.runtime.ngram import banned_naive, banned_tokens, block_, is_banned
 from edgespec.speculative.streams import MSAConfig, SpecModel, StreamParams
 from edgespec.speculative.tree import Tree
@@ -55,19 +55,21 @@ def test_speculative_blocking_equals_autoregressive_blocking(tiny_model, n, bran
     assert blocked != plain and _repeats(prompt + plain, n)  # the bans bite on this model
     assert not _repeats(prompt + blocked, n)
     program = _spec(tiny_model, branching)
-    got = generate_spec(EagerSpecMethods(program), prompt, no_repeat_ngram_size=n, **kw)
+    m = EagerSpecMethods(program)
+    got = generate(m.forward, prompt, no_repeat_ngram_size=n, spec=m, **kw)
     assert got.completion_ids == blocked
 
     # drafts from the *unblocked* continuation: long paths are proposed that the bans must cut
     full = prompt + plain + [0] * 8
     V = tiny_model.args.vocab_size
 
-    def oracle(h0, start_pos):
+    def oracle(h0, h, last, start_pos):
         s = int(start_pos) + 1
         return torch.tensor([[(t + 1) % V, t] if program.k == 2 else [t] for t in full[s : s + program.depth]])
 
     monkeypatch.setattr(program, "_draft", oracle)
-    got = generate_spec(EagerSpecMethods(program), prompt, no_repeat_ngram_size=n, **kw)
+    m = EagerSpecMethods(program)
+    got = generate(m.forward, prompt, no_repeat_ngram_size=n, spec=m, **kw)
     assert got.completion_ids == blocked
 
 
@@ -75,6 +77,7 @@ def test_blocked_sampling_matches_autoregressive_sampling(tiny_model):
     prompt = [3, 1, 4, 1, 5]
     kw = dict(max_new_tokens=30, max_seq_len=64, eos_ids=(), temperature=0.8, seed=7, no_repeat_ngram_size=2)
     ar = generate(eager_step(tiny_model), prompt, **kw).completion_ids
-    sp = generate_spec(EagerSpecMethods(_spec(tiny_model, (2, 1))), prompt, **kw)
+    m = EagerSpecMethods(_spec(tiny_model, (2, 1)))
+    sp = generate(m.forward, prompt, spec=m, **kw)
     assert sp.completion_ids == ar and not _repeats(prompt + ar, 2)
     assert sp.tokens_per_call and set(sp.tokens_per_call) == {1}  # one token per call, as documented

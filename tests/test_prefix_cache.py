@@ -3,8 +3,8 @@ prefilled from where it differs, and decodes as if prefilled in full."""
 
 import torch
 
-from edgespec.export.spec_program import EagerSpecMethods, SpecProgram
-from edgespec.runtime.generate import CacheState, eager_step, generate, generate_spec
+from edgespec.speculative.step import EagerSpecMethods, SpecProgram
+from edgespec.runtime.generate import CacheState, eager_step, generate
 from edgespec.speculative.streams import MSAConfig, SpecModel, StreamParams
 from edgespec.speculative.tree import Tree
 
@@ -53,6 +53,6 @@ def test_speculative_reuse_matches_autoregressive(tiny_model):
     expected = [generate(eager_step(tiny_model), p, **kw).completion_ids for p in reqs]
     cache = CacheState()
     for p, want in zip(reqs, expected):
-        got = generate_spec(methods, p, cache=cache, **kw)
+        got = generate(methods.forward, p, cache=cache, **kw, spec=methods)
         assert got.completion_ids == want
     assert got.reused_prefix == 12

@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 
+from edgespec.speculative.accept import accept_tree
 from edgespec.speculative.tree import Tree
-from edgespec.speculative.accept import accept_sampling
 
 
 def _chi2_sf(x: float, k: int) -> float:
@@ -27,25 +27,29 @@ def chi2_pvalue(observed: torch.Tensor, expected: torch.Tensor) -> float:
         return 0.5 * math.erfc(z / math.sqrt(2))
 
 
-@pytest.mark.parametrize("draft", [[2, 0], [0, 0], [4, 1], [5, 5]])
+@pytest.mark.parametrize("draft", [[2, 0], [4, 1], [5, 5], [2, 2], [2, 1, 2]])
 def test_one_step_output_distribution_equals_target(draft):
-    """First emitted token vs the exact target distribution, N = 8000 draws."""
+    """First emitted token vs the exact target distribution, N = 4000 draws, repeated
+    sibling candidates included ([2, 2] with p(2) ~ 0.5 must not accept 2 with probability 1)."""
     gen = torch.Generator().manual_seed(42)
     V = 6
-    logits = torch.tensor([[1.0, 0.2, 2.0, -1.0, 0.5, 0.0]] + [[0.0] * V] * 2)
-    tree = Tree((2,))
+    tree = Tree((len(draft),))
+    logits = torch.tensor([[1.0, 0.2, 2.0, -1.0, 0.5, 0.0]] + [[0.0] * V] * len(draft))
     toks = torch.tensor([0, *draft])
-    n = 8000
+    children, valid = tree.children_table()
+    n = 4000
     counts = torch.zeros(V)
     for _ in range(n):
-        counts[accept_sampling(tree, toks, logits, 1.0, gen).tokens[0]] += 1
+        _, _, out = accept_tree(children, valid, 1, toks, logits, torch.tensor([1.0]), torch.rand(tree.size, len(draft), generator=gen), _gumbel(V, gen))
+        counts[int(out[0])] += 1
     p = torch.softmax(logits[0], -1)
     assert chi2_pvalue(counts, p * n) > 1e-3
 
 
 def test_two_step_joint_distribution_on_a_tiny_model(tiny_model):
     """Joint law of the first two sampled tokens: speculative sampler vs exact target law."""
-    from edgespec.speculative.decode import spec_generate
+    from edgespec.runtime.generate import generate
+    from edgespec.speculative.step import EagerSpecMethods, SpecProgram
     from edgespec.speculative.streams import SpecModel
 
     prompt = [1, 2, 3]
@@ -59,15 +63,19 @@ def test_two_step_joint_distribution_on_a_tiny_model(tiny_model):
             for b in pa.topk(4).indices.tolist():
                 joint[(a, b)] = float(p1[a] * pa[b])
 
-    def drafter(main_h, stream_h, context, tree):  # a fixed, imperfect draft
-        return torch.tensor([[top[0], top[1]], [top[1], top[2]]])
+    fixed = torch.tensor([[top[0], top[1]], [top[1], top[2]]])  # a fixed, imperfect draft
 
-    spec = SpecModel(tiny_model, None)
+    class FixedDraft(EagerSpecMethods):
+        def spec_step(self, last, draft, pos, temperature, uniforms, gumbel):
+            return super().spec_step(last, fixed, pos, temperature, uniforms, gumbel)
+
+    m = FixedDraft(SpecProgram(SpecModel(tiny_model, None), Tree((2, 2))))
     n = 2000
     counts = {k: 0 for k in joint}
     other = 0
     for s in range(n):
-        out = spec_generate(spec, Tree((2, 2)), prompt, max_new_tokens=2, eos_ids=(), drafter=drafter, temperature=1.0, seed=s).completion_ids
+        # the prefill's sample, then the first token of a step that verifies the fixed draft
+        out = generate(m.forward, prompt, max_new_tokens=2, max_seq_len=64, eos_ids=(), temperature=1.0, seed=s, spec=m).completion_ids
         key = tuple(out[:2])
         if key in counts:
             counts[key] += 1
@@ -89,14 +97,12 @@ def test_in_program_acceptance_samples_the_target_law():
     Tree (2, 2): if the first token is one of the root's candidates it was accepted and the
     second token follows that child's distribution; otherwise the step stops after one token.
     """
-    from edgespec.speculative.accept import accept_tree
-
     gen = torch.Generator().manual_seed(7)
     V = 5
     tree = Tree((2, 2))
     children, valid = tree.children_table()
     logits = torch.randn(tree.size, V, generator=gen)
-    toks = tree.fill(0, torch.tensor([[1, 3], [2, 4]]))
+    toks = torch.cat([torch.tensor([0]), torch.tensor([[1, 3], [2, 4]]).reshape(-1)[tree.fill_index()]])
     p = torch.softmax(logits, -1)
     expected = {}
     for a in range(V):
@@ -119,8 +125,6 @@ def test_in_program_acceptance_samples_the_target_law():
 
 
 def test_in_program_acceptance_at_temperature_zero_is_greedy():
-    from edgespec.speculative.accept import accept_greedy, accept_tree
-
     gen = torch.Generator().manual_seed(0)
     for branching in [(3, 2, 1), (1, 1, 1), (2, 2), (4,)]:
         tree = Tree(branching)
@@ -129,11 +133,24 @@ def test_in_program_acceptance_at_temperature_zero_is_greedy():
             V = 7
             logits = torch.randn(tree.size, V, generator=gen)
             cand = torch.stack([torch.randperm(V, generator=gen)[: tree.k_max] for _ in branching])
-            toks = tree.fill(int(torch.randint(V, (1,), generator=gen)), cand)
+            toks = torch.cat([torch.randint(V, (1,), generator=gen), cand.reshape(-1)[tree.fill_index()]])
             for i in range(1, tree.size):  # make long accepted paths likely
                 if torch.rand((), generator=gen) < 0.6:
                     logits[tree.parents[i], toks[i]] += 5
-            ref = accept_greedy(tree, toks, logits)
+            ref_path, ref_tokens = _greedy_walk(tree, toks, logits)
             path, n, out = accept_tree(children, valid, len(branching), toks, logits, torch.tensor([0.0]), torch.full((tree.size, tree.k_max), 0.5), torch.zeros(V))
-            assert path[: int(n)].tolist() == ref.path
-            assert out[: int(n)].tolist() == ref.tokens
+            assert path[: int(n)].tolist() == ref_path
+            assert out[: int(n)].tolist() == ref_tokens
+
+
+def _greedy_walk(tree, toks, logits):
+    """Greedy acceptance written as the plain walk: follow the child equal to the argmax."""
+    node, path, out = 0, [0], []
+    while True:
+        best = int(logits[node].argmax())
+        out.append(best)
+        child = next((c for c in tree.children[node] if int(toks[c]) == best), None)
+        if child is None:
+            return path, out
+        node = child
+        path.append(child)

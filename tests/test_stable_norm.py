@@ -1,3 +1,4 @@
+import pytest
 import torch
 from torch import nn
 
@@ -68,6 +69,7 @@ def test_half_model_with_stable_norms_tracks_fp32(tiny_model):
     torch.testing.assert_close(out, ref, atol=5e-2, rtol=5e-2)
 
 
+@pytest.mark.slow
 def test_stable_norms_run_in_an_executorch_program(tiny_model, tmp_path):
     """Every op of the stable norm must exist in ExecuTorch's runtime (fp16 program)."""
     from edgespec.export.program import ProgramMeta, export_forward, lower_to_executorch

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import torch
 
+from edgespec.config import TrainConfig
 from edgespec.speculative.streams import MSAConfig, SpecModel, StreamParams
-from edgespec.speculative.train import Example, FeatureCache, TrainHParams, make_batch, train_streams
+from edgespec.speculative.train import Example, FeatureCache, make_batch, train_streams
 
 
 def test_make_batch_targets_are_future_response_tokens():
@@ -38,7 +39,7 @@ def test_streams_learn_a_predictable_sequence(tiny_model, tmp_path):
     spec = SpecModel(tiny_model, StreamParams(tiny_model, MSAConfig(gamma=2, n_layers=1, lora_rank=8)))
     ex = _periodic_examples()
     feats = FeatureCache(spec, ex).h
-    hp = TrainHParams(steps=60, batch_size=8, lr=1e-2, warmup_steps=5, checkpoint_every=30, stream_weights=(1.0, 1.0), bf16=False)
+    hp = TrainConfig(steps=60, batch_size=8, lr=1e-2, warmup_steps=5, checkpoint_every=30, stream_weights=(1.0, 1.0), bf16=False)
     log = train_streams(spec, ex, feats, hp, tmp_path)
     first = sum(log.loss[:5]) / 5
     last = sum(log.loss[-5:]) / 5
@@ -53,7 +54,7 @@ def test_resume_continues_from_checkpoint(tiny_model, tmp_path):
     def run(steps, d):
         torch.manual_seed(0)
         spec = SpecModel(tiny_model, StreamParams(tiny_model, MSAConfig(gamma=2, n_layers=1, lora_rank=4)))
-        hp = TrainHParams(steps=steps, batch_size=4, lr=1e-3, warmup_steps=2, checkpoint_every=5, stream_weights=(1.0, 1.0), bf16=False)
+        hp = TrainConfig(steps=steps, batch_size=4, lr=1e-3, warmup_steps=2, checkpoint_every=5, stream_weights=(1.0, 1.0), bf16=False)
         return train_streams(spec, ex, FeatureCache(spec, ex).h, hp, d), spec
 
     full, spec_full = run(10, tmp_path / "a")

@@ -4,8 +4,9 @@ import pytest
 import torch
 
 from edgespec.runtime.generate import eager_step, generate
+from edgespec.harness.tune import tune_bundle
 from edgespec.speculative import tune as T
-from edgespec.speculative.decode import spec_generate
+from edgespec.speculative.step import EagerSpecMethods, SpecProgram
 from edgespec.speculative.streams import MSAConfig, SpecModel, StreamParams
 from edgespec.speculative.tree import Tree
 
@@ -36,8 +37,11 @@ def test_replay_equals_greedy_tree_decoding(tiny_model, branching):
         prompt = torch.randint(0, 97, (5,), generator=gen).tolist()
         ar = generate(eager_step(tiny_model), prompt, max_new_tokens=30, max_seq_len=64, eos_ids=()).completion_ids
         ranks = T.future_ranks(spec, [(len(prompt), prompt + ar)], 3)
-        real = spec_generate(spec, Tree(branching), prompt, max_new_tokens=30, eos_ids=()).stats.tokens_per_call
-        assert T.replay_calls(ranks[0], branching) == real
+        m = EagerSpecMethods(SpecProgram(spec, Tree(branching)))
+        real = generate(m.forward, prompt, max_new_tokens=30, max_seq_len=64, eos_ids=(), spec=m).tokens_per_call
+        # the first call verifies the placeholder draft and ends at row real[0] (row 0 = the
+        # last prompt token); the last call may be cut by the token budget
+        assert T.replay_calls(ranks[0][real[0] :], branching)[:-1] == real[1:-1]
 
 
 def test_candidates_and_estimates():
@@ -51,3 +55,45 @@ def test_candidates_and_estimates():
     table = T.estimate(ranks, cost, trees)
     assert table == sorted(table, key=lambda e: -e.tokens_per_s)
     assert all(e.tokens_per_call >= 1 for e in table)
+
+
+def _manifest_only_bundle(d, speculative, files=()):
+    from edgespec import bundle as B
+
+    d.mkdir()
+    for name in files:
+        (d / name).write_bytes(b"weights")
+    B.write_manifest(d, {"speculative": speculative})
+    return d
+
+
+def test_tune_reads_the_stream_weights_from_the_bundle(tmp_path):
+    """Checked before any slow work: an old bundle only names the recipe's weights file."""
+    from click.testing import CliRunner
+
+    from edgespec import bundle as B
+    from edgespec.cli import main
+    from edgespec.errors import EdgespecError
+
+    old = _manifest_only_bundle(tmp_path / "old", {"weights": "smollm2-135m-streams-cpu120.pt"})
+    with pytest.raises(EdgespecError, match="does not carry its stream weights"):
+        tune_bundle(old)
+    with pytest.raises(EdgespecError, match="has no speculative methods"):
+        tune_bundle(_manifest_only_bundle(tmp_path / "ar", None))
+    res = CliRunner().invoke(main, ["tune", "--bundle", str(old)])
+    assert res.exit_code == 2 and [l for l in res.output.splitlines() if l.startswith("error:")] == [res.output.strip()], res.output
+    new = _manifest_only_bundle(tmp_path / "new", {"weights": B.STREAMS}, [B.STREAMS])
+    assert B.stream_weights(new, B.read_manifest(new)) == new / B.STREAMS
+
+
+@pytest.mark.slow
+def test_tune_bundle_ranks_trees_on_a_real_bundle(fp32_bundle):
+    from edgespec.bundle import STREAMS, read_manifest
+
+    assert read_manifest(fp32_bundle)["speculative"]["weights"] == STREAMS
+    phases = []
+    out = tune_bundle(fp32_bundle, n_prompts=1, max_new_tokens=8, max_size=6, context=64, on_progress=lambda phase, done, total: phases.append(phase))
+    assert out["own_tree"] == [2, 1] and out["context"] == 64 and out["ar_tokens_per_s"] > 0
+    assert out["trees"] and all(e["size"] <= 6 and e["tokens_per_call"] >= 1 for e in out["trees"])
+    assert [e["tokens_per_s"] for e in out["trees"]] == sorted((e["tokens_per_s"] for e in out["trees"]), reverse=True)
+    assert phases[0] == "continuations" and phases[-1] == "costs"

@@ -8,7 +8,7 @@ from click.testing import CliRunner
 
 from edgespec.cli import main
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.slow
 
 
 def _recipe(tmp_path, src, gates=""):

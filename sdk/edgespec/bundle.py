@@ -21,6 +21,7 @@ SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
 PROGRAM = "model.pte"
 TOKENIZER = "tokenizer.json"
+STREAMS = "streams.pt"  # trained stream weights of a speculative bundle (edgespec tune reads them)
 
 
 def sha256_file(path: Path) -> str:
@@ -101,33 +102,16 @@ def verify_checksums(bundle_dir: str | Path, manifest: dict[str, Any]) -> None:
             raise EdgespecError(f"bundle '{d}': file '{name}' is corrupt (SHA-256 does not match the manifest)")
 
 
-def verify_program(bundle_dir: str | Path, manifest: dict[str, Any]) -> dict[str, Any]:
-    """Load the bundle's program with ExecuTorch and check that it answers its metadata methods
-    and agrees with the manifest (methods, vocabulary, EOS ids, speculative tree).
-    Returns the metadata it read."""
-    from edgespec.export import constants as C
-    from edgespec.runtime.program import ProgramRunner
-
+def stream_weights(bundle_dir: str | Path, manifest: dict[str, Any]) -> Path:
+    """The stream weights a speculative bundle carries (its manifest's `speculative.weights`)."""
     d = Path(bundle_dir)
-    runner = ProgramRunner(d / PROGRAM)
-    have = set(runner.program.method_names)
-    missing = [m for m in manifest.get("methods", []) if m not in have]
-    if missing:
-        raise EdgespecError(f"bundle '{d}': the manifest lists methods the program lacks: {missing}")
-    meta = {name: runner.constant(name, many=name in (C.GET_EOS_IDS, C.GET_SPEC_BRANCHING, C.GET_SPEC_PARENTS)) for name in C.METADATA_METHODS}
-    if meta[C.GET_VOCAB_SIZE] != manifest["model"]["vocab_size"]:
-        raise EdgespecError(f"bundle '{d}': program vocabulary {meta[C.GET_VOCAB_SIZE]} != manifest {manifest['model']['vocab_size']}")
-    if [int(x) for x in meta[C.GET_EOS_IDS]] != list(manifest["tokenizer"]["eos_ids"]):
-        raise EdgespecError(f"bundle '{d}': program EOS ids {meta[C.GET_EOS_IDS]} != manifest {manifest['tokenizer']['eos_ids']}")
     spec = manifest.get("speculative")
-    if runner.has_spec != (spec is not None):
-        raise EdgespecError(f"bundle '{d}': program {'has' if runner.has_spec else 'lacks'} spec_step but the manifest says the opposite")
-    if spec is not None:
-        for name in C.SPEC_METADATA_METHODS:
-            meta[name] = runner.constant(name, many=name in (C.GET_SPEC_BRANCHING, C.GET_SPEC_PARENTS))
-        if [int(x) for x in meta[C.GET_SPEC_BRANCHING]] != list(spec["tree_branching"]):
-            raise EdgespecError(f"bundle '{d}': program tree {meta[C.GET_SPEC_BRANCHING]} != manifest {spec['tree_branching']}")
-    return {k: ([int(x) for x in v] if isinstance(v, list) else v) for k, v in meta.items()}
+    if spec is None:
+        raise EdgespecError(f"bundle '{d}' has no speculative methods; export it with trained streams (recipe streams.weights)")
+    name = spec.get("weights")
+    if name not in manifest.get("files", {}) or not (d / name).is_file():
+        raise EdgespecError(f"bundle '{d}' does not carry its stream weights ({STREAMS}; older bundles only name the recipe's file): re-export it")
+    return d / name
 
 
 def package_zip(bundle_dir: str | Path, out: str | Path) -> Path:

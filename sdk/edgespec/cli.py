@@ -1,13 +1,16 @@
 """The `edgespec` command line: a thin shell over the library.
 
-Flags map 1:1 to config fields or function arguments; heavy modules (torch, torchao,
-ExecuTorch) are imported inside the commands, so `edgespec --help` is instant.
+Commands that read a recipe take `[RECIPE] [FIELD=VALUE]...` (dotted overrides of recipe
+fields, parsed and checked in edgespec.config); other flags map 1:1 to function arguments.
+Heavy modules (torch, torchao, ExecuTorch) are imported inside the commands, so
+`edgespec --help` is instant.
 Every `EdgespecError` is printed as one line `error: ...` with exit code 2 (1 when a
 validation gate failed).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import sys
@@ -15,6 +18,7 @@ from pathlib import Path
 
 import click
 
+from edgespec.config import SUITE_NAMES
 from edgespec.errors import EdgespecError
 
 
@@ -40,21 +44,37 @@ def _quiet_runtime_logs() -> None:
         logging.getLogger(name).setLevel(logging.ERROR)
 
 
+RECIPE_ARGS = click.argument("recipe_args", nargs=-1, metavar="[RECIPE] [FIELD=VALUE]...")
+OVERRIDES_HELP = """RECIPE is a YAML file (default: the built-in SmolLM2-135M recipe; a first argument with
+'=' starts the overrides). FIELD=VALUE sets the recipe field at that dotted path, the value
+read as YAML (true/false, numbers such as 1e-3, flow lists [1,1,1]; a string field takes the
+text as is) and checked exactly like the file.
+
+\b
+Examples:
+  edgespec {cmd} recipes/smollm2-135m.yaml {example}
+  edgespec {cmd} {example}"""
+
+
+def _overrides_help(cmd: str, example: str) -> str:
+    return OVERRIDES_HELP.format(cmd=cmd, example=example)
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="edgespec")
 def main() -> None:
     """edgespec: export a pretrained LM to a fast, verified ExecuTorch bundle for phones."""
 
 
-@main.command()
-@click.argument("recipe", required=False, type=click.Path(dir_okay=False))
+@main.command(epilog=_overrides_help("export", "quant.scheme=fp32 validate.enabled=false -o bundles/fp32"))
+@RECIPE_ARGS
 @click.option("-o", "--outdir", default="bundles/default", show_default=True, type=click.Path(file_okay=False), help="Bundle directory to write (replaced atomically).")
 @_friendly
-def export(recipe: str | None, outdir: str) -> None:
-    """Run RECIPE (default: the built-in SmolLM2-135M recipe) and write a bundle."""
-    from edgespec.config import load_recipe
+def export(recipe_args: tuple[str, ...], outdir: str) -> None:
+    """Run RECIPE with FIELD=VALUE overrides and write a bundle."""
+    from edgespec.config import recipe_from_args
 
-    cfg = load_recipe(recipe)
+    cfg = recipe_from_args(recipe_args)
     _quiet_runtime_logs()
     from tqdm import tqdm
 
@@ -164,12 +184,12 @@ def generate(bundle: str, prompt: str | None, input_path: str | None, output_pat
             "prefill_tokens_per_s": round(res.prefill_tokens_per_s, 2),
             "decode_tokens_per_s": round(res.decode_tokens_per_s, 2),
             "decode_calls": len(res.step_times_s),
-            "mean_accepted": round(res.mean_accepted, 3),
+            "tokens_per_call": round(res.mean_tokens_per_call, 3),
         }))
     else:
         click.echo()
         if mode == "spec":
-            click.echo(f"[spec: {res.decode_tokens_per_s:.1f} tok/s decode, {res.mean_accepted:.2f} tokens per call]", err=True)
+            click.echo(f"[spec: {res.decode_tokens_per_s:.1f} tok/s decode, {res.mean_tokens_per_call:.2f} tokens per call]", err=True)
 
 
 def _generate_batch(run, tokenizer, input_path: str, output_path: str, kwargs: dict, chat: bool, pipelined: bool) -> None:
@@ -195,21 +215,21 @@ def _generate_batch(run, tokenizer, input_path: str, output_path: str, kwargs: d
 
 @main.command()
 @click.option("--bundle", required=True, type=click.Path(), help="Bundle directory.")
-@click.option("--prompt", default="Write a short story about a robot who learns to paint.", show_default=True)
-@click.option("--max-new-tokens", default=128, show_default=True, type=click.IntRange(min=1))
-@click.option("--warmup", default=1, show_default=True, type=click.IntRange(min=0))
-@click.option("--runs", default=5, show_default=True, type=click.IntRange(min=1))
-@click.option("--mode", type=click.Choice(["both", "spec", "ar"]), default="both", show_default=True, help="both: autoregressive and speculative side by side (interleaved runs).")
+@click.option("--prompt", "prompts", multiple=True, default=["Write a short story about a robot who learns to paint."], show_default=True, help="Repeat for several prompts (speedup: median of the per-prompt ratios).")
+@click.option("--max-new-tokens", default=128, show_default=True, type=click.IntRange(min=1), help="Tokens per generation (EOS ignored); decode speed needs at least 2 (the first token comes from prefill).")
+@click.option("--warmup", default=1, show_default=True, type=click.IntRange(min=0), help="Uncounted generations of every decoder first.")
+@click.option("--runs", default=5, show_default=True, type=click.IntRange(min=1), help="Runs per prompt and decoder; the median one is kept.")
+@click.option("--mode", type=click.Choice(["both", "spec", "ar"]), default="both", show_default=True, help="both: autoregressive and speculative side by side (interleaved runs, alternating order).")
 @LOOKUP
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (fields: docs/benchmarks.md).")
 @_friendly
-def bench(bundle: str, prompt: str, max_new_tokens: int, warmup: int, runs: int, mode: str, lookup: int, as_json: bool) -> None:
-    """Prefill and decode tokens/s (medians), tokens per call, peak RSS and program size."""
+def bench(bundle: str, prompts: tuple[str, ...], max_new_tokens: int, warmup: int, runs: int, mode: str, lookup: int, as_json: bool) -> None:
+    """Decode and prefill tokens/s, speedup, tokens per call, peak RSS and program size."""
     _quiet_runtime_logs()
     from edgespec.runtime.bench import bench_generation
 
     _, tokenizer, runner = _load_bundle(bundle)
-    ids = _prompt_ids(tokenizer, prompt, True)
+    ids = [_prompt_ids(tokenizer, p, True) for p in prompts]
     modes = ("ar", "spec") if mode == "both" else (mode,)
     if mode == "both" and not runner.has_spec:
         modes = ("ar",)
@@ -219,12 +239,15 @@ def bench(bundle: str, prompt: str, max_new_tokens: int, warmup: int, runs: int,
         click.echo(json.dumps(stats, indent=2))
     else:
         for k, v in stats.items():
-            click.echo(f"{k:>28}: {v}")
+            if k == "rows":
+                continue
+            for kk, vv in v.items() if isinstance(v, dict) else [(None, v)]:
+                click.echo(f"{k if kk is None else f'{k}.{kk}':>34}: {'n/a' if vv is None else vv}")
 
 
 @main.command()
 @click.option("--bundle", required=True, type=click.Path(), help="Bundle directory from `edgespec export`.")
-@click.option("--suite", "suites", multiple=True, help="A built-in suite (summarization, translation, qa, math, sql, rag) or a .jsonl file; repeat for several. Default: the bundle recipe's validate.suites.")
+@click.option("--suite", "suites", multiple=True, help=f"A built-in suite ({', '.join(SUITE_NAMES)}) or a .jsonl file; repeat for several. Default: the bundle recipe's validate.suites.")
 @click.option("--prompts-per-suite", type=click.IntRange(min=1), help="Override validate.prompts_per_suite.")
 @click.option("--runs", type=click.IntRange(min=1, max=100), help="Override validate.runs (repetitions per prompt; median).")
 @click.option("--seed", type=int, help="Override validate.seed (which prompts each suite draws).")
@@ -261,10 +284,10 @@ def validate(bundle: str, suites: tuple[str, ...], prompts_per_suite: int | None
         sys.exit(1)
 
 
-def _run_validation(bundle, cfg, source):
+@contextlib.contextmanager
+def _phase_bars(name: str):
+    """An on_progress(phase, done, total) callback drawing one transient bar per phase."""
     from tqdm import tqdm
-
-    from edgespec.harness.validate import validate_bundle
 
     bars: dict = {}
 
@@ -273,15 +296,22 @@ def _run_validation(bundle, cfg, source):
             for b in bars.values():
                 b.close()
             bars.clear()
-            bars[phase] = tqdm(total=total, desc=f"validate [{phase}]", unit="step", file=sys.stderr, leave=False)
+            bars[phase] = tqdm(total=total, desc=f"{name} [{phase}]", unit="step", file=sys.stderr, leave=False)
         bars[phase].n = done
         bars[phase].refresh()
 
     try:
-        return validate_bundle(bundle, cfg, source=source, on_progress=on_progress)
+        yield on_progress
     finally:
         for b in bars.values():
             b.close()
+
+
+def _run_validation(bundle, cfg, source):
+    from edgespec.harness.validate import validate_bundle
+
+    with _phase_bars("validate") as on_progress:
+        return validate_bundle(bundle, cfg, source=source, on_progress=on_progress)
 
 
 def _validation_summary(report: dict) -> str:
@@ -318,47 +348,15 @@ def tune(bundle: str, n_prompts: int, max_new_tokens: int, max_size: int, contex
     docs/speculative-streaming.md). Re-export with the winner as `streams.tree`.
     """
     _quiet_runtime_logs()
-    from tqdm import tqdm
+    from edgespec.harness.tune import tune_bundle
 
-    from edgespec.models.load import build_model, read_source
-    from edgespec.runtime.generate import generate
-    from edgespec.speculative import tune as T
-    from edgespec.corpus.prompts import mixed_prompts
-    from edgespec.speculative.streams import SpecModel, load_streams
-    from edgespec.speculative.tree import Tree
-
-    manifest, tokenizer, runner = _load_bundle(bundle)
-    if not runner.has_spec:
-        raise EdgespecError(f"bundle '{bundle}' has no speculative methods; export it with trained streams (recipe streams.weights)")
-    if context + 64 >= runner.max_seq_len:
-        raise EdgespecError(f"--context {context} leaves no room in the program's context of {runner.max_seq_len}")
-    spec_info = manifest["speculative"]
-    seqs = []
-    for p in tqdm(mixed_prompts("heldout", n_prompts, ("math", "reasoning", "code")), desc="continuations", unit="prompt", file=sys.stderr):
-        ids = _prompt_ids(tokenizer, p.text, True)
-        res = generate(runner.forward, ids, max_new_tokens=max_new_tokens, max_seq_len=runner.max_seq_len, eos_ids=runner.eos_ids)
-        seqs.append((len(ids), ids + res.completion_ids))
-    src = read_source(manifest["recipe"]["model"]["source"], runner.max_seq_len)
-    base = build_model(src)
-    spec = SpecModel(base, load_streams(spec_info["weights"], base))
-    ranks = T.future_ranks(spec, seqs, spec.cfg.gamma)
-    trees = T.candidate_trees(spec.cfg.gamma, max_size)
-    t_1 = T.forward_cost(runner, context)
-    t_own = T.step_cost(runner, context)
-    cost = T.StepCostModel.calibrate(t_1, t_own, Tree(runner.branching), spec.cfg.n_layers / base.args.n_layers)
-    table = T.estimate(ranks, cost, trees)
-    ar_tps = 1.0 / t_1
-    out = {
-        "device_costs_ms": {"forward_1_token": round(1000 * t_1, 3), "spec_step_own_tree": round(1000 * t_own, 3), "per_extra_row": round(1000 * cost.c_row, 3)},
-        "context": context,
-        "own_tree": list(runner.branching),
-        "ar_tokens_per_s": round(ar_tps, 2),
-        "trees": [{"branching": list(e.branching), "size": e.size, "tokens_per_call": round(e.tokens_per_call, 3), "ms_per_call": round(e.ms_per_call, 3), "tokens_per_s": round(e.tokens_per_s, 2), "vs_ar": round(e.tokens_per_s / ar_tps, 3)} for e in table],
-    }
+    with _phase_bars("tune") as on_progress:
+        out = tune_bundle(bundle, n_prompts, max_new_tokens, max_size, context, on_progress=on_progress)
     if as_json:
         click.echo(json.dumps(out, indent=1))
         return
-    click.echo(f"cost per call (ms): forward 1 token {1000 * t_1:.2f}; spec_step on {list(runner.branching)} {1000 * t_own:.2f}; per extra row {1000 * cost.c_row:.2f}")
+    c, ar_tps = out["device_costs_ms"], out["ar_tokens_per_s"]
+    click.echo(f"cost per call (ms): forward 1 token {c['forward_1_token']:.2f}; spec_step on {out['own_tree']} {c['spec_step_own_tree']:.2f}; per extra row {c['per_extra_row']:.2f}")
     click.echo(f"{'tree':<16}{'nodes':>6}{'tok/call':>10}{'ms/call':>9}{'tok/s':>9}{'vs AR':>7}")
     for e in out["trees"][:top]:
         click.echo(f"{str(e['branching']):<16}{e['size']:>6}{e['tokens_per_call']:>10.3f}{e['ms_per_call']:>9.2f}{e['tokens_per_s']:>9.1f}{e['vs_ar']:>7.3f}")
@@ -366,24 +364,20 @@ def tune(bundle: str, n_prompts: int, max_new_tokens: int, max_size: int, contex
     click.echo(f"best: streams.tree {best['branching']} -> {best['tokens_per_s']:.1f} tok/s expected ({best['vs_ar']:.2f}x autoregressive {ar_tps:.1f} tok/s)")
 
 
-@main.command()
-@click.argument("recipe", required=False, type=click.Path(dir_okay=False))
-@click.option("--steps", type=click.IntRange(min=1), help="Override train.steps.")
-@click.option("--data", type=click.Path(dir_okay=False), help="Override train.data.")
-@click.option("--out-dir", type=click.Path(file_okay=False), help="Override train.out_dir.")
-@click.option("--drafter", type=click.Choice(["streams", "medusa"]), help="Override train.drafter (medusa = baseline heads).")
+@main.command(epilog=_overrides_help("train", "train.data=data/distill/train.jsonl train.steps=120 train.out_dir=runs/s1"))
+@RECIPE_ARGS
 @_friendly
-def train(recipe: str | None, steps: int | None, data: str | None, out_dir: str | None, drafter: str | None) -> None:
-    """Train the speculative streams of RECIPE (resumes from OUT_DIR/ckpt.pt).
+def train(recipe_args: tuple[str, ...]) -> None:
+    """Train the speculative streams of RECIPE with FIELD=VALUE overrides (the train section;
+    train.drafter=medusa for the baseline heads); resumes from train.out_dir/ckpt.pt.
 
-    Multi-process: torchrun --nproc_per_node N $(which edgespec) train RECIPE
+    \b
+    Multi-process:
+      torchrun --nproc_per_node N $(which edgespec) train [RECIPE] [FIELD=VALUE]...
     """
-    from edgespec.config import load_recipe
+    from edgespec.config import recipe_from_args
 
-    cfg = load_recipe(recipe)
-    overrides = {k: v for k, v in {"steps": steps, "data": data, "out_dir": out_dir, "drafter": drafter}.items() if v is not None}
-    if overrides:
-        cfg = cfg.replace(train=overrides)
+    cfg = recipe_from_args(recipe_args)
     _quiet_runtime_logs()
     from tqdm import tqdm
 
@@ -402,43 +396,46 @@ def train(recipe: str | None, steps: int | None, data: str | None, out_dir: str 
 
 @main.command()
 @click.option("--bundle", required=True, type=click.Path(), help="Bundle whose program generates the answers.")
-@click.option("--suites", default="math,reasoning,code", show_default=True, help="Comma-separated prompt suites.")
+@click.option("--suites", help="Comma-separated training prompt suites (edgespec.corpus.prompts). Default: all.")
 @click.option("--split", type=click.Choice(["train", "heldout"]), default="train", show_default=True)
 @click.option("--n", "n_prompts", default=3000, show_default=True, type=click.IntRange(min=1), help="Number of prompts.")
 @click.option("--max-new-tokens", default=192, show_default=True, type=click.IntRange(min=1))
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="JSONL to append to (resumable).")
 @_friendly
-def distill(bundle: str, suites: str, split: str, n_prompts: int, max_new_tokens: int, out: str) -> None:
+def distill(bundle: str, suites: str | None, split: str, n_prompts: int, max_new_tokens: int, out: str) -> None:
     """Self-distillation data: the bundle's own greedy answers to suite prompts."""
     _quiet_runtime_logs()
     from tqdm import tqdm
 
-    from edgespec.corpus.prompts import SUITES, mixed_prompts
     from edgespec.corpus.distill import distill as run
+    from edgespec.runtime.generate import generate
+    from edgespec.corpus.prompts import SUITES, mixed_prompts
 
-    names = tuple(s.strip() for s in suites.split(",") if s.strip())
+    names = tuple(s.strip() for s in suites.split(",") if s.strip()) if suites else tuple(SUITES)
     unknown = [s for s in names if s not in SUITES]
     if unknown:
         raise EdgespecError(f"unknown suite(s) {unknown}; known: {', '.join(SUITES)}")
     _, tokenizer, runner = _load_bundle(bundle)
     prompts = mixed_prompts(split, n_prompts, names)
     with tqdm(total=len(prompts), desc="distill", unit="prompt", file=sys.stderr) as bar:
-        stats = run(runner.forward, lambda t: _prompt_ids(tokenizer, t, True), prompts, out, max_new_tokens=max_new_tokens, max_seq_len=runner.max_seq_len, eos_ids=runner.eos_ids, on_done=lambda n: bar.update(1))
+        def respond(ids: list[int]) -> tuple[list[int], bool]:
+            res = generate(runner.forward, ids, max_new_tokens=max_new_tokens, max_seq_len=runner.max_seq_len, eos_ids=runner.eos_ids)
+            return res.completion_ids, res.stopped_by_eos
+
+        stats = run(respond, lambda t: _prompt_ids(tokenizer, t, True), prompts, out, max_seq_len=runner.max_seq_len, eos_ids=runner.eos_ids, on_done=lambda n: bar.update(1))
     click.echo(json.dumps(stats))
 
 
-@main.command()
-@click.argument("recipe", required=False, type=click.Path(dir_okay=False))
+@main.command(epilog=_overrides_help("normsearch", "numerics.format=bf16 -o runs/normsearch-bf16"))
+@RECIPE_ARGS
 @click.option("-o", "--outdir", default="runs/normsearch", show_default=True, type=click.Path(file_okay=False), help="Where the report goes.")
-@click.option("--format", "fmt", type=click.Choice(["fp16", "bf16", "fp8_e4m3", "fp8_e5m2"]), help="Override numerics.format.")
 @_friendly
-def normsearch(recipe: str | None, outdir: str, fmt: str | None) -> None:
-    """Per-layer pre-normalizer search for RECIPE's model; writes a table and a plot."""
-    from edgespec.config import load_recipe
+def normsearch(recipe_args: tuple[str, ...], outdir: str) -> None:
+    """Per-layer pre-normalizer search for the model of RECIPE with FIELD=VALUE overrides (the
+    numerics section); writes a table and a plot."""
+    from edgespec.config import recipe_from_args
 
-    cfg = load_recipe(recipe)
-    if fmt:
-        cfg = cfg.replace(numerics={"format": fmt})
+    cfg = recipe_from_args(recipe_args)
     _quiet_runtime_logs()
     from tqdm import tqdm
 
@@ -482,7 +479,8 @@ def info(bundle: str, verify: bool) -> None:
 def verify(bundle: str, as_json: bool) -> None:
     """Check a bundle: schema, every file's SHA-256, and that the program loads and answers its
     metadata methods consistently with the manifest (exit 2 with the reason otherwise)."""
-    from edgespec.bundle import read_manifest, verify_checksums, verify_program
+    from edgespec.bundle import read_manifest, verify_checksums
+    from edgespec.runtime.session import verify_program
 
     m = read_manifest(bundle)
     verify_checksums(bundle, m)

@@ -1,22 +1,27 @@
 """Typed, frozen, validated configuration: the single source of truth for a recipe.
 
-YAML files and CLI flags only ever *produce* these objects. Every field is checked on
-construction; an unknown or invalid field raises `EdgespecError` naming its dotted path.
+YAML files, ``FIELD=VALUE`` overrides and CLI flags only ever *produce* these objects. Every
+construction checks every field; an unknown or invalid field raises `EdgespecError` naming
+its dotted path (``recipe field 'quant.scheme': ...``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import types
 import typing
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, get_args, get_origin
+from typing import Any, ClassVar, Literal, get_args, get_origin
 
 from edgespec.errors import EdgespecError
 
 QuantScheme = Literal["fp32", "fp16", "8da4w", "8da8w", "int8wo"]
 EMBEDDED_MODELS = ("smollm2-135m-instruct",)
+SUITE_NAMES = ("summarization", "translation", "qa", "math", "sql", "rag")
+"""The built-in validation suites, in report order (edgespec.harness.suites builds them)."""
 
 
 def _require(cond: bool, path: str, msg: str) -> None:
@@ -24,25 +29,45 @@ def _require(cond: bool, path: str, msg: str) -> None:
         raise EdgespecError(f"recipe field '{path}': {msg}")
 
 
+def _join(prefix: str, name: str) -> str:
+    return f"{prefix}.{name}" if prefix else name
+
+
+class _Section:
+    """A recipe section. Every construction type-checks the fields (ints become floats, lists
+    tuples, mappings sections) and runs ``_check``; errors name ``PATH.field``."""
+
+    PATH: ClassVar[str] = ""
+
+    def __post_init__(self) -> None:
+        for name, tp in _field_types(type(self)).items():
+            object.__setattr__(self, name, _check_type(getattr(self, name), tp, _join(self.PATH, name)))
+        self._check()
+
+    def _check(self) -> None:
+        """Value checks beyond the types."""
+
+
 @dataclass(frozen=True)
-class ModelConfig:
+class ModelConfig(_Section):
     """Which model to load and how long its context is.
 
     source: an embedded model name (``smollm2-135m-instruct``), a ``.gguf`` file, or a
     local Hugging Face-format directory (config.json + *.safetensors + tokenizer.json).
     """
 
+    PATH: ClassVar[str] = "model"
     source: str = "smollm2-135m-instruct"
     max_seq_len: int = 1024
     chat_template: bool = True
 
-    def validate(self, path: str = "model") -> None:
-        _require(bool(self.source), f"{path}.source", "must not be empty")
-        _require(16 <= self.max_seq_len <= 32768, f"{path}.max_seq_len", f"must be in [16, 32768], got {self.max_seq_len}")
+    def _check(self) -> None:
+        _require(bool(self.source), "model.source", "must not be empty")
+        _require(16 <= self.max_seq_len <= 32768, "model.max_seq_len", f"must be in [16, 32768], got {self.max_seq_len}")
 
 
 @dataclass(frozen=True)
-class QuantConfig:
+class QuantConfig(_Section):
     """torchao quantization of the exported program.
 
     scheme: ``fp32`` (none), ``fp16`` (fp16 weights and activations; KV cache and attention
@@ -52,22 +77,23 @@ class QuantConfig:
     embedding in fp32; 4 or 8 quantizes it weight-only with ``group_size``.
     """
 
+    PATH: ClassVar[str] = "quant"
     scheme: QuantScheme = "8da4w"
     group_size: int = 32
     embedding_bits: int = 0
 
-    def validate(self, path: str = "quant") -> None:
+    def _check(self) -> None:
         _require(
             self.scheme != "int8wo",
-            f"{path}.scheme",
+            "quant.scheme",
             "int8wo (int8 weight-only linears) does not lower to XNNPACK in ExecuTorch 1.5 (no kernel for torchao::dequantize_affine); use 8da8w (int8 weights with dynamic int8 activations) or 8da4w",
         )
-        _require(self.group_size > 0 and self.group_size % 16 == 0, f"{path}.group_size", f"must be a positive multiple of 16, got {self.group_size}")
-        _require(self.embedding_bits in (0, 4, 8), f"{path}.embedding_bits", f"must be 0 (off), 4 or 8, got {self.embedding_bits}")
+        _require(self.group_size > 0 and self.group_size % 16 == 0, "quant.group_size", f"must be a positive multiple of 16, got {self.group_size}")
+        _require(self.embedding_bits in (0, 4, 8), "quant.embedding_bits", f"must be 0 (off), 4 or 8, got {self.embedding_bits}")
 
 
 @dataclass(frozen=True)
-class StreamsConfig:
+class StreamsConfig(_Section):
     """Speculative Streaming: gamma streams over the top n_layers (multi-stream attention).
 
     mode: ``lossless`` (main stream = untouched base model) or ``shared`` (adapters shared
@@ -75,6 +101,7 @@ class StreamsConfig:
     weights: trained stream weights (a file made by ``edgespec train``); empty = untrained.
     """
 
+    PATH: ClassVar[str] = "streams"
     mode: Literal["lossless", "shared"] = "lossless"
     gamma: int = 3
     n_layers: int = 4
@@ -83,21 +110,28 @@ class StreamsConfig:
     tree: tuple[int, ...] = (3, 2, 1)
     weights: str = ""
 
-    def validate(self, path: str = "streams") -> None:
-        _require(1 <= self.gamma <= 8, f"{path}.gamma", f"must be in [1, 8], got {self.gamma}")
-        _require(self.n_layers >= 1, f"{path}.n_layers", f"must be >= 1, got {self.n_layers}")
-        _require(self.lora_rank >= 0 and self.f_rank >= 0, f"{path}.lora_rank", "ranks must be >= 0")
-        _require(1 <= len(self.tree) <= self.gamma and all(k >= 1 for k in self.tree), f"{path}.tree", f"needs 1..gamma positive branching factors, got {list(self.tree)}")
+    def _check(self) -> None:
+        _require(1 <= self.gamma <= 8, "streams.gamma", f"must be in [1, 8], got {self.gamma}")
+        _require(self.n_layers >= 1, "streams.n_layers", f"must be >= 1, got {self.n_layers}")
+        _require(self.lora_rank >= 0 and self.f_rank >= 0, "streams.lora_rank", "ranks must be >= 0")
+        _require(
+            1 <= len(self.tree) <= self.gamma and all(k >= 1 for k in self.tree),
+            "streams.tree",
+            f"needs 1..gamma positive branching factors, got {list(self.tree)}",
+        )
 
 
 @dataclass(frozen=True)
-class TrainConfig:
-    """Stream training (``edgespec train``).
+class TrainConfig(_Section):
+    """Stream training (``edgespec train``; edgespec.speculative.train takes it as is).
 
     data: a JSONL file, either self-distilled (``prompt_ids``/``response_ids``, written by
-    ``edgespec distill``) or text pairs (``prompt``/``response``).
+    ``edgespec distill``) or text pairs (``prompt``/``response``). stream_weights: a_j, the
+    loss weight of stream j (paper: 0.1 each); main_weight: a0, the next-token loss weight
+    (shared mode only). bf16: the lm head runs under bf16 autocast on CPU.
     """
 
+    PATH: ClassVar[str] = "train"
     data: str = "data/distill/train.jsonl"
     out_dir: str = "runs/streams"
     drafter: Literal["streams", "medusa"] = "streams"  # medusa: the Medusa-1 baseline heads
@@ -107,50 +141,48 @@ class TrainConfig:
     lr: float = 5e-4
     warmup_steps: int = 50
     stream_weights: tuple[float, ...] = (1.0, 0.5, 0.25)
+    main_weight: float = 1.0
     checkpoint_every: int = 100
     seed: int = 0
+    bf16: bool = True
 
-    def validate(self, path: str = "train") -> None:
-        _require(self.steps >= 1, f"{path}.steps", "must be >= 1")
-        _require(self.batch_size >= 1, f"{path}.batch_size", "must be >= 1")
-        _require(self.seq_len >= 16, f"{path}.seq_len", "must be >= 16")
-        _require(self.lr > 0, f"{path}.lr", "must be > 0")
+    def _check(self) -> None:
+        _require(self.steps >= 1, "train.steps", "must be >= 1")
+        _require(self.batch_size >= 1, "train.batch_size", "must be >= 1")
+        _require(self.seq_len >= 16, "train.seq_len", "must be >= 16")
+        _require(self.lr > 0, "train.lr", "must be > 0")
 
 
 @dataclass(frozen=True)
-class NumericsConfig:
+class NumericsConfig(_Section):
     """Normalizer search (``edgespec normsearch``; a stage of ``edgespec export``).
 
     format: the low-precision format the norm layers are checked (and, for a program in that
     format, stabilized) for. guarantee: only accept pre-normalizers proven safe for every input.
     """
 
+    PATH: ClassVar[str] = "numerics"
     search: bool = True
     format: Literal["fp16", "bf16", "fp8_e4m3", "fp8_e5m2"] = "fp16"
     guarantee: bool = True
     calibration_prompts: int = 8
     heldout_prompts: int = 4
 
-    def validate(self, path: str = "numerics") -> None:
-        _require(self.calibration_prompts >= 1, f"{path}.calibration_prompts", "must be >= 1")
-        _require(self.heldout_prompts >= 1, f"{path}.heldout_prompts", "must be >= 1")
+    def _check(self) -> None:
+        _require(self.calibration_prompts >= 1, "numerics.calibration_prompts", "must be >= 1")
+        _require(self.heldout_prompts >= 1, "numerics.heldout_prompts", "must be >= 1")
 
 
 @dataclass(frozen=True)
-class ExportConfig:
+class ExportConfig(_Section):
     """Lowering to ExecuTorch."""
 
+    PATH: ClassVar[str] = "export"
     backend: Literal["xnnpack"] = "xnnpack"
-
-    def validate(self, path: str = "export") -> None:
-        pass
-
-
-SUITE_NAMES = ("summarization", "translation", "qa", "math", "sql", "rag")
 
 
 @dataclass(frozen=True)
-class GatesConfig:
+class GatesConfig(_Section):
     """What a bundle must show before `edgespec export` writes it (`edgespec validate` exits 1).
 
     min_speedup: speculative / autoregressive decode tokens/s on the suites (median of the
@@ -161,18 +193,19 @@ class GatesConfig:
     no_overflow: the chosen pre-normalizers had no overflow/underflow on any search row.
     """
 
+    PATH: ClassVar[str] = "validate.gates"
     min_speedup: float = 0.0
     lossless: bool = True
     max_accuracy_drop: float = 0.10
     no_overflow: bool = True
 
-    def validate(self, path: str = "validate.gates") -> None:
-        _require(0.0 <= self.min_speedup <= 100.0, f"{path}.min_speedup", f"must be in [0, 100], got {self.min_speedup}")
-        _require(self.max_accuracy_drop <= 1.0, f"{path}.max_accuracy_drop", f"must be <= 1 (scores are in [0, 1]), got {self.max_accuracy_drop}")
+    def _check(self) -> None:
+        _require(0.0 <= self.min_speedup <= 100.0, "validate.gates.min_speedup", f"must be in [0, 100], got {self.min_speedup}")
+        _require(self.max_accuracy_drop <= 1.0, "validate.gates.max_accuracy_drop", f"must be <= 1 (scores are in [0, 1]), got {self.max_accuracy_drop}")
 
 
 @dataclass(frozen=True)
-class ValidateConfig:
+class ValidateConfig(_Section):
     """Host validation of the program (`edgespec validate`; a stage of `edgespec export`).
 
     suites: built-in suites (see edgespec.harness.suites) or JSONL files of your own.
@@ -180,6 +213,7 @@ class ValidateConfig:
     on disk) for the accuracy gate; ``none`` skips it. runs: repetitions per prompt (median).
     """
 
+    PATH: ClassVar[str] = "validate"
     enabled: bool = True
     suites: tuple[str, ...] = SUITE_NAMES
     prompts_per_suite: int = 8
@@ -189,18 +223,17 @@ class ValidateConfig:
     reference: Literal["fp32", "none"] = "fp32"
     gates: GatesConfig = field(default_factory=GatesConfig)
 
-    def validate(self, path: str = "validate") -> None:
-        _require(len(self.suites) >= 1, f"{path}.suites", "needs at least one suite")
+    def _check(self) -> None:
+        _require(len(self.suites) >= 1, "validate.suites", "needs at least one suite")
         for i, s in enumerate(self.suites):
-            _require(s in SUITE_NAMES or s.endswith(".jsonl"), f"{path}.suites[{i}]", f"must be one of {list(SUITE_NAMES)} or a .jsonl file, got {s!r}")
-        _require(1 <= self.prompts_per_suite <= 10000, f"{path}.prompts_per_suite", f"must be in [1, 10000], got {self.prompts_per_suite}")
-        _require(1 <= self.runs <= 100, f"{path}.runs", f"must be in [1, 100], got {self.runs}")
-        _require(0 <= self.lookup <= 8, f"{path}.lookup", f"must be in [0, 8], got {self.lookup}")
-        self.gates.validate(f"{path}.gates")
+            _require(s in SUITE_NAMES or s.endswith(".jsonl"), f"validate.suites[{i}]", f"must be one of {list(SUITE_NAMES)} or a .jsonl file, got {s!r}")
+        _require(1 <= self.prompts_per_suite <= 10000, "validate.prompts_per_suite", f"must be in [1, 10000], got {self.prompts_per_suite}")
+        _require(1 <= self.runs <= 100, "validate.runs", f"must be in [1, 100], got {self.runs}")
+        _require(0 <= self.lookup <= 8, "validate.lookup", f"must be in [0, 8], got {self.lookup}")
 
 
 @dataclass(frozen=True)
-class Recipe:
+class Recipe(_Section):
     """One export, fully described. ``Recipe()`` is the built-in default recipe."""
 
     name: str = "smollm2-135m"
@@ -212,21 +245,14 @@ class Recipe:
     export: ExportConfig = field(default_factory=ExportConfig)
     validate: ValidateConfig = field(default_factory=ValidateConfig)
 
-    def __post_init__(self) -> None:
+    def _check(self) -> None:
         _require(bool(self.name), "name", "must not be empty")
-        self.model.validate("model")
-        self.quant.validate("quant")
-        self.streams.validate("streams")
         _require(len(self.train.stream_weights) >= self.streams.gamma, "train.stream_weights", f"needs one weight per stream ({self.streams.gamma})")
-        self.train.validate("train")
-        self.numerics.validate("numerics")
-        self.export.validate("export")
-        self.validate.validate("validate")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
-    def replace(self, **sections: Any) -> "Recipe":
+    def replace(self, **sections: Any) -> Recipe:
         """A copy with whole sections or fields changed, e.g. ``replace(quant={"scheme": "fp32"})``."""
         data = self.to_dict()
         for key, value in sections.items():
@@ -237,8 +263,18 @@ class Recipe:
         return from_dict(Recipe, data)
 
 
+@functools.cache
+def _field_types(cls: type) -> dict[str, Any]:
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+
+
 def _check_type(value: Any, tp: Any, path: str) -> Any:
     origin = get_origin(tp)
+    if dataclasses.is_dataclass(tp):
+        if isinstance(value, tp):
+            return value
+        return from_dict(tp, value, path)
     if origin is Literal:
         _require(value in get_args(tp), path, f"must be one of {list(get_args(tp))}, got {value!r}")
         return value
@@ -264,41 +300,124 @@ def _check_type(value: Any, tp: Any, path: str) -> Any:
     return value
 
 
-def from_dict(cls: type, data: Any, path: str = "") -> Any:
-    """Build the dataclass ``cls`` from plain data, rejecting unknown fields by dotted path."""
-    where = path or "<recipe>"
-    _require(isinstance(data, dict), where, f"must be a mapping, got {type(data).__name__}")
-    hints = typing.get_type_hints(cls)
+def from_dict(cls: type, data: Any, path: str | None = None) -> Any:
+    """Build the section ``cls`` from plain data, rejecting unknown fields by dotted path."""
+    path = getattr(cls, "PATH", "") if path is None else path
+    _require(isinstance(data, dict), path or "<recipe>", f"must be a mapping, got {type(data).__name__}")
     names = {f.name for f in dataclasses.fields(cls)}
     for key in data:
         if key not in names:
-            full = f"{path}.{key}" if path else str(key)
-            raise EdgespecError(f"recipe field '{full}': unknown field (known: {', '.join(sorted(names))})")
-    kwargs = {}
-    for key, value in data.items():
-        full = f"{path}.{key}" if path else key
-        tp = hints[key]
-        if dataclasses.is_dataclass(tp):
-            kwargs[key] = from_dict(tp, value, full)
-        else:
-            kwargs[key] = _check_type(value, tp, full)
-    return cls(**kwargs)
+            raise EdgespecError(f"recipe field '{_join(path, str(key))}': unknown field (known: {', '.join(sorted(names))})")
+    return cls(**data)
 
 
-def load_recipe(path: str | Path | None) -> Recipe:
-    """Read a YAML recipe; ``None`` gives the built-in default recipe."""
-    if path is None:
-        return Recipe()
+# --- YAML and FIELD=VALUE overrides ---------------------------------------------------------
+
+
+@functools.cache
+def _yaml_loader() -> type:
+    """yaml.SafeLoader that also reads ``1e-3`` as a number (YAML 1.1 wants ``1.0e-3``)."""
+    import re
+
     import yaml
 
-    p = Path(path)
-    if not p.is_file():
-        raise EdgespecError(f"recipe '{p}' not found")
+    class Loader(yaml.SafeLoader):
+        pass
+
+    Loader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"), list("-+0123456789"))
+    return Loader
+
+
+def _yaml(text: str) -> Any:
+    import yaml
+
+    return yaml.load(text, Loader=_yaml_loader())
+
+
+def _field_type(path: Sequence[str]) -> Any:
+    """The annotated type of a dotted Recipe field, or None where there is no such field."""
+    tp: Any = Recipe
+    for name in path:
+        if not dataclasses.is_dataclass(tp):
+            return None
+        tp = _field_types(tp).get(name)
+    return tp
+
+
+def _override_value(text: str, raw: str, tp: Any) -> Any:
+    """VALUE of FIELD=VALUE as YAML; a string field takes the text as is where YAML reads a
+    scalar of another type (``name=2024``, ``streams.weights=`` for empty)."""
+    import yaml
+
     try:
-        data = yaml.safe_load(p.read_text())
+        value = _yaml(raw)
     except yaml.YAMLError as e:
-        raise EdgespecError(f"recipe '{p}' is not valid YAML: {e}") from None
-    return from_dict(Recipe, data or {})
+        if tp is str:
+            return raw
+        raise EdgespecError(f"override '{text}': the value is not valid YAML ({getattr(e, 'problem', None) or e})") from None
+    if tp is str and (value is None or isinstance(value, (bool, int, float))):
+        return raw
+    return value
+
+
+def _merge(into: dict, key: str, value: Any) -> None:
+    if isinstance(value, dict) and isinstance(into.get(key), dict):
+        for k, v in value.items():
+            _merge(into[key], k, v)
+    else:
+        into[key] = value
+
+
+def _merge_overrides(data: dict, overrides: Sequence[str]) -> dict:
+    """``data`` (recipe as plain data, changed in place) with every ``a.b=value`` set; a later
+    override of the same field wins. Checking is left to `from_dict`."""
+    for text in overrides:
+        key, eq, raw = text.partition("=")
+        path = key.strip().split(".")
+        if not eq or not all(path):
+            raise EdgespecError(f"override '{text}': expected FIELD=VALUE with a dotted recipe field, e.g. quant.scheme=fp32")
+        for i in range(1, len(path)):
+            tp, head = _field_type(path[:i]), ".".join(path[:i])
+            if tp is not None and not dataclasses.is_dataclass(tp):
+                raise EdgespecError(f"recipe field '{key.strip()}': unknown field ('{head}' is a value, not a section)")
+        node = data
+        for i, name in enumerate(path[:-1]):
+            node = node.setdefault(name, {})
+            _require(isinstance(node, dict), ".".join(path[: i + 1]), f"must be a mapping, got {type(node).__name__}")
+        _merge(node, path[-1], _override_value(text, raw, _field_type(path)))
+    return data
+
+
+def apply_overrides(recipe: Recipe, overrides: Sequence[str]) -> Recipe:
+    """``recipe`` with ``FIELD=VALUE`` overrides (e.g. ``quant.scheme=fp32``), checked as a file is."""
+    return from_dict(Recipe, _merge_overrides(recipe.to_dict(), overrides)) if overrides else recipe
+
+
+def load_recipe(path: str | Path | None, overrides: Sequence[str] = ()) -> Recipe:
+    """Read a YAML recipe (``None``: the built-in default recipe) and apply ``FIELD=VALUE`` overrides."""
+    data: Any = {}
+    if path is not None:
+        import yaml
+
+        p = Path(path)
+        if not p.is_file():
+            raise EdgespecError(f"recipe '{p}' not found")
+        try:
+            data = _yaml(p.read_text()) or {}
+        except yaml.YAMLError as e:
+            raise EdgespecError(f"recipe '{p}' is not valid YAML: {e}") from None
+        _require(isinstance(data, dict), "<recipe>", f"must be a mapping, got {type(data).__name__}")
+    return from_dict(Recipe, _merge_overrides(data, overrides))
+
+
+def recipe_from_args(args: Sequence[str]) -> Recipe:
+    """The CLI's ``[RECIPE] [FIELD=VALUE]...``: the first argument is the recipe file unless it
+    holds a ``=`` (and is no file); without one, the built-in default recipe."""
+    if args and ("=" not in args[0] or Path(args[0]).is_file()):
+        if not Path(args[0]).exists() and Path(args[0]).suffix not in (".yaml", ".yml"):
+            raise EdgespecError(f"recipe '{args[0]}' not found (an override is FIELD=VALUE, e.g. quant.scheme=fp32)")
+        return load_recipe(args[0], args[1:])
+    return load_recipe(None, args)
 
 
 def recipe_to_yaml(recipe: Recipe) -> str:

@@ -4,7 +4,8 @@ load -> streams -> normsearch -> quantize -> torch.export -> lower to ExecuTorch
 -> package (atomic). The validate stage runs the finished program on the recipe's task suites
 (edgespec.harness) and refuses to package when a gate fails: the bundle is not written, the
 report goes to `<outdir>.rejected/` so the user can see why. With trained stream weights (recipe `streams.weights`) the program gets the
-speculative methods next to `forward`; without, it is autoregressive only.
+speculative methods next to `forward` and the bundle carries the weights (`streams.pt`);
+without, it is autoregressive only.
 The normalizer search report always goes into the bundle; its choices are swapped into
 the model when the program runs in the searched format (quant.scheme fp16).
 Each stage reports through `on_stage(name)`; the function returns stats, it prints nothing.
@@ -45,11 +46,12 @@ def export_bundle(recipe: Recipe, outdir: str | Path, on_stage: Callable[[str], 
         stage("streams")
         spec = None
         if recipe.streams.weights:
-            from edgespec.export.spec_program import SpecProgram
-            from edgespec.speculative.streams import SpecModel, load_streams
+            from edgespec.speculative.step import SpecProgram
+            from edgespec.speculative.streams import SpecModel, load_streams, save_streams
             from edgespec.speculative.tree import Tree
 
             params = load_streams(recipe.streams.weights, model)
+            save_streams(stage_dir / B.STREAMS, params)  # the bundle carries them (edgespec tune)
             spec = SpecProgram(SpecModel(model, params), Tree(recipe.streams.tree)).eval()
 
         stage("normsearch")
@@ -173,6 +175,8 @@ class _StageClock:
 
 
 def _spec_manifest(recipe: Recipe, meta) -> dict | None:
+    from edgespec.bundle import STREAMS
+
     if meta.spec is None:
         return None
     s = recipe.streams
@@ -182,7 +186,7 @@ def _spec_manifest(recipe: Recipe, meta) -> dict | None:
         "msa_layers": s.n_layers,
         "tree_branching": list(meta.spec.branching),
         "tree_parents": list(meta.spec.parents),
-        "weights": s.weights,
+        "weights": STREAMS,  # a file in the bundle; the recipe names where they came from
     }
 
 

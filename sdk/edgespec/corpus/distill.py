@@ -13,8 +13,10 @@ import os
 from pathlib import Path
 from typing import Callable, Iterable
 
-from edgespec.runtime.generate import StepFn, generate
 from edgespec.corpus.prompts import Prompt
+
+# prompt ids -> (response ids, stopped at EOS); e.g. greedy `edgespec.runtime.generate.generate`
+Respond = Callable[[list[int]], tuple[list[int], bool]]
 
 
 def done_ids(path: Path) -> set[str]:
@@ -31,17 +33,16 @@ def done_ids(path: Path) -> set[str]:
 
 
 def distill(
-    step: StepFn,
+    respond: Respond,
     encode: Callable[[str], list[int]],
     prompts: Iterable[Prompt],
     out_path: str | Path,
     *,
-    max_new_tokens: int,
     max_seq_len: int,
     eos_ids: tuple[int, ...],
     on_done: Callable[[int], None] = lambda n: None,
 ) -> dict:
-    """Generate greedy responses for prompts not yet in out_path; returns counts."""
+    """The model's responses (`respond`) to prompts not yet in out_path; returns counts."""
     out_path = Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     have = done_ids(out_path)
@@ -60,8 +61,8 @@ def distill(
             ids = encode(p.text)
             if len(ids) + 8 >= max_seq_len:
                 continue
-            res = generate(step, ids, max_new_tokens=max_new_tokens, max_seq_len=max_seq_len, eos_ids=eos_ids)
-            resp = res.completion_ids + ([eos_ids[0]] if res.stopped_by_eos else [])
+            completion, stopped = respond(ids)
+            resp = completion + ([eos_ids[0]] if stopped else [])
             f.write(json.dumps({"id": p.id, "task": p.task, "prompt_ids": ids, "response_ids": resp}) + "\n")
             f.flush()
             os.fsync(f.fileno())

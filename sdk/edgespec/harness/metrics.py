@@ -15,7 +15,7 @@ import string
 from collections import Counter
 from typing import Callable
 
-from edgespec.harness.suites import Example
+from edgespec.harness.example import Example
 
 
 def _lcs(a: list[str], b: list[str]) -> int:

@@ -21,23 +21,14 @@ import json
 import random
 import subprocess
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Callable
 
+from edgespec.config import SUITE_NAMES
 from edgespec.errors import EdgespecError
-
-
-@dataclass(frozen=True)
-class Example:
-    id: str
-    suite: str
-    prompt: str  # the user message (the chat template is applied by the runner)
-    reference: str
-    metric: str
-    max_new_tokens: int
-    extra: dict = field(default_factory=dict, compare=False)
+from edgespec.harness.example import Example
 
 
 @dataclass(frozen=True)
@@ -232,7 +223,7 @@ def sql(n: int, seed: int) -> list[Example]:
     return out
 
 
-SUITES: dict[str, Suite] = {
+_DEFINED = {
     s.name: s
     for s in (
         Suite("summarization", "rouge_l", 24, summarization, "apt Translation-en (Debian bookworm main)"),
@@ -243,6 +234,7 @@ SUITES: dict[str, Suite] = {
         Suite("rag", "answer_in_output", 12, rag, "reasoning-gym needle_haystack + BM25 top-3"),
     )
 }
+SUITES: dict[str, Suite] = {name: _DEFINED[name] for name in SUITE_NAMES}  # the names recipes accept
 
 
 def user_suite(path: str | Path, n: int | None = None) -> list[Example]:

@@ -1,7 +1,7 @@
 """`edgespec validate`: run a bundle's program on the task suites and judge it by the gates.
 
 Per prompt, the program decodes greedily with every decoder it has (autoregressive, and
-speculative when it has `spec_step`), side by side (edgespec.harness.speed). The
+speculative when it has `spec_step`), side by side (edgespec.runtime.speed). The
 autoregressive answer is scored with the suite's metric; the speculative answers must be the
 same tokens (losslessness). The fp32 base model answers the same prompts (cached) for the
 accuracy gate. Returns the report as a dict; prints nothing.
@@ -30,8 +30,9 @@ def _examples(cfg: ValidateConfig) -> list[Example]:
 def validate_bundle(bundle_dir: str | Path, cfg: ValidateConfig, *, source: str | None = None, on_progress: Progress = lambda *a: None) -> dict:
     """The validation report of a bundle (see docs/validation.md for every field)."""
     from edgespec.harness.metrics import score
-    from edgespec.harness.speed import peak_rss_fresh, row_stats, side_by_side, summarize
+    from edgespec.harness.speed import peak_rss_fresh
     from edgespec.runtime.session import decoder, open_bundle, prompt_ids
+    from edgespec.runtime.speed import measure, row_stats, summarize
 
     bundle_dir = Path(bundle_dir)
     manifest, tokenizer, runner = open_bundle(bundle_dir)
@@ -47,15 +48,12 @@ def validate_bundle(bundle_dir: str | Path, cfg: ValidateConfig, *, source: str 
     decoders = dict([decoder(runner, "ar")] + ([decoder(runner, "spec")] if runner.has_spec else []))
     if cfg.lookup and runner.has_spec:
         decoders["lookup"] = decoder(runner, "spec", cfg.lookup)[1]
-    kw = dict(max_seq_len=runner.max_seq_len, eos_ids=runner.eos_ids)
-    for d in decoders.values():  # warm-up, not counted
-        d(ids[0], max_new_tokens=8, **kw)
+    measured = measure(decoders, ids, max_new_tokens=[ex.max_new_tokens for ex in examples], max_seq_len=runner.max_seq_len, eos_ids=runner.eos_ids, warmup=1, runs=cfg.runs)
 
     rows = []
-    for i, (ex, p) in enumerate(zip(examples, ids)):
-        res = side_by_side(decoders, p, max_new_tokens=ex.max_new_tokens, runs=cfg.runs, flip=i % 2 == 1, **kw)
+    for i, (ex, p, res) in enumerate(zip(examples, ids, measured)):
         text = tokenizer.decode(res["ar"].completion_ids)
-        rows.append({"id": ex.id, "suite": ex.suite, "metric": ex.metric, "prompt_tokens": len(p), "prediction": text, "reference": ex.reference, "score": score(ex.metric, text, ex), **ex.extra, **row_stats(res)})
+        rows.append({"id": ex.id, "suite": ex.suite, "metric": ex.metric, "prompt_tokens": len(p), "prediction": text, "reference": ex.reference, "score": score(ex.metric, text, ex), **ex.extra, **row_stats(res, len(p))})
         on_progress("suites", i + 1, len(examples))
 
     ref_scores = None

@@ -1,8 +1,9 @@
 """A Llama-family decoder (RMSNorm, RoPE, GQA, SwiGLU) written for `torch.export`.
 
-- The KV cache lives in buffers of shape [1, max_seq_len, n_kv_heads, head_dim] and is
-  written in place by ExecuTorch's `llama::update_cache` op; attention is ExecuTorch's
-  `llama::custom_sdpa` (causal, GQA-aware, reads only the first start_pos + T cache rows).
+- The KV cache lives in buffers of shape [1, max_seq_len, n_kv_heads, head_dim], written in
+  place. Cache and attention are modules: plain PyTorch in eager code and training,
+  ExecuTorch's `llama::update_cache` / `llama::custom_sdpa` inside `executorch_ops(model)`,
+  the context every export runs in.
 - Positions come in as an input: `forward(tokens [1, T], input_pos [1])`, `input_pos[0]`
   being the position of `tokens[:, 0]`. This is the calling convention of ExecuTorch's
   LLM runner with dynamic shapes, so the whole prompt is prefilled in one call.
@@ -12,6 +13,7 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -75,18 +77,111 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 
 
 class KVCache(nn.Module):
-    """Static cache, [1, max_seq_len, n_kv_heads, head_dim] per k and v, updated in place."""
+    """Static cache, [1, max_seq_len, n_kv_heads, head_dim] per k and v, written in place.
 
-    def __init__(self, max_seq_len: int, n_kv_heads: int, head_dim: int, dtype: torch.dtype = torch.float32):
+    Eager code writes with plain tensor ops; `ExecuTorchKVCache` (swapped in by
+    `executorch_ops`) writes with ExecuTorch's `llama::update_cache` for export."""
+
+    def __init__(self, k_cache: torch.Tensor, v_cache: torch.Tensor):
         super().__init__()
-        shape = (1, max_seq_len, n_kv_heads, head_dim)
-        self.register_buffer("k_cache", torch.zeros(shape, dtype=dtype), persistent=False)
-        self.register_buffer("v_cache", torch.zeros(shape, dtype=dtype), persistent=False)
+        self.register_buffer("k_cache", k_cache, persistent=False)
+        self.register_buffer("v_cache", v_cache, persistent=False)
 
-    def update(self, start_pos: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        torch.ops.llama.update_cache(k, self.k_cache, start_pos)
-        torch.ops.llama.update_cache(v, self.v_cache, start_pos)
+    @classmethod
+    def zeros(cls, max_seq_len: int, n_kv_heads: int, head_dim: int, dtype: torch.dtype = torch.float32) -> "KVCache":
+        shape = (1, max_seq_len, n_kv_heads, head_dim)
+        return cls(torch.zeros(shape, dtype=dtype), torch.zeros(shape, dtype=dtype))
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.k_cache.dtype
+
+    def write_(self, buf: torch.Tensor, start_pos, rows: torch.Tensor) -> None:
+        """buf[:, start_pos : start_pos + T] = rows [1, T, Hkv, D]."""
+        buf.narrow(1, start_pos, rows.shape[1]).copy_(rows)
+
+    def update(self, start_pos, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write rows [start_pos, start_pos + T); return the whole cache (k, v)."""
+        self.write_(self.k_cache, start_pos, k)
+        self.write_(self.v_cache, start_pos, v)
         return self.k_cache, self.v_cache
+
+    def compact_(self, start_pos, slots: torch.Tensor) -> None:
+        """Move the rows at absolute `slots` [n] to start_pos, start_pos + 1, ... (accepted tree path)."""
+        for buf in (self.k_cache, self.v_cache):
+            self.write_(buf, start_pos, buf.index_select(1, slots))
+
+
+class ExecuTorchKVCache(KVCache):
+    """The same cache written by ExecuTorch's `llama::update_cache` (export only)."""
+
+    def write_(self, buf: torch.Tensor, start_pos, rows: torch.Tensor) -> None:
+        torch.ops.llama.update_cache(rows, buf, start_pos)
+
+
+class GrowingKV:
+    """Keys/values of one teacher-forced pass, no static cache: `update` appends the new rows
+    to what it holds and returns everything (training, feature extraction, stream rows that
+    attend to main-stream K/V without writing them)."""
+
+    def __init__(self, k: torch.Tensor, v: torch.Tensor):
+        self.k, self.v = k, v
+
+    @classmethod
+    def empty(cls, batch: int, n_kv_heads: int, head_dim: int, dtype: torch.dtype = torch.float32) -> "GrowingKV":
+        e = torch.zeros(batch, 0, n_kv_heads, head_dim, dtype=dtype)
+        return cls(e, e)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.k.dtype
+
+    def update(self, start_pos, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        self.k, self.v = torch.cat([self.k, k], 1), torch.cat([self.v, v], 1)
+        return self.k, self.v
+
+
+class SDPA(nn.Module):
+    """Attention in plain PyTorch (training and every eager path).
+
+    q [B, T, H, D] at cache slots start_pos..; k, v [B, S, Hkv, D] (S >= rows used).
+    mask None: causal over keys [0, start_pos + T) (row i sees keys <= start_pos + i);
+    else a mask [T, S'] (bool, True = visible, or additive float) over keys [0, S')."""
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start_pos, mask: torch.Tensor | None) -> torch.Tensor:
+        T = q.shape[1]
+        if mask is None:
+            n = start_pos + T
+            mask = torch.arange(n)[None, :] <= (start_pos + torch.arange(T))[:, None]  # [T, n]
+        n = mask.shape[1]
+        q, k, v = q.transpose(1, 2), k.narrow(1, 0, n).transpose(1, 2), v.narrow(1, 0, n).transpose(1, 2)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.to(q.dtype) if mask.is_floating_point() else mask, enable_gqa=q.shape[1] != k.shape[1])
+        return y.transpose(1, 2)  # [B, T, H, D]
+
+
+class ExecuTorchSDPA(SDPA):
+    """ExecuTorch's `llama::custom_sdpa` (GQA-aware), same contract as `SDPA` (export only).
+
+    A call with a static row count (a speculative step, not the dynamic-length prefill)
+    attends one query row per op call: on a CPU the op's one-row path is ~10x faster than its
+    multi-row path for 4 rows at a 200-token context, and it computes each row exactly as
+    one-token decoding does. With a mask the op reads every key it is given, so only
+    [0, S') is passed."""
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start_pos, mask: torch.Tensor | None) -> torch.Tensor:
+        if mask is not None:
+            n = mask.shape[1]
+            k, v, mask = k.narrow(1, 0, n), v.narrow(1, 0, n), mask.to(k.dtype)
+        T = q.shape[1]
+        if isinstance(T, int):  # static: one row per call
+            return torch.cat([self._op(q[:, i : i + 1], k, v, start_pos + i, None if mask is None else mask[i : i + 1]) for i in range(T)], 1)
+        return self._op(q, k, v, start_pos, mask)
+
+    @staticmethod
+    def _op(q, k, v, start_pos, mask):
+        if mask is None:
+            return torch.ops.llama.custom_sdpa(q, k, v, start_pos, None, 0.0, True)
+        return torch.ops.llama.custom_sdpa(q, k, v, 0, mask, 0.0, False)
 
 
 def adapted(linear: nn.Linear, adapters, name: str, x: torch.Tensor) -> torch.Tensor:
@@ -98,6 +193,9 @@ def adapted(linear: nn.Linear, adapters, name: str, x: torch.Tensor) -> torch.Te
 
 
 class Attention(nn.Module):
+    """GQA attention with RoPE. The cache (`kv_cache`) and the attention op (`sdpa`) are
+    modules: `executorch_ops` swaps both for ExecuTorch's custom ops at export."""
+
     def __init__(self, args: LlamaArgs):
         super().__init__()
         self.n_heads, self.n_kv_heads, self.head_dim = args.n_heads, args.n_kv_heads, args.head_dim
@@ -105,43 +203,24 @@ class Attention(nn.Module):
         self.wk = nn.Linear(args.dim, args.n_kv_heads * args.head_dim, bias=False)
         self.wv = nn.Linear(args.dim, args.n_kv_heads * args.head_dim, bias=False)
         self.wo = nn.Linear(args.n_heads * args.head_dim, args.dim, bias=False)
-        self.kv_cache = KVCache(args.max_seq_len, args.n_kv_heads, args.head_dim)
+        self.kv_cache = KVCache.zeros(args.max_seq_len, args.n_kv_heads, args.head_dim)
+        self.sdpa = SDPA()
 
-    def forward(
-        self, x: torch.Tensor, start_pos: int, cos: torch.Tensor, sin: torch.Tensor, adapters=None, mask: torch.Tensor | None = None, per_row: bool = False
-    ) -> torch.Tensor:
-        """x [B, T, d] at positions start_pos.. (or as cos/sin say). Writes K/V to cache rows
-        [start_pos, start_pos + T). mask None: causal over rows [0, start_pos + T); else an
-        additive float mask [T, start_pos + T] over those rows (tree attention).
+    def forward(self, x: torch.Tensor, start_pos, cos: torch.Tensor, sin: torch.Tensor, adapters=None, mask: torch.Tensor | None = None, kv: GrowingKV | None = None) -> torch.Tensor:
+        """x [B, T, d] at rotary angles cos/sin [T, D/2], cache slots start_pos.. .
 
-        per_row: attend one query row per op call (for a few rows with a static count). The
-        op's single-row path is ~10x faster than its multi-row path for T = 4 at a 200-token
-        context on a CPU, and it computes every row exactly as one-token decoding does."""
+        kv: where K/V go and come from: None = this layer's static cache (rows
+        [start_pos, start_pos + T) are written), or a `GrowingKV`. mask: see `SDPA`."""
         B, T, _ = x.shape
         q = adapted(self.wq, adapters, "wq", x).view(B, T, self.n_heads, self.head_dim)
         k = adapted(self.wk, adapters, "wk", x).view(B, T, self.n_kv_heads, self.head_dim)
         v = adapted(self.wv, adapters, "wv", x).view(B, T, self.n_kv_heads, self.head_dim)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        cdt = self.kv_cache.k_cache.dtype  # the cache and attention stay fp32 in fp16 models
-        k_cache, v_cache = self.kv_cache.update(start_pos, k.to(cdt), v.to(cdt))
-        q = q.to(cdt)
-        if mask is not None:  # with a mask the op attends to every row it is given: pass only [0, start_pos + T)
-            n = mask.shape[1]
-            k_cache, v_cache, mask = k_cache.narrow(1, 0, n), v_cache.narrow(1, 0, n), mask.to(cdt)
-        if per_row:
-            y = torch.cat([self._sdpa(q[:, i : i + 1], k_cache, v_cache, start_pos + i, None if mask is None else mask[i : i + 1]) for i in range(T)], 1)
-        else:
-            y = self._sdpa(q, k_cache, v_cache, start_pos, mask)  # [B, T, H, D]
+        kv = self.kv_cache if kv is None else kv
+        cdt = kv.dtype  # the cache and attention stay fp32 in fp16 models
+        keys, values = kv.update(start_pos, k.to(cdt), v.to(cdt))
+        y = self.sdpa(q.to(cdt), keys, values, start_pos, mask)  # [B, T, H, D]
         return adapted(self.wo, adapters, "wo", y.reshape(B, T, -1).to(x.dtype))
-
-
-    @staticmethod
-    def _sdpa(q, k_cache, v_cache, start_pos, mask):
-        """ExecuTorch's SDPA (GQA-aware): causal over cache rows [0, start_pos + T) when mask is
-        None, else over all the rows it is given with the additive mask."""
-        if mask is None:
-            return torch.ops.llama.custom_sdpa(q, k_cache, v_cache, start_pos, None, 0.0, True)
-        return torch.ops.llama.custom_sdpa(q, k_cache, v_cache, 0, mask, 0.0, False)
 
 
 class FeedForward(nn.Module):
@@ -163,11 +242,11 @@ class TransformerBlock(nn.Module):
         self.ffn_norm = RMSNorm(args.dim, args.norm_eps)
         self.feed_forward = FeedForward(args.dim, args.hidden_dim)
 
-    def forward(
-        self, x: torch.Tensor, start_pos: int, cos: torch.Tensor, sin: torch.Tensor, adapters=None, mask: torch.Tensor | None = None, per_row: bool = False
-    ) -> torch.Tensor:
-        """adapters: optional additive maps by linear name (wq..w3), e.g. LoRA; mask, per_row: see Attention."""
-        h = x + self.attention(self.attention_norm(x), start_pos, cos, sin, adapters, mask, per_row)
+    def forward(self, x: torch.Tensor, start_pos, cos: torch.Tensor, sin: torch.Tensor, adapters=None, mask: torch.Tensor | None = None, kv: GrowingKV | None = None) -> torch.Tensor:
+        """The one decoder block of edgespec: main-stream rows, tree rows and stream rows all
+        run through it. adapters: optional additive maps by linear name (wq..w3), e.g. LoRA;
+        mask, kv: see `Attention`."""
+        h = x + self.attention(self.attention_norm(x), start_pos, cos, sin, adapters, mask, kv)
         return h + self.feed_forward(self.ffn_norm(h), adapters)
 
 
@@ -176,7 +255,6 @@ class Transformer(nn.Module):
 
     def __init__(self, args: LlamaArgs):
         super().__init__()
-        load_executorch_llm_ops()
         self.args = args
         self.tok_embeddings = nn.Embedding(args.vocab_size, args.dim)
         self.layers = nn.ModuleList(TransformerBlock(args) for _ in range(args.n_layers))
@@ -219,3 +297,23 @@ class Transformer(nn.Module):
             if isinstance(m, KVCache):
                 m.k_cache.zero_()
                 m.v_cache.zero_()
+
+
+@contextmanager
+def executorch_ops(model: nn.Module):
+    """Within the block, every attention of `model` uses ExecuTorch's custom ops
+    (`ExecuTorchSDPA`, `ExecuTorchKVCache` over the same cache buffers), as `torch.export`
+    of a program needs; on exit the plain PyTorch modules are back. Eager code never runs
+    custom ops (ExecuTorch's `replace_sdpa_with_custom_op` idea, undone after export)."""
+    load_executorch_llm_ops()
+    swapped = []
+    for m in model.modules():
+        if isinstance(m, Attention):
+            swapped.append((m, m.kv_cache, m.sdpa))
+            m.kv_cache, m.sdpa = ExecuTorchKVCache(m.kv_cache.k_cache, m.kv_cache.v_cache), ExecuTorchSDPA()
+    try:
+        yield model
+    finally:
+        for m, cache, sdpa in swapped:
+            cache.k_cache, cache.v_cache = m.kv_cache.k_cache, m.kv_cache.v_cache  # (to_half_ may have replaced them)
+            m.kv_cache, m.sdpa = cache, sdpa

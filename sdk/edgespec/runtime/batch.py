@@ -149,7 +149,7 @@ def run_batch(
                 "new_tokens": len(res.completion_ids),
                 "stopped_by_eos": res.stopped_by_eos,
                 "decode_tokens_per_s": round(res.decode_tokens_per_s, 2),
-                "tokens_per_call": round(res.mean_accepted, 3),
+                "tokens_per_call": round(res.mean_tokens_per_call, 3),
                 "reused_prefix_tokens": res.reused_prefix,
             }
             sink.write(json.dumps(row, ensure_ascii=False) + "\n")

@@ -1,7 +1,9 @@
-"""Autoregressive decoding over any `step(tokens [1, T], start_pos) -> logits [V]` function.
+"""The one decode loop, `generate`: autoregressive, or speculative when given the program's
+speculative methods (autoregressive decoding is speculative decoding without a draft).
 
-The same loop drives the `.pte` (ProgramRunner.forward) and the eager model, so the two
-are compared on equal terms. Timing is returned as stats, never printed here.
+The same loop drives the `.pte` (ProgramRunner) and eager models (`eager_step`,
+`edgespec.speculative.step.EagerSpecMethods`), so they are compared on equal terms. Timing
+is returned as stats, never printed here.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ class GenerationResult:
     prefill_s: float
     decode_s: float
     step_times_s: list[float] = field(default_factory=list)
-    tokens_per_call: list[int] = field(default_factory=list)  # per decode call; empty = 1 each (AR)
+    tokens_per_call: list[int] = field(default_factory=list)  # tokens emitted by each decode call (1 when autoregressive)
     reused_prefix: int = 0  # prompt tokens whose KV was already in the cache (not prefilled)
 
     @property
@@ -39,81 +41,16 @@ class GenerationResult:
     @property
     def decode_tokens(self) -> int:
         """Tokens produced by decode calls (the first completion token comes from prefill)."""
-        return sum(self.tokens_per_call) if self.tokens_per_call else len(self.step_times_s)
+        return sum(self.tokens_per_call)
 
     @property
     def decode_tokens_per_s(self) -> float:
         return self.decode_tokens / self.decode_s if self.decode_s > 0 else 0.0
 
     @property
-    def mean_accepted(self) -> float:
-        """Mean tokens per decode call (1.0 for autoregressive decoding)."""
+    def mean_tokens_per_call(self) -> float:
+        """Mean tokens emitted per decode call, the bonus token included (1.0 autoregressive)."""
         return self.decode_tokens / len(self.step_times_s) if self.step_times_s else 0.0
-
-
-def generate(
-    step: StepFn,
-    prompt_ids: list[int],
-    *,
-    max_new_tokens: int,
-    max_seq_len: int,
-    eos_ids: tuple[int, ...],
-    temperature: float = 0.0,
-    seed: int = 0,
-    on_token: Callable[[int], None] | None = None,
-    no_repeat_ngram_size: int = 0,
-    cache: "CacheState | None" = None,
-) -> GenerationResult:
-    """Prefill the whole prompt in one call, then decode one token per call.
-
-    no_repeat_ngram_size n > 0: never emit a token that repeats an n-gram of the context
-    (prompt included), greedy or sampled (edgespec.runtime.ngram).
-    cache: what the program's KV cache holds from the previous generation; the prompt's
-    longest common prefix with it is not prefilled again (see CacheState)."""
-    _check_prompt(prompt_ids, max_seq_len)
-    max_new_tokens = min(max_new_tokens, max_seq_len - len(prompt_ids))
-    gen = torch.Generator().manual_seed(seed)
-    ctx = _Context(prompt_ids, max_seq_len, no_repeat_ngram_size)
-
-    t0 = time.perf_counter()
-    start = cache.reusable(prompt_ids) if cache is not None else 0
-    logits = step(torch.tensor([prompt_ids[start:]], dtype=torch.long), start)
-    prefill_s = time.perf_counter() - t0
-
-    out: list[int] = []
-    steps: list[float] = []
-    pos = len(prompt_ids)
-    stopped = False
-    t_dec = time.perf_counter()
-    while True:
-        tok = sample(ctx.block(logits), temperature, gen)
-        if tok in eos_ids:
-            stopped = True
-            break
-        out.append(tok)
-        ctx.push(tok)
-        if on_token:
-            on_token(tok)
-        if len(out) >= max_new_tokens or pos >= max_seq_len:
-            break
-        t = time.perf_counter()
-        logits = step(torch.tensor([[tok]], dtype=torch.long), pos)
-        steps.append(time.perf_counter() - t)
-        pos += 1
-    if cache is not None:
-        cache.holds(prompt_ids + out, pos)
-    return GenerationResult(prompt_ids, out, stopped, prefill_s, time.perf_counter() - t_dec, steps, reused_prefix=start)
-
-
-def _check_prompt(prompt_ids: list[int], max_seq_len: int, reserve: int = 0) -> None:
-    if not prompt_ids:
-        raise EdgespecError("the prompt is empty")
-    if len(prompt_ids) + reserve >= max_seq_len:
-        raise EdgespecError(
-            f"the prompt has {len(prompt_ids)} tokens but the program's context is {max_seq_len}"
-            + (f" ({reserve} reserved for speculation)" if reserve else "")
-            + "; shorten the prompt or export with a larger model.max_seq_len"
-        )
 
 
 class SpecMethods(Protocol):
@@ -129,8 +66,8 @@ class SpecMethods(Protocol):
     def forward(self, tokens: torch.Tensor, start_pos: int) -> torch.Tensor: ...
 
 
-def generate_spec(
-    methods: SpecMethods,
+def generate(
+    step: StepFn,
     prompt_ids: list[int],
     *,
     max_new_tokens: int,
@@ -139,51 +76,51 @@ def generate_spec(
     temperature: float = 0.0,
     seed: int = 0,
     on_token: Callable[[int], None] | None = None,
-    lookup: int = 0,
     no_repeat_ngram_size: int = 0,
     cache: "CacheState | None" = None,
+    spec: SpecMethods | None = None,
+    lookup: int = 0,
 ) -> GenerationResult:
-    """Speculative decoding: one `spec_step` call verifies the last draft and drafts the next.
+    """The decode loop: prefill the whole prompt in one `step` call, then decode.
 
-    lookup > 0: where the context's last n tokens (n from `lookup` down to 2) occurred
-    before, what followed them goes first into the draft, ahead of the streams' candidates
-    (prompt lookup; verification is exact either way, so the output does not change).
+    Without `spec` every call feeds one token (autoregressive decoding). With `spec` (the
+    program's speculative methods) one `spec_step` call verifies the last draft and drafts
+    the next, emitting 1 + accepted drafts tokens; near the end of the context, where a tree
+    no longer fits, the loop finishes one token per call. Greedy output is the same either
+    way; with temperature > 0 the speculative output is distributed as autoregressive
+    sampling (the program's tree rejection sampling, fed uniforms and Gumbel noise from this
+    function's seeded generator).
 
-    Greedy output equals `generate` on the same program; with temperature > 0 the output is
-    distributed as autoregressive sampling (the program's tree rejection sampling, fed
-    uniforms and Gumbel noise from this function's seeded generator). Near the end of the
-    context, where a tree no longer fits, decoding finishes autoregressively.
+    lookup > 0 (with spec): where the context's last n tokens (n from `lookup` down to 2)
+    occurred before, what followed them goes first into the draft, ahead of the streams'
+    candidates (prompt lookup; verification is exact, so the output does not change).
 
-    no_repeat_ngram_size n > 0, greedy: the program verifies as usual; the host then checks
-    the emitted tokens in order, and at the first banned one recomputes that position's
-    logits with one `forward` call (the cache already holds the accepted prefix), takes the
-    best unbanned token and drops the rest. Every token it keeps is the argmax of its
-    position's logits, so unbanned, it is what blocked autoregressive decoding picks: the
-    output equals `generate(..., no_repeat_ngram_size=n)`. With temperature > 0 the
-    program's acceptance does not see the bans, so blocked sampling decodes one token per
-    call (exact, no speed-up).
-    """
-    room = methods.tree_size + methods.depth  # slots one step may touch past its position
+    no_repeat_ngram_size n > 0: never emit a token that repeats an n-gram of the context
+    (prompt included), greedy or sampled (edgespec.runtime.ngram). With spec and greedy
+    decoding the program verifies as usual; the host then checks the emitted tokens in order,
+    and at the first banned one recomputes that position's logits with one `step` call (the
+    cache already holds the accepted prefix), takes the best unbanned token and drops the
+    rest: every token kept is the argmax of its position's logits, so the output equals
+    autoregressive blocked decoding. Blocked sampling decodes one token per call (the
+    program's acceptance does not see the bans).
+
+    cache: what the program's KV cache holds from the previous generation; the prompt's
+    longest common prefix with it is not prefilled again (see CacheState)."""
+    room = spec.tree_size + spec.depth if spec is not None else 0  # slots a spec step may touch past its position
     _check_prompt(prompt_ids, max_seq_len, room)
-    max_new_tokens = min(max_new_tokens, max_seq_len - len(prompt_ids))  # as `generate`
+    max_new_tokens = min(max_new_tokens, max_seq_len - len(prompt_ids))
     gen = torch.Generator().manual_seed(seed)
-    R, k = methods.tree_size, methods.topk
-    half = torch.full((R, k), 0.5)
-    no_noise = torch.zeros(methods.vocab_size)
     ctx = _Context(prompt_ids, max_seq_len, no_repeat_ngram_size)
-    tree_ok = not (no_repeat_ngram_size > 0 and temperature > 0)
+    speculate = spec is not None and not (no_repeat_ngram_size > 0 and temperature > 0)
+    if spec is not None:
+        R, k = spec.tree_size, spec.topk
+        half, no_noise = torch.full((R, k), 0.5), torch.zeros(spec.vocab_size)
+        draft = placeholder_draft(spec.depth, k)  # the first step drafts for real
 
-    # the prompt exactly as `generate` prefills it (same call, same numerics), then the first
-    # step starts from the sampled token with a placeholder draft and yields the first draft
     t0 = time.perf_counter()
     start = cache.reusable(prompt_ids) if cache is not None else 0
-    logits = methods.forward(torch.tensor([prompt_ids[start:]], dtype=torch.long), start)
+    logits = step(torch.tensor([prompt_ids[start:]], dtype=torch.long), start)
     prefill_s = time.perf_counter() - t0
-
-    def done(stopped: bool) -> GenerationResult:
-        if cache is not None:
-            cache.holds(prompt_ids + out, pos)
-        return GenerationResult(prompt_ids, out, stopped, prefill_s, time.perf_counter() - t_dec, steps, per_call, reused_prefix=start)
 
     out: list[int] = []
     steps: list[float] = []
@@ -192,38 +129,52 @@ def generate_spec(
     x = sample(ctx.block(logits), temperature, gen)
     new = [x]
     pos = len(prompt_ids)  # position of x, the last emitted token (not yet in the cache)
-    draft = placeholder_draft(methods.depth, k)
+    stopped = False
     while True:
-        # emit `new`, stopping at EOS or the token budget
-        for tok in new:
+        for tok in new:  # emit, stopping at EOS or the token budget
             if tok in eos_ids:
-                return done(True)
+                stopped = True
+                break
             out.append(tok)
             ctx.push(tok)
             if on_token:
                 on_token(tok)
             if len(out) >= max_new_tokens:
-                return done(False)
-        if pos >= max_seq_len:
-            return done(False)
+                break
+        if stopped or len(out) >= max_new_tokens or pos >= max_seq_len:
+            break
         t = time.perf_counter()
-        if pos + room <= max_seq_len and tree_ok:
+        if speculate and pos + room <= max_seq_len:
             if temperature > 0:
                 uniforms = torch.rand((R, k), generator=gen)
-                gumbel = -torch.log(-torch.log(torch.rand(methods.vocab_size, generator=gen).clamp(1e-20, 1 - 1e-7)))
+                gumbel = -torch.log(-torch.log(torch.rand(spec.vocab_size, generator=gen).clamp(1e-20, 1 - 1e-7)))
             else:
                 uniforms, gumbel = half, no_noise
             if lookup:
-                draft = with_lookup(draft, lookup_continuation(prompt_ids + out, methods.depth, lookup, min_ngram=2))
-            new, draft = methods.spec_step(x, draft, pos, temperature, uniforms, gumbel)
+                draft = with_lookup(draft, lookup_continuation(prompt_ids + out, spec.depth, lookup, min_ngram=2))
+            new, draft = spec.spec_step(x, draft, pos, temperature, uniforms, gumbel)
             if no_repeat_ngram_size > 0:
-                new = _unblock(methods, ctx, x, pos, new)
-        else:  # near the end of the context (or blocked sampling): one token per call
-            new = [sample(ctx.block(methods.forward(torch.tensor([[x]], dtype=torch.long), pos)), temperature, gen)]
+                new = _unblock(step, ctx, x, pos, new)
+        else:  # one token per call
+            new = [sample(ctx.block(step(torch.tensor([[x]], dtype=torch.long), pos)), temperature, gen)]
         steps.append(time.perf_counter() - t)
         per_call.append(len(new))
         pos += len(new)
         x = new[-1]
+    if cache is not None:
+        cache.holds(prompt_ids + out, pos)
+    return GenerationResult(prompt_ids, out, stopped, prefill_s, time.perf_counter() - t_dec, steps, per_call, reused_prefix=start)
+
+
+def _check_prompt(prompt_ids: list[int], max_seq_len: int, reserve: int = 0) -> None:
+    if not prompt_ids:
+        raise EdgespecError("the prompt is empty")
+    if len(prompt_ids) + reserve >= max_seq_len:
+        raise EdgespecError(
+            f"the prompt has {len(prompt_ids)} tokens but the program's context is {max_seq_len}"
+            + (f" ({reserve} reserved for speculation)" if reserve else "")
+            + "; shorten the prompt or export with a larger model.max_seq_len"
+        )
 
 
 class CacheState:
@@ -283,13 +234,13 @@ class _Context:
         return block_(logits.clone(), self.buf[: self.len], self.n) if self.n > 0 else logits
 
 
-def _unblock(methods: SpecMethods, ctx: _Context, x: int, pos: int, new: list[int]) -> list[int]:
-    """Greedy spec tokens with n-gram bans applied (see generate_spec): keep the tokens up to the
+def _unblock(step: StepFn, ctx: _Context, x: int, pos: int, new: list[int]) -> list[int]:
+    """Greedy spec tokens with n-gram bans applied (see `generate`): keep the tokens up to the
     first banned one, which is replaced by the best unbanned token of its position."""
     for j, tok in enumerate(new):
         if bool((banned_tokens(ctx.view(new[:j]), ctx.n) == tok).any()):
             prev = x if j == 0 else new[j - 1]
-            logits = methods.forward(torch.tensor([[prev]], dtype=torch.long), pos + j)
+            logits = step(torch.tensor([[prev]], dtype=torch.long), pos + j)
             return new[:j] + [int(torch.argmax(block_(logits.clone(), ctx.view(new[:j]), ctx.n)))]
     return new
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
+from typing import Any
 
 from edgespec.errors import EdgespecError
 from edgespec.models.tokenizer import Tokenizer
-from edgespec.runtime.generate import generate, generate_spec
+from edgespec.runtime.generate import generate
 from edgespec.runtime.program import ProgramRunner
 
 
@@ -39,5 +40,34 @@ def decoder(runner: ProgramRunner, mode: str, lookup: int = 0):
     if mode == "spec":
         if not runner.has_spec:
             raise EdgespecError(f"program '{runner.path}' has no speculative methods (export with trained streams: recipe streams.weights); use --mode ar")
-        return mode, functools.partial(generate_spec, runner, lookup=lookup)
+        return mode, functools.partial(generate, runner.forward, spec=runner, lookup=lookup)
     return mode, functools.partial(generate, runner.forward)
+
+
+def verify_program(bundle_dir: str | Path, manifest: dict[str, Any]) -> dict[str, Any]:
+    """Load the bundle's program with ExecuTorch and check that it answers its metadata methods
+    and agrees with the manifest (methods, vocabulary, EOS ids, speculative tree).
+    Returns the metadata it read."""
+    from edgespec.bundle import PROGRAM
+    from edgespec.export import constants as C
+
+    d = Path(bundle_dir)
+    runner = ProgramRunner(d / PROGRAM)
+    have = set(runner.program.method_names)
+    missing = [m for m in manifest.get("methods", []) if m not in have]
+    if missing:
+        raise EdgespecError(f"bundle '{d}': the manifest lists methods the program lacks: {missing}")
+    meta = {name: runner.constant(name, many=name in (C.GET_EOS_IDS, C.GET_SPEC_BRANCHING, C.GET_SPEC_PARENTS)) for name in C.METADATA_METHODS}
+    if meta[C.GET_VOCAB_SIZE] != manifest["model"]["vocab_size"]:
+        raise EdgespecError(f"bundle '{d}': program vocabulary {meta[C.GET_VOCAB_SIZE]} != manifest {manifest['model']['vocab_size']}")
+    if [int(x) for x in meta[C.GET_EOS_IDS]] != list(manifest["tokenizer"]["eos_ids"]):
+        raise EdgespecError(f"bundle '{d}': program EOS ids {meta[C.GET_EOS_IDS]} != manifest {manifest['tokenizer']['eos_ids']}")
+    spec = manifest.get("speculative")
+    if runner.has_spec != (spec is not None):
+        raise EdgespecError(f"bundle '{d}': program {'has' if runner.has_spec else 'lacks'} spec_step but the manifest says the opposite")
+    if spec is not None:
+        for name in C.SPEC_METADATA_METHODS:
+            meta[name] = runner.constant(name, many=name in (C.GET_SPEC_BRANCHING, C.GET_SPEC_PARENTS))
+        if [int(x) for x in meta[C.GET_SPEC_BRANCHING]] != list(spec["tree_branching"]):
+            raise EdgespecError(f"bundle '{d}': program tree {meta[C.GET_SPEC_BRANCHING]} != manifest {spec['tree_branching']}")
+    return {k: ([int(x) for x in v] if isinstance(v, list) else v) for k, v in meta.items()}

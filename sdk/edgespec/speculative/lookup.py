@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import torch
 
-from edgespec.speculative.tree import Tree
-
 
 def lookup_continuation(context: list[int], length: int, max_ngram: int = 3, min_ngram: int = 1) -> list[int]:
     """What followed the last earlier occurrence of the context's longest tail n-gram
@@ -22,18 +20,6 @@ def lookup_continuation(context: list[int], length: int, max_ngram: int = 3, min
             start = int(hits[-1]) + n
             return context[start : start + length]
     return []
-
-
-def prompt_lookup_drafter(max_ngram: int = 3):
-    """Draft by copying what followed the last earlier occurrence of the context's tail."""
-
-    def draft(main_h, stream_h, context: list[int], tree: Tree) -> torch.Tensor:
-        g, k = len(tree.branching), max(tree.branching)
-        found = lookup_continuation(context, g, max_ngram)
-        found = found + [context[-1]] * (g - len(found))
-        return torch.tensor(found)[:, None].expand(g, k).clone()
-
-    return draft
 
 
 def with_lookup(draft: torch.Tensor, continuation: list[int]) -> torch.Tensor:

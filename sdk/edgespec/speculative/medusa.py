@@ -14,8 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from edgespec.models.llama import Transformer
-from edgespec.speculative.streams import MSAConfig, SpecModel, frozen_layers, topk_draft
-from edgespec.speculative.tree import Tree
+from edgespec.speculative.streams import MSAConfig, frozen_layers
 
 
 class MedusaHeads(nn.Module):
@@ -33,7 +32,9 @@ class MedusaHeads(nn.Module):
 
 
 class MedusaModel(nn.Module):
-    """Frozen base + heads, with the training interface of `SpecModel`.
+    """Frozen base + heads, with the training interface of `SpecModel` and the drafting
+    interface of `edgespec.speculative.step.SpecProgram` (so the heads decode through the same
+    step and tree verifier as the streams).
 
     Features are cached at the same layer L0 as the streams' (so both baselines train from
     one feature cache); a step runs the frozen top layers without gradients, then the heads.
@@ -52,14 +53,13 @@ class MedusaModel(nn.Module):
             h = self.base.norm(frozen_layers(self.base, h0, self.first, self.base.args.n_layers))
         return h, self.params(h)
 
-    def drafter(self):
-        def draft(main_h, stream_h, context, tree: Tree):
-            return topk_draft(self.base, self.params(main_h), tree)
+    def main_lora(self, i: int) -> None:
+        return None  # the main stream is the untouched base model
 
-        return draft
-
-    def verifier(self) -> SpecModel:
-        return SpecModel(self.base, None)
+    def draft_hidden(self, h0: torch.Tensor, h: torch.Tensor, last: torch.Tensor, start_pos, depth: int) -> torch.Tensor:
+        """Inputs of the shared lm head for depths 1..depth from the final hidden state of
+        row `last` [1] of h [R, d]: [depth, d]."""
+        return self.params(h.index_select(0, last)[0])[:depth]
 
 
 def medusa_parameter_count(dim: int, vocab: int, n_heads: int, own_lm_head: bool) -> int:

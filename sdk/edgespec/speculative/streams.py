@@ -15,8 +15,9 @@ Modes
   untouched base weights, so the main stream's output is the base model's.
 - shared: the LoRA adapters apply to main rows as well and are fine-tuned with them.
 
-Everything here is plain tensor code with explicit masks: the same function serves
-teacher-forced training (`forward_train`) and tree verification (`forward_tree`).
+Every row, main or stream, runs through the model's one decoder block
+(`edgespec.models.llama.TransformerBlock`): teacher-forced training here (`forward_train`,
+explicit masks, no cache) and decoding in `edgespec.speculative.step` (static cache).
 """
 
 from __future__ import annotations
@@ -28,11 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from edgespec.models.llama import Transformer, TransformerBlock, adapted, apply_rope
-from edgespec.speculative.tree import Tree
-
-ADAPTED = ("wq", "wk", "wv", "wo", "w1", "w2", "w3")
-
+from edgespec.models.llama import GrowingKV, Transformer, TransformerBlock
 
 @dataclass(frozen=True)
 class MSAConfig:
@@ -87,48 +84,6 @@ class StreamParams(nn.Module):
         return h.unsqueeze(-2) + self.stream_emb
 
 
-def _proj(block: TransformerBlock, lora: nn.ModuleDict | None, name: str, x: torch.Tensor) -> torch.Tensor:
-    return adapted(_linears(block)[name], lora, name, x)
-
-
-def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """q [B, Tq, H, D], k/v [B, Tk, Hkv, D], mask [Tq, Tk] bool (True = visible) -> [B, Tq, H, D]."""
-    rep = q.shape[2] // k.shape[2]
-    q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-    if rep > 1:
-        k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask).transpose(1, 2)
-
-
-def block_rows(
-    base: Transformer,
-    block: TransformerBlock,
-    lora: nn.ModuleDict | None,
-    x: torch.Tensor,
-    pos: torch.Tensor,
-    ctx_k: torch.Tensor,
-    ctx_v: torch.Tensor,
-    mask: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """One decoder block over query rows x [B, Tq, d] at positions pos [Tq].
-
-    Keys/values are ctx (already projected, [B, Tc, Hkv, D]) followed by the rows' own;
-    mask is [Tq, Tc + Tq]. Returns (new x, own k, own v).
-    """
-    a = base.args
-    B, Tq, _ = x.shape
-    cos, sin = base.rope_cos[pos], base.rope_sin[pos]
-    h = block.attention_norm(x)
-    q = apply_rope(_proj(block, lora, "wq", h).view(B, Tq, a.n_heads, a.head_dim), cos, sin)
-    k = apply_rope(_proj(block, lora, "wk", h).view(B, Tq, a.n_kv_heads, a.head_dim), cos, sin)
-    v = _proj(block, lora, "wv", h).view(B, Tq, a.n_kv_heads, a.head_dim)
-    y = _attend(q, torch.cat([ctx_k, k], 1), torch.cat([ctx_v, v], 1), mask)
-    x = x + _proj(block, lora, "wo", y.reshape(B, Tq, -1))
-    h = block.ffn_norm(x)
-    x = x + _proj(block, lora, "w2", F.silu(_proj(block, lora, "w1", h)) * _proj(block, lora, "w3", h))
-    return x, k, v
-
-
 def stream_mask(main_mask: torch.Tensor, gamma: int) -> torch.Tensor:
     """Mask of stream rows (t, j), flattened t-major: [T*g, Tk + T*g].
 
@@ -140,47 +95,36 @@ def stream_mask(main_mask: torch.Tensor, gamma: int) -> torch.Tensor:
     return torch.cat([main_mask.repeat_interleave(gamma, 0), block_diag], 1)
 
 
-def causal_context(base: Transformer, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Teacher forcing over tokens [B, T]: positions [T], causal mask [T, T], empty K/V context."""
-    T = tokens.shape[1]
-    empty = torch.zeros(tokens.shape[0], 0, base.args.n_kv_heads, base.args.head_dim, dtype=base.rope_cos.dtype)
-    return torch.arange(T), torch.tril(torch.ones(T, T, dtype=torch.bool)), empty
+def _no_cache(base: Transformer, batch: int) -> GrowingKV:
+    return GrowingKV.empty(batch, base.args.n_kv_heads, base.args.head_dim, base.rope_cos.dtype)
 
 
 @torch.no_grad()
 def frozen_layers(base: Transformer, x: torch.Tensor, start: int, stop: int) -> torch.Tensor:
     """Base layers [start, stop) over teacher-forced rows x [B, T, d], no adapters, no cache."""
-    pos, causal, empty = causal_context(base, x[..., 0])
+    T = x.shape[1]
+    cos, sin = base.rope_cos[:T], base.rope_sin[:T]
     for i in range(start, stop):
-        x, _, _ = block_rows(base, base.layers[i], None, x, pos, empty, empty, causal)
+        x = base.layers[i](x, 0, cos, sin, kv=_no_cache(base, x.shape[0]))
     return x
 
 
-def topk_draft(base: Transformer, hidden: torch.Tensor, tree: Tree) -> torch.Tensor:
-    """Candidates per depth from hidden states [>= g, d] of the drafting rows: [g, k_max]."""
-    logits = base.output(hidden[: len(tree.branching)])  # [g, V]
-    return logits.topk(max(tree.branching), -1).indices
-
-
 class SpecModel(nn.Module):
-    """A base `Transformer` plus speculative streams. The base weights are never modified."""
+    """A base `Transformer` plus speculative streams. The base weights are never modified.
+
+    Training runs `forward_train` (teacher forcing, no cache); decoding runs the same blocks
+    through `edgespec.speculative.step.SpecProgram` (static cache, one call per step)."""
 
     def __init__(self, base: Transformer, params: StreamParams | None):
         super().__init__()
         self.base = base
-        self.params = params  # None: plain tree verification, no streams (baselines)
+        self.params = params  # None: plain tree verification, no streams (prompt lookup)
         self.cfg = params.cfg if params is not None else MSAConfig(gamma=0, n_layers=0, lora_rank=0)
         self.first = base.args.n_layers - self.cfg.n_layers
 
-    def _main_lora(self, i: int) -> nn.ModuleDict | None:
+    def main_lora(self, i: int) -> nn.ModuleDict | None:
+        """Adapters of layer i on main-stream rows: Shared mode only (Lossless: none)."""
         return self.params.lora[i - self.first] if self.cfg.mode == "shared" and i >= self.first else None
-
-    def _streams(self, h_s: torch.Tensor, i: int, pos: torch.Tensor, main_k: torch.Tensor, main_v: torch.Tensor, main_mask: torch.Tensor) -> torch.Tensor:
-        """One MSA layer for stream rows h_s [B, T, g, d] at base positions pos [T]."""
-        B, T, g, d = h_s.shape
-        spos = (pos[:, None] + torch.arange(1, g + 1)).reshape(-1)  # stream j sits j steps ahead
-        x, _, _ = block_rows(self.base, self.base.layers[i], self.params.lora[i - self.first], h_s.reshape(B, T * g, d), spos, main_k, main_v, stream_mask(main_mask, g))
-        return x.view(B, T, g, d)
 
     def forward_train(self, tokens: torch.Tensor, h0: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Teacher-forced pass. tokens [B, T]; h0 optional cached input of layer L0 [B, T, d].
@@ -189,66 +133,44 @@ class SpecModel(nn.Module):
         after the final norm; apply `base.output` for logits.
         """
         base = self.base
-        pos, causal, empty = causal_context(base, tokens)
+        B, T = tokens.shape
         if h0 is None:
             h0 = self.lower_hidden(tokens)
-        x, h_s = h0, self.params.enter(h0)
+        g = self.cfg.gamma
+        pos = torch.arange(T)
+        cos, sin = base.rope_cos[pos], base.rope_sin[pos]
+        spos = (pos[:, None] + torch.arange(1, g + 1)).reshape(-1)  # stream j sits j steps ahead
+        scos, ssin = base.rope_cos[spos], base.rope_sin[spos]
+        smask = stream_mask(torch.tril(torch.ones(T, T, dtype=torch.bool)), g)  # [T*g, T + T*g]
+        x, h_s = h0, self.params.enter(h0).reshape(B, T * g, -1)
         for i in range(self.first, base.args.n_layers):
-            x_new, k, v = block_rows(base, base.layers[i], self._main_lora(i), x, pos, empty, empty, causal)
-            h_s = self._streams(h_s, i, pos, k, v, causal)
+            block, main_kv = base.layers[i], _no_cache(base, B)
+            x_new = block(x, 0, cos, sin, self.main_lora(i), None, main_kv)  # causal; keeps its K/V
+            h_s = block(h_s, 0, scos, ssin, self.params.lora[i - self.first], smask, GrowingKV(main_kv.k, main_kv.v))
             x = x_new
-        return base.norm(x), base.norm(h_s)
+        return base.norm(x), base.norm(h_s).view(B, T, g, -1)
 
     @torch.no_grad()
     def lower_hidden(self, tokens: torch.Tensor) -> torch.Tensor:
         """Input of layer L0 for teacher forcing (the frozen part; cacheable). [B, T, d]."""
         return frozen_layers(self.base, self.base.tok_embeddings(tokens), 0, self.first)
 
-    @torch.no_grad()
-    def forward_tree(self, tokens: torch.Tensor, start_pos: int, tree_mask: torch.Tensor, depth: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Verify-and-draft pass over R tree rows, batch 1.
-
-        tokens [1, R] (row 0 = the last verified token at position start_pos), tree_mask
-        [R, R] ancestor mask, depth [R]. Reads cache slots [0, start_pos), writes main K/V
-        of all R rows into slots [start_pos, start_pos + R) (see `compact_cache_`).
-        Returns (main hidden [R, d], stream hidden [R, g, d]) after the final norm.
-        """
+    def draft_hidden(self, h0: torch.Tensor, h: torch.Tensor | None, last: torch.Tensor, start_pos, depth: int) -> torch.Tensor | None:
+        """Final-norm hidden states [depth, d] of the drafting rows after main row `last` [1]
+        of h0 [R, d] (layer-L0 inputs; the row's position is start_pos - 1; the final hidden
+        states h are not used by streams). The stream rows sit at cache slots start_pos.. and attend causally:
+        the main stream's keys up to the row, then streams i <= j, exactly the stream mask
+        once the accepted path is compacted. Their K/V land in slots the next call overwrites.
+        None without streams."""
+        if self.params is None:
+            return None
         base = self.base
-        R = tokens.shape[1]
-        pos = start_pos + depth
-        main_mask = torch.cat([torch.ones(R, start_pos, dtype=torch.bool), tree_mask], 1)
-        x = base.tok_embeddings(tokens)
-        h_s = None
-        for i, block in enumerate(base.layers):
-            cache = block.attention.kv_cache
-            if i == self.first and self.params is not None:
-                h_s = self.params.enter(x)
-            ctx_k, ctx_v = cache.k_cache[:, :start_pos], cache.v_cache[:, :start_pos]
-            x_new, k, v = block_rows(base, block, self._main_lora(i), x, pos, ctx_k, ctx_v, main_mask)
-            cache.k_cache[:, start_pos : start_pos + R] = k
-            cache.v_cache[:, start_pos : start_pos + R] = v
-            if h_s is not None:
-                h_s = self._streams(h_s, i, pos, cache.k_cache[:, : start_pos + R], cache.v_cache[:, : start_pos + R], main_mask)
-            x = x_new
-        return base.norm(x)[0], (base.norm(h_s)[0] if h_s is not None else None)
-
-    @torch.no_grad()
-    def prefill(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Causal pass over a prompt [1, T] at positions 0..T-1; returns hidden of the last row
-        (main [d], streams [g, d]). The prompt's K/V is written to cache slots [0, T)."""
-        T = tokens.shape[1]
-        mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
-        main, streams = self.forward_tree(tokens, 0, mask, torch.arange(T))
-        return main[-1], (streams[-1] if streams is not None else None)
-
-    @torch.no_grad()
-    def compact_cache_(self, start_pos: int, rows: list[int]) -> None:
-        """Keep the K/V of tree rows `rows` (in order) at slots start_pos, start_pos+1, ..."""
-        idx = torch.tensor(rows, dtype=torch.long) + start_pos
-        for block in self.base.layers:
-            c = block.attention.kv_cache
-            c.k_cache[:, start_pos : start_pos + len(rows)] = c.k_cache[:, idx]
-            c.v_cache[:, start_pos : start_pos + len(rows)] = c.v_cache[:, idx]
+        x = self.params.enter(h0.index_select(0, last)[0])[:depth][None]  # [1, D, d]
+        positions = torch.arange(depth) + start_pos
+        cos, sin = base.rope_cos.index_select(0, positions), base.rope_sin.index_select(0, positions)
+        for i in range(self.first, base.args.n_layers):
+            x = base.layers[i](x, start_pos, cos, sin, self.params.lora[i - self.first])
+        return base.norm(x)[0]
 
 
 def count_parameters(module: nn.Module) -> int:

@@ -23,21 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from edgespec.config import TrainConfig
 from edgespec.speculative.streams import SpecModel
-
-
-@dataclass(frozen=True)
-class TrainHParams:
-    steps: int = 1000
-    batch_size: int = 8
-    seq_len: int = 384
-    lr: float = 5e-4
-    warmup_steps: int = 50
-    stream_weights: tuple[float, ...] = (1.0, 0.5, 0.25)  # a_j (paper: 0.1 each, with a0 = 1)
-    main_weight: float = 1.0  # a0, shared mode only
-    checkpoint_every: int = 100
-    seed: int = 0
-    bf16: bool = True
 
 
 @dataclass
@@ -93,7 +80,7 @@ def make_batch(examples: list[Example], feats: list[torch.Tensor], idx: list[int
 class StreamLoss(nn.Module):
     """forward(batch) -> (loss, per-stream top-1 accuracy); the module DDP wraps."""
 
-    def __init__(self, model: SpecModel, hp: TrainHParams):
+    def __init__(self, model: SpecModel, hp: TrainConfig):
         super().__init__()
         self.model = model
         self.hp = hp
@@ -146,11 +133,12 @@ def train_streams(
     model: SpecModel,
     examples: list[Example],
     feats: list[torch.Tensor],
-    hp: TrainHParams,
+    hp: TrainConfig,
     out_dir: str | Path,
     on_step: Callable[[int, float], None] = lambda step, loss: None,
 ) -> TrainLog:
-    """Train model.params on examples; resumable from out_dir/ckpt.pt. Returns the loss log."""
+    """Train model.params on examples with `hp` (steps, lr, loss weights, ...; its data, out_dir
+    and drafter are the caller's); resumable from out_dir/ckpt.pt. Returns the loss log."""
     rank, world = _dist()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -261,9 +249,8 @@ def train_from_recipe(recipe, on_status: Callable[[str], None] = lambda s: None,
     examples = load_examples(t.data, tok, t.seq_len)
     on_status(f"features ({len(examples)} sequences)")
     feats = FeatureCache(model, examples, out / "features.pt").h
-    hp = TrainHParams(steps=t.steps, batch_size=t.batch_size, seq_len=t.seq_len, lr=t.lr, warmup_steps=t.warmup_steps, stream_weights=t.stream_weights, checkpoint_every=t.checkpoint_every, seed=t.seed)
     on_status("train")
-    log = train_streams(model, examples, feats, hp, out, on_step=on_step)
+    log = train_streams(model, examples, feats, t, out, on_step=on_step)
     save_streams(out / f"{t.drafter}.pt", params)
     _plot_log(log, out / "loss.png")
     return {

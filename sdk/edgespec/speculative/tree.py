@@ -76,14 +76,6 @@ class Tree:
                 j = self.parents[j]
         return m
 
-    def fill(self, root_token: int, stream_topk: torch.Tensor) -> torch.Tensor:
-        """Token ids of every node. stream_topk: [g, k_max] candidates of streams 1..g."""
-        toks = torch.empty(self.size, dtype=torch.long)
-        toks[0] = root_token
-        for i in range(1, self.size):
-            toks[i] = stream_topk[self.depth[i] - 1, self.rank[i]]
-        return toks
-
     @property
     def k_max(self) -> int:
         return max(self.branching)
@@ -103,7 +95,9 @@ class Tree:
         return table, valid
 
     def fill_index(self) -> torch.Tensor:
-        """[n - 1] flat indices into a [g, k_max] candidate table for nodes 1..n-1 (see `fill`)."""
+        """[n - 1] flat indices into a [g, k_max] candidate table for nodes 1..n-1: node i takes
+        candidate `rank[i]` of stream `depth[i]` (the step's tree rows are the root, then
+        `draft.reshape(-1)[fill_index]`)."""
         return torch.tensor([(self.depth[i] - 1) * self.k_max + self.rank[i] for i in range(1, self.size)], dtype=torch.long)
 
 

@@ -16,6 +16,8 @@ So one teacher-forced pass over greedy continuations gives, at every position, t
 the true future token in each stream; the decode is then replayed for any tree: from t, a
 call emits 1 + (accepted depth) tokens and jumps there. Mean tokens per call is exact for
 greedy decoding of those continuations (up to program-vs-eager numerics).
+
+`edgespec.harness.tune.tune_bundle` runs all of it for a bundle (`edgespec tune`).
 """
 
 from __future__ import annotations
@@ -122,7 +124,7 @@ class StepCostModel:
     msa_fraction: float
 
     @classmethod
-    def calibrate(cls, t_1: float, t_own: float, own: Tree, msa_fraction: float) -> "StepCostModel":
+    def calibrate(cls, t_1: float, t_own: float, own: Tree, msa_fraction: float) -> StepCostModel:
         rows = (own.size - 1) + len(own.branching) * msa_fraction
         return cls(t_1, max(0.0, t_own - t_1) / rows, msa_fraction)
 

@@ -1,0 +1,77 @@
+"""`edgespec tune`: choose a bundle's draft tree by measurement, on this device.
+
+The models are in `edgespec.speculative.tune` (acceptance replay, step cost); this module
+runs them against a bundle's own program and stream weights.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from edgespec.speculative import tune as T
+from edgespec.speculative.tree import Tree
+
+
+def tune_bundle(
+    bundle_dir: str | Path,
+    n_prompts: int = 24,
+    max_new_tokens: int = 96,
+    max_size: int = 24,
+    context: int = 256,
+    on_progress: Callable[[str, int, int], None] = lambda phase, done, total: None,
+) -> dict:
+    """Rank every draft tree up to `max_size` nodes by expected tokens/s for a speculative bundle
+    on this device: its program's call costs at position `context`, its streams' acceptance on
+    greedy continuations (`max_new_tokens`) of `n_prompts` held-out prompts. Returns the table
+    (best first) with the measured costs; reports (phase, done, total) through on_progress."""
+    from edgespec.bundle import read_manifest, stream_weights
+    from edgespec.corpus.prompts import mixed_prompts
+    from edgespec.errors import EdgespecError
+    from edgespec.models.load import build_model, read_source
+    from edgespec.runtime.generate import generate
+    from edgespec.runtime.session import open_bundle, prompt_ids
+    from edgespec.speculative.streams import SpecModel, load_streams
+
+    weights = stream_weights(bundle_dir, read_manifest(bundle_dir))  # before any slow work
+    manifest, tokenizer, runner = open_bundle(bundle_dir)
+    if context + 64 >= runner.max_seq_len:
+        raise EdgespecError(f"tuning context {context} leaves no room in the program's context of {runner.max_seq_len}")
+    prompts = mixed_prompts("heldout", n_prompts)
+    seqs = []
+    for i, p in enumerate(prompts):
+        ids = prompt_ids(tokenizer, p.text, True)
+        res = generate(runner.forward, ids, max_new_tokens=max_new_tokens, max_seq_len=runner.max_seq_len, eos_ids=runner.eos_ids)
+        seqs.append((len(ids), ids + res.completion_ids))
+        on_progress("continuations", i + 1, len(prompts))
+    on_progress("acceptance", 0, 1)
+    base = build_model(read_source(manifest["recipe"]["model"]["source"], runner.max_seq_len))
+    spec = SpecModel(base, load_streams(weights, base))
+    ranks = T.future_ranks(spec, seqs, spec.cfg.gamma)
+    on_progress("costs", 0, 1)
+    t_1 = T.forward_cost(runner, context)
+    t_own = T.step_cost(runner, context)
+    cost = T.StepCostModel.calibrate(t_1, t_own, Tree(runner.branching), spec.cfg.n_layers / base.args.n_layers)
+    table = T.estimate(ranks, cost, T.candidate_trees(spec.cfg.gamma, max_size))
+    ar_tps = 1.0 / t_1
+    return {
+        "device_costs_ms": {
+            "forward_1_token": round(1000 * t_1, 3),
+            "spec_step_own_tree": round(1000 * t_own, 3),
+            "per_extra_row": round(1000 * cost.c_row, 3),
+        },
+        "context": context,
+        "own_tree": list(runner.branching),
+        "ar_tokens_per_s": round(ar_tps, 2),
+        "trees": [
+            {
+                "branching": list(e.branching),
+                "size": e.size,
+                "tokens_per_call": round(e.tokens_per_call, 3),
+                "ms_per_call": round(e.ms_per_call, 3),
+                "tokens_per_s": round(e.tokens_per_s, 2),
+                "vs_ar": round(e.tokens_per_s / ar_tps, 3),
+            }
+            for e in table
+        ],
+    }

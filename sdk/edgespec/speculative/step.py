@@ -1,0 +1,169 @@
+"""The speculative step: one call verifies the previous draft and drafts the next.
+
+The same module is run eagerly (`EagerSpecMethods`: the reference decoder of tests, `tune`
+and the benchmarks) and exported as the program's `spec_step` and `forward` methods
+(`edgespec.export.spec_program`), so what is measured on the host is what ships.
+
+step(last, draft, input_pos, temperature, uniforms, gumbel) -> (tokens, n, next draft)
+ 1. tree rows: the last emitted token (root, at input_pos) and the draft's candidates,
+    placed by the static tree; one pass of the base model over the R rows with the tree's
+    ancestor mask writes their K/V at [input_pos, input_pos + R).
+ 2. the lm head on the R rows only, acceptance inside the step (`accept_tree`).
+ 3. KV compaction: the accepted path's K/V moved to consecutive slots (index copy; a chain
+    tree needs none).
+ 4. the next draft from the last accepted node only (`draft_hidden` of the model: the
+    streams' D rows through the top MSA layers at the slots right after the accepted
+    prefix, or Medusa heads on its final hidden state), lm head on D rows, top-k.
+Outputs are a few ids: never full-vocabulary logits per tree node.
+
+The drafting model is any object with `base`, `first` (the layer whose input is kept as
+h0), `cfg.gamma`, `params` (None: nothing drafted, the host fills the draft, e.g. prompt
+lookup), `main_lora(i)` and `draft_hidden(h0, h, last, start_pos, depth)`: `SpecModel` (streams)
+and `MedusaModel` (baseline heads).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+from torch import nn
+
+from edgespec.errors import EdgespecError
+from edgespec.models.llama import Transformer
+from edgespec.speculative.accept import accept_tree
+from edgespec.speculative.tree import Tree, placeholder_draft
+
+
+class Drafting(Protocol):
+    base: Transformer
+    first: int
+    params: nn.Module | None
+
+    def main_lora(self, i: int) -> nn.ModuleDict | None: ...
+
+    def draft_hidden(self, h0: torch.Tensor, h: torch.Tensor, last: torch.Tensor, start_pos, depth: int) -> torch.Tensor | None: ...
+
+
+class SpecProgram(nn.Module):
+    """The methods of a speculative program over a `SpecModel` with a fixed tree."""
+
+    def __init__(self, model: Drafting, tree: Tree):
+        super().__init__()
+        if model.params is not None and len(tree.branching) > model.cfg.gamma:
+            raise EdgespecError(f"tree depth {len(tree.branching)} exceeds the {model.cfg.gamma} trained streams; use a tree of at most {model.cfg.gamma} levels")
+        # the modules once each (`base.*`, `streams.*`: the names in the program); the drafting
+        # model's behaviour as bound methods, not as a second owner of the same modules (a
+        # mutated KV cache reachable under two names does not export)
+        self.base, self.streams, self.cfg = model.base, model.params, model.cfg
+        self.main_lora, self.draft_hidden = model.main_lora, model.draft_hidden
+        self.first = model.first
+        self.tree, self.depth, self.k = tree, len(tree.branching), tree.k_max
+        children, valid = tree.children_table()
+        self.register_buffer("tree_children", children, persistent=False)
+        self.register_buffer("tree_valid", valid, persistent=False)
+        self.register_buffer("node_depth", torch.tensor(tree.depth, dtype=torch.long), persistent=False)
+        self.register_buffer("fill_index", tree.fill_index(), persistent=False)
+        self.register_buffer("tree_visible", tree.ancestor_mask(), persistent=False)
+
+    @property
+    def max_seq_len(self) -> int:
+        return self.base.args.max_seq_len
+
+    def _main(self, tokens: torch.Tensor, start_pos, positions: torch.Tensor, mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Base model over rows tokens [1, T] at `positions` [T]; K/V to [start_pos, start_pos + T).
+        Returns (input of the first MSA layer [T, d], final-norm hidden [T, d])."""
+        base = self.base
+        cos, sin = base.rope_cos.index_select(0, positions), base.rope_sin.index_select(0, positions)
+        x = base.tok_embeddings(tokens)
+        h0 = x
+        for i, layer in enumerate(base.layers):
+            if i == self.first:
+                h0 = x
+            x = layer(x, start_pos, cos, sin, self.main_lora(i), mask)
+        return h0[0], base.norm(x)[0]
+
+    def _draft(self, h0: torch.Tensor, h: torch.Tensor, last: torch.Tensor, start_pos) -> torch.Tensor:
+        """The next draft [D, k] from tree row `last` [1], the last accepted node (its
+        position is start_pos - 1), given every row's layer-L0 input h0 [R, d] and final
+        hidden h [R, d]; the placeholder when the model drafts nothing."""
+        hidden = self.draft_hidden(h0, h, last, start_pos, self.depth)  # [D, d] or None
+        if hidden is None:
+            return placeholder_draft(self.depth, self.k)
+        logits = self.base.output(hidden)  # [D, V]
+        if self.k == 1:  # a chain: argmax is a cheaper scan than top-k
+            return logits.argmax(-1, keepdim=True)
+        return logits.topk(self.k, -1).indices
+
+    def _check_pos(self, start_pos, rows: int) -> None:
+        torch._check(start_pos >= 0)
+        torch._check(start_pos + rows <= self.max_seq_len)
+
+    def forward(self, tokens: torch.Tensor, input_pos: torch.Tensor) -> torch.Tensor:
+        """The main stream, autoregressively: tokens [1, T] at input_pos [1] -> logits of the
+        last row [1, V] fp32. In Lossless mode this is the base model; in Shared mode the
+        main rows use the fine-tuned adapters, as in step."""
+        T = tokens.shape[1]
+        start = input_pos[0].item()
+        self._check_pos(start, T)
+        _, h = self._main(tokens, start, torch.arange(T) + start, None)
+        return self.base.output(h[-1:]).float()
+
+    def step(
+        self,
+        last: torch.Tensor,
+        draft: torch.Tensor,
+        input_pos: torch.Tensor,
+        temperature: torch.Tensor,
+        uniforms: torch.Tensor,
+        gumbel: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Verify the previous draft and draft the next (see module docstring).
+
+        last [1] the last emitted token (not yet in the cache, at position input_pos [1]);
+        draft [D, k]; temperature [1] (<= 0 greedy); uniforms [R, k]; gumbel [V].
+        Returns (tokens [D + 1] emitted, valid up to n; n [1]; next draft [D, k]).
+        The caller advances its position by n.
+        """
+        R = self.tree.size
+        pos = input_pos[0].item()
+        self._check_pos(pos, R + self.depth)
+        torch._check(pos >= 0)
+        nodes = torch.cat([last, draft.reshape(-1).index_select(0, self.fill_index)])  # [R]
+        if self.tree.is_chain:  # a line: causal attention is tree attention
+            mask = None
+        else:  # context fully visible, tree rows see their ancestors: [R, pos + R] additive
+            rel = torch.arange(pos + R) - pos  # key slot relative to the root
+            visible = (rel < 0) | self.tree_visible.index_select(1, rel.clamp(min=0))
+            mask = torch.zeros(visible.shape).masked_fill(~visible, float("-inf"))
+        h0, h = self._main(nodes[None], pos, self.node_depth + pos, mask)
+        logits = self.base.output(h).float()  # [R, V]
+        path, n, tokens = accept_tree(self.tree_children, self.tree_valid, self.depth, nodes, logits, temperature, uniforms, gumbel)
+        if not self.tree.is_chain:
+            rows = path + pos  # [D + 1]; slots past n get copies, overwritten next call
+            for layer in self.base.layers:
+                layer.attention.kv_cache.compact_(pos, rows)
+        last_node = path.index_select(0, n - 1)  # [1]
+        accepted = n[0].item()
+        torch._check(accepted >= 1)
+        torch._check(accepted <= self.depth + 1)
+        nxt = pos + accepted
+        return tokens, n, self._draft(h0, h, last_node, nxt)
+
+
+class EagerSpecMethods:
+    """The `SpecMethods` of a SpecProgram run eagerly (same code the program is exported from)."""
+
+    def __init__(self, program: SpecProgram):
+        self.program = program
+        self.depth, self.topk, self.tree_size = program.depth, program.k, program.tree.size
+        self.vocab_size = program.base.args.vocab_size
+
+    @torch.no_grad()
+    def spec_step(self, last: int, draft, pos: int, temperature: float, uniforms, gumbel) -> tuple[list[int], torch.Tensor]:
+        toks, n, nxt = self.program.step(torch.tensor([last]), draft, torch.tensor([pos]), torch.tensor([temperature]), uniforms, gumbel)
+        return toks[: int(n)].tolist(), nxt
+
+    @torch.no_grad()
+    def forward(self, tokens: torch.Tensor, start_pos: int) -> torch.Tensor:
+        return self.program(tokens, torch.tensor([start_pos]))[0]
