@@ -41,7 +41,7 @@ def main() -> None:
     from edgespec.speculative.medusa import MedusaHeads, MedusaModel
     from edgespec.corpus.prompts import SUITES
     from edgespec.speculative.decode import spec_generate, stream_drafter
-    from edgespec.speculative.streams import SpecModel, load_streams
+    from edgespec.speculative.streams import SpecModel, load_streams, read_architecture
     from edgespec.speculative.tree import Tree
 
     torch.set_grad_enabled(False)
@@ -55,7 +55,7 @@ def main() -> None:
         contenders["streams"] = (spec, stream_drafter(spec), tree)
     if args.medusa:
         blob = torch.load(args.medusa, weights_only=True)
-        heads = MedusaHeads(base.args.dim, blob["msa_config"]["gamma"])
+        heads = MedusaHeads(base.args.dim, read_architecture(blob)["gamma"])
         heads.load_state_dict(blob["state_dict"])
         m = MedusaModel(base, heads)
         contenders["medusa"] = (m.verifier(), m.drafter(), tree)

@@ -11,7 +11,8 @@ from test_train import _periodic_examples  # noqa: E402
 
 from edgespec.config import TrainConfig  # noqa: E402
 from edgespec.models.llama import LlamaArgs, Transformer  # noqa: E402
-from edgespec.speculative.streams import MSAConfig, SpecModel, StreamParams  # noqa: E402
+from edgespec.config import StreamsConfig
+from edgespec.speculative.streams import SpecModel, StreamParams  # noqa: E402
 from edgespec.speculative.train import FeatureCache, _dist, train_streams  # noqa: E402
 
 
@@ -23,7 +24,7 @@ def main(out: str, batch_size: int) -> None:
         for p in base.parameters():
             p.normal_(0, 0.2)
     base.requires_grad_(False)
-    spec = SpecModel(base, StreamParams(base, MSAConfig(gamma=2, n_layers=1, lora_rank=4)))
+    spec = SpecModel(base, StreamParams(base, StreamsConfig(gamma=2, n_layers=1, lora_rank=4, tree=(1, 1))))
     ex = _periodic_examples()
     hp = TrainConfig(steps=12, batch_size=batch_size, lr=5e-3, warmup_steps=2, checkpoint_every=100, stream_weights=(1.0, 1.0), bf16=False)
     log = train_streams(spec, ex, FeatureCache(spec, ex).h, hp, Path(out) / "run")

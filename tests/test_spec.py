@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from edgespec.speculative.accept import accept_tree
-from edgespec.speculative.streams import MSAConfig, SpecModel, StreamParams, count_parameters
+from edgespec.config import StreamsConfig
+from edgespec.speculative.streams import SpecModel, StreamParams, count_parameters
 from edgespec.speculative.tree import Tree
 
 
@@ -40,11 +41,11 @@ def _noisy_params(model, cfg, scale=0.3):
 
 
 def test_shared_mode_changes_the_main_stream(tiny_model):
-    cfg = MSAConfig(gamma=2, n_layers=1, lora_rank=4, mode="shared")
+    cfg = StreamsConfig(gamma=2, n_layers=1, lora_rank=4, mode="shared", tree=(1, 1))
     spec = SpecModel(tiny_model, _noisy_params(tiny_model, cfg, scale=1.0))
     tokens = torch.randint(0, 97, (1, 8))
     main_shared, _ = spec.forward_train(tokens)
-    lossless = SpecModel(tiny_model, _noisy_params(tiny_model, MSAConfig(gamma=2, n_layers=1, lora_rank=4)))
+    lossless = SpecModel(tiny_model, _noisy_params(tiny_model, StreamsConfig(gamma=2, n_layers=1, lora_rank=4, tree=(1, 1))))
     main_plain, _ = lossless.forward_train(tokens)
     ref = tiny_model.hidden(tokens, torch.tensor([0]))
     torch.testing.assert_close(main_plain, ref, atol=1e-5, rtol=1e-5)
@@ -53,7 +54,7 @@ def test_shared_mode_changes_the_main_stream(tiny_model):
 
 def test_streams_see_no_future(tiny_model):
     """Stream rows at t must not depend on tokens after t."""
-    spec = SpecModel(tiny_model, _noisy_params(tiny_model, MSAConfig(gamma=3, n_layers=2, lora_rank=4)))
+    spec = SpecModel(tiny_model, _noisy_params(tiny_model, StreamsConfig(gamma=3, n_layers=2, lora_rank=4, tree=(1, 1, 1))))
     a = torch.randint(0, 97, (1, 10))
     b = a.clone()
     b[0, 6:] = (b[0, 6:] + 1) % 97
@@ -65,7 +66,7 @@ def test_streams_see_no_future(tiny_model):
 
 def test_stream_rows_in_decoding_match_teacher_forcing(tiny_model):
     """Drafting over the static cache (decoding) gives the stream states of training."""
-    spec = SpecModel(tiny_model, _noisy_params(tiny_model, MSAConfig(gamma=2, n_layers=1, lora_rank=4)))
+    spec = SpecModel(tiny_model, _noisy_params(tiny_model, StreamsConfig(gamma=2, n_layers=1, lora_rank=4, tree=(1, 1))))
     tokens = torch.randint(0, 97, (1, 9))
     _, s_train = spec.forward_train(tokens)
     tiny_model.reset_cache()
@@ -95,5 +96,19 @@ def _greedy(tree, toks, logits):
 
 
 def test_extra_parameters_are_tiny(tiny_model):
-    p = StreamParams(tiny_model, MSAConfig(gamma=3, n_layers=1, lora_rank=0))
+    p = StreamParams(tiny_model, StreamsConfig(gamma=3, n_layers=1, lora_rank=0, tree=(1, 1, 1)))
     assert count_parameters(p) == 3 * tiny_model.args.dim
+
+
+def test_weights_file_must_match_the_recipe_architecture(tiny_model, tmp_path):
+    from edgespec.errors import EdgespecError
+    from edgespec.speculative.streams import load_streams, save_streams
+
+    cfg = StreamsConfig(gamma=2, n_layers=1, lora_rank=4, tree=(1, 1))
+    params = _noisy_params(tiny_model, cfg)
+    save_streams(tmp_path / "s.pt", params, cfg)
+    back = load_streams(tmp_path / "s.pt", tiny_model, expect=StreamsConfig(gamma=2, n_layers=1, lora_rank=4, tree=(2, 1)))
+    assert back.cfg.tree == (2, 1) and torch.equal(back.stream_emb, params.stream_emb)
+    assert load_streams(tmp_path / "s.pt", tiny_model).cfg.gamma == 2  # no recipe: the file's own architecture
+    with pytest.raises(EdgespecError, match=r"streams.lora_rank: recipe 8, file 4"):
+        load_streams(tmp_path / "s.pt", tiny_model, expect=StreamsConfig(gamma=2, n_layers=1, lora_rank=8, tree=(1, 1)))

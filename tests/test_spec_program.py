@@ -7,13 +7,14 @@ import torch
 from edgespec.errors import EdgespecError
 from edgespec.speculative.step import EagerSpecMethods, SpecProgram
 from edgespec.runtime.generate import eager_step, generate
-from edgespec.speculative.streams import MSAConfig, SpecModel, StreamParams
+from edgespec.config import StreamsConfig
+from edgespec.speculative.streams import SpecModel, StreamParams
 from edgespec.speculative.tree import Tree
 
 
 def _spec_model(model, gamma: int, mode: str = "lossless") -> SpecModel:
     torch.manual_seed(1)
-    params = StreamParams(model, MSAConfig(gamma=gamma, n_layers=1, lora_rank=4, f_rank=4, mode=mode))
+    params = StreamParams(model, StreamsConfig(gamma=gamma, n_layers=1, lora_rank=4, f_rank=4, mode=mode, tree=(1,) * gamma))
     with torch.no_grad():
         for p in params.parameters():
             p.add_(torch.randn_like(p) * 0.3)

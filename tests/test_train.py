@@ -9,7 +9,8 @@ from pathlib import Path
 import torch
 
 from edgespec.config import TrainConfig
-from edgespec.speculative.streams import MSAConfig, SpecModel, StreamParams
+from edgespec.config import StreamsConfig
+from edgespec.speculative.streams import SpecModel, StreamParams
 from edgespec.speculative.train import Example, FeatureCache, make_batch, train_streams
 
 
@@ -36,7 +37,7 @@ def _periodic_examples(n=24, period=1, vocab=97):
 
 def test_streams_learn_a_predictable_sequence(tiny_model, tmp_path):
     """On repeated-token sequences the future is predictable: stream accuracy must rise."""
-    spec = SpecModel(tiny_model, StreamParams(tiny_model, MSAConfig(gamma=2, n_layers=1, lora_rank=8)))
+    spec = SpecModel(tiny_model, StreamParams(tiny_model, StreamsConfig(gamma=2, n_layers=1, lora_rank=8, tree=(1, 1))))
     ex = _periodic_examples()
     feats = FeatureCache(spec, ex).h
     hp = TrainConfig(steps=60, batch_size=8, lr=1e-2, warmup_steps=5, checkpoint_every=30, stream_weights=(1.0, 1.0), bf16=False)
@@ -53,7 +54,7 @@ def test_resume_continues_from_checkpoint(tiny_model, tmp_path):
 
     def run(steps, d):
         torch.manual_seed(0)
-        spec = SpecModel(tiny_model, StreamParams(tiny_model, MSAConfig(gamma=2, n_layers=1, lora_rank=4)))
+        spec = SpecModel(tiny_model, StreamParams(tiny_model, StreamsConfig(gamma=2, n_layers=1, lora_rank=4, tree=(1, 1))))
         hp = TrainConfig(steps=steps, batch_size=4, lr=1e-3, warmup_steps=2, checkpoint_every=5, stream_weights=(1.0, 1.0), bf16=False)
         return train_streams(spec, ex, FeatureCache(spec, ex).h, hp, d), spec
 

@@ -7,7 +7,8 @@ from edgespec.runtime.generate import eager_step, generate
 from edgespec.harness.tune import tune_bundle
 from edgespec.speculative import tune as T
 from edgespec.speculative.step import EagerSpecMethods, SpecProgram
-from edgespec.speculative.streams import MSAConfig, SpecModel, StreamParams
+from edgespec.config import StreamsConfig
+from edgespec.speculative.streams import SpecModel, StreamParams
 from edgespec.speculative.tree import Tree
 
 
@@ -26,7 +27,7 @@ def test_replay_on_synthetic_ranks():
 def test_replay_equals_greedy_tree_decoding(tiny_model, branching):
     """Ranks from one teacher-forced pass predict every call of the real decode loop."""
     torch.manual_seed(1)
-    params = StreamParams(tiny_model, MSAConfig(gamma=3, n_layers=1, lora_rank=4))
+    params = StreamParams(tiny_model, StreamsConfig(gamma=3, n_layers=1, lora_rank=4, tree=(1, 1, 1)))
     with torch.no_grad():
         for p in params.parameters():
             p.add_(torch.randn_like(p) * 0.3)

@@ -50,8 +50,8 @@ def export_bundle(recipe: Recipe, outdir: str | Path, on_stage: Callable[[str], 
             from edgespec.speculative.streams import SpecModel, load_streams, save_streams
             from edgespec.speculative.tree import Tree
 
-            params = load_streams(recipe.streams.weights, model)
-            save_streams(stage_dir / B.STREAMS, params)  # the bundle carries them (edgespec tune)
+            params = load_streams(recipe.streams.weights, model, expect=recipe.streams)  # recipe and file must agree
+            save_streams(stage_dir / B.STREAMS, params, params.cfg)  # the bundle carries them (edgespec tune)
             spec = SpecProgram(SpecModel(model, params), Tree(recipe.streams.tree)).eval()
 
         stage("normsearch")

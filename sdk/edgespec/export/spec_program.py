@@ -58,5 +58,5 @@ def export_spec_methods(program: SpecProgram) -> dict[str, torch.export.Exported
 def spec_meta(program: SpecProgram):
     from edgespec.export.program import SpecMeta
 
-    cfg = program.cfg
-    return SpecMeta(program.tree.branching, program.tree.parents, cfg.gamma, cfg.mode != "shared")
+    cfg = program.cfg  # None: a program without trained drafting parameters
+    return SpecMeta(program.tree.branching, program.tree.parents, cfg.gamma if cfg else 0, cfg is None or cfg.mode != "shared")

@@ -14,13 +14,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from edgespec.models.llama import Transformer
-from edgespec.speculative.streams import MSAConfig, frozen_layers
+from edgespec.config import StreamsConfig
+from edgespec.speculative.streams import frozen_layers
 
 
 class MedusaHeads(nn.Module):
     def __init__(self, dim: int, n_heads: int):
         super().__init__()
-        self.cfg = MSAConfig(gamma=n_heads, n_layers=0, lora_rank=0)
+        self.n_heads = n_heads
         self.blocks = nn.ModuleList(nn.Linear(dim, dim) for _ in range(n_heads))
         for b in self.blocks:
             nn.init.zeros_(b.weight)
@@ -42,8 +43,11 @@ class MedusaModel(nn.Module):
 
     def __init__(self, base: Transformer, heads: MedusaHeads, n_top_layers: int = 4):
         super().__init__()
-        self.base, self.params, self.cfg = base, heads, heads.cfg
-        self.first = max(0, base.args.n_layers - n_top_layers)
+        n_top_layers = min(n_top_layers, base.args.n_layers)
+        self.base, self.params = base, heads
+        # gamma heads over features cached at the streams' layer L0 (no adapters, chain drafts)
+        self.cfg = StreamsConfig(gamma=heads.n_heads, n_layers=n_top_layers, lora_rank=0, tree=(1,) * heads.n_heads)
+        self.first = base.args.n_layers - n_top_layers
 
     def lower_hidden(self, tokens: torch.Tensor) -> torch.Tensor:
         return frozen_layers(self.base, self.base.tok_embeddings(tokens), 0, self.first)

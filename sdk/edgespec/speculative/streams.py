@@ -23,21 +23,21 @@ explicit masks, no cache) and decoding in `edgespec.speculative.step` (static ca
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from edgespec.config import StreamsConfig
+from edgespec.errors import EdgespecError
 from edgespec.models.llama import GrowingKV, Transformer, TransformerBlock
 
-@dataclass(frozen=True)
-class MSAConfig:
-    gamma: int = 3
-    n_layers: int = 4
-    lora_rank: int = 16
-    f_rank: int = 0
-    mode: str = "lossless"  # "lossless" | "shared"
+# what a weights file fixes; the tree (and the weights path) are decoding choices of the recipe
+ARCHITECTURE = ("mode", "gamma", "n_layers", "lora_rank", "f_rank")
+
+
+def architecture(cfg: StreamsConfig) -> dict:
+    return {k: getattr(cfg, k) for k in ARCHITECTURE}
 
 
 class LoRA(nn.Module):
@@ -61,7 +61,7 @@ def _linears(block: TransformerBlock) -> dict[str, nn.Linear]:
 class StreamParams(nn.Module):
     """Every trained parameter of Speculative Streaming (a few hundred KB to a few MB)."""
 
-    def __init__(self, base: Transformer, cfg: MSAConfig):
+    def __init__(self, base: Transformer, cfg: StreamsConfig):
         super().__init__()
         a = base.args
         self.cfg = cfg
@@ -119,12 +119,12 @@ class SpecModel(nn.Module):
         super().__init__()
         self.base = base
         self.params = params  # None: plain tree verification, no streams (prompt lookup)
-        self.cfg = params.cfg if params is not None else MSAConfig(gamma=0, n_layers=0, lora_rank=0)
-        self.first = base.args.n_layers - self.cfg.n_layers
+        self.cfg = params.cfg if params is not None else None
+        self.first = base.args.n_layers - (self.cfg.n_layers if self.cfg is not None else 0)
 
     def main_lora(self, i: int) -> nn.ModuleDict | None:
         """Adapters of layer i on main-stream rows: Shared mode only (Lossless: none)."""
-        return self.params.lora[i - self.first] if self.cfg.mode == "shared" and i >= self.first else None
+        return self.params.lora[i - self.first] if self.cfg is not None and self.cfg.mode == "shared" and i >= self.first else None
 
     def forward_train(self, tokens: torch.Tensor, h0: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Teacher-forced pass. tokens [B, T]; h0 optional cached input of layer L0 [B, T, d].
@@ -177,25 +177,29 @@ def count_parameters(module: nn.Module) -> int:
     return sum(p.numel() for p in module.parameters())
 
 
-def save_streams(path, params: StreamParams) -> None:
-    """Write stream weights + their config (atomic)."""
-    from dataclasses import asdict
+def save_streams(path, params: nn.Module, cfg: StreamsConfig) -> None:
+    """Write stream (or Medusa head) weights + their architecture (atomic)."""
     from pathlib import Path
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
-    torch.save({"msa_config": asdict(params.cfg), "state_dict": {k: v.detach().clone() for k, v in params.state_dict().items()}}, tmp)
+    torch.save({"streams": architecture(cfg), "state_dict": {k: v.detach().clone() for k, v in params.state_dict().items()}}, tmp)
     tmp.replace(path)
 
 
-def load_streams(path, base: Transformer) -> StreamParams:
+def read_architecture(blob: dict) -> dict:
+    """The architecture a weights file was trained with (files before 0.2 call it msa_config)."""
+    return dict(blob["streams"] if "streams" in blob else blob["msa_config"])
+
+
+def load_streams(path, base: Transformer, expect: StreamsConfig | None = None) -> StreamParams:
     """Stream weights written by `save_streams` (or `edgespec train`) for this base model.
 
-    `path` is a file, or the bare name of a weights file shipped in `edgespec/weights`."""
+    `path` is a file, or the bare name of a weights file shipped in `edgespec/weights`.
+    expect: the recipe's streams section; the file must have been trained with the same
+    architecture (mode, gamma, n_layers, ranks), else an error names what differs."""
     from pathlib import Path
-
-    from edgespec.errors import EdgespecError
 
     path = Path(path)
     packaged = Path(__file__).resolve().parent.parent / "weights" / path.name
@@ -205,10 +209,20 @@ def load_streams(path, base: Transformer) -> StreamParams:
         raise EdgespecError(f"stream weights '{path}' not found (train them with `edgespec train`, or name a file shipped in edgespec/weights)")
     try:
         blob = torch.load(path, weights_only=True)
-        params = StreamParams(base, MSAConfig(**blob["msa_config"]))
+        arch = read_architecture(blob)
+    except Exception as e:
+        raise EdgespecError(f"stream weights '{path}' are not a weights file of edgespec: {e}") from None
+    if expect is not None:
+        differ = {k: (getattr(expect, k), arch.get(k)) for k in ARCHITECTURE if getattr(expect, k) != arch.get(k)}
+        if differ:
+            said = ", ".join(f"streams.{k}: recipe {r!r}, file {f!r}" for k, (r, f) in differ.items())
+            raise EdgespecError(f"stream weights '{path}' were trained with another architecture ({said}); set the recipe to match or retrain")
+        cfg = expect
+    else:
+        cfg = StreamsConfig(**arch, tree=(1,) * arch["gamma"])
+    try:
+        params = StreamParams(base, cfg)
         params.load_state_dict(blob["state_dict"])
-    except EdgespecError:
-        raise
     except Exception as e:
         raise EdgespecError(f"stream weights '{path}' do not fit this model: {e}") from None
     return params.requires_grad_(False)

@@ -228,7 +228,7 @@ def load_examples(path: str | Path, tokenizer, seq_len: int) -> list[Example]:
 def train_from_recipe(recipe, on_status: Callable[[str], None] = lambda s: None, on_step: Callable[[int, float], None] = lambda s, l: None) -> dict:
     """`edgespec train`: base model -> features -> stream training -> streams.pt in out_dir."""
     from edgespec.models.load import build_model, read_source, tokenizer_of
-    from edgespec.speculative.streams import MSAConfig, StreamParams, count_parameters, save_streams
+    from edgespec.speculative.streams import StreamParams, count_parameters, save_streams
 
     s, t = recipe.streams, recipe.train
     torch.manual_seed(t.seed)
@@ -241,7 +241,7 @@ def train_from_recipe(recipe, on_status: Callable[[str], None] = lambda s: None,
         params = MedusaHeads(base.args.dim, s.gamma)
         model = MedusaModel(base, params)
     else:
-        params = StreamParams(base, MSAConfig(gamma=s.gamma, n_layers=s.n_layers, lora_rank=s.lora_rank, f_rank=s.f_rank, mode=s.mode))
+        params = StreamParams(base, s)
         model = SpecModel(base, params)
     out = Path(t.out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -251,7 +251,7 @@ def train_from_recipe(recipe, on_status: Callable[[str], None] = lambda s: None,
     feats = FeatureCache(model, examples, out / "features.pt").h
     on_status("train")
     log = train_streams(model, examples, feats, t, out, on_step=on_step)
-    save_streams(out / f"{t.drafter}.pt", params)
+    save_streams(out / f"{t.drafter}.pt", params, model.cfg)
     _plot_log(log, out / "loss.png")
     return {
         "weights": str(out / f"{t.drafter}.pt"),
