@@ -108,19 +108,39 @@ def build_stock(workdir: Path, scheme: str) -> Path:
     a = src.args
     ckpt, params = workdir / "smollm2_meta.pth", workdir / "smollm2_params.json"
     torch.save({k: v.contiguous() for k, v in src.state_dict.items()}, ckpt)
-    params.write_text(json.dumps({
-        "dim": a.dim, "n_layers": a.n_layers, "n_heads": a.n_heads, "n_kv_heads": a.n_kv_heads,
-        "vocab_size": a.vocab_size, "hidden_dim": a.hidden_dim, "norm_eps": a.norm_eps,
-        "rope_theta": a.rope_theta, "use_scaled_rope": False, "use_hf_rope": False,
-    }))
+    params.write_text(
+        json.dumps(
+            {
+                "dim": a.dim,
+                "n_layers": a.n_layers,
+                "n_heads": a.n_heads,
+                "n_kv_heads": a.n_kv_heads,
+                "vocab_size": a.vocab_size,
+                "hidden_dim": a.hidden_dim,
+                "norm_eps": a.norm_eps,
+                "rope_theta": a.rope_theta,
+                "use_scaled_rope": False,
+                "use_hf_rope": False,
+            }
+        )
+    )
     cmd = [
-        sys.executable, "-m", "executorch.extension.llm.export.export_llm",
-        "base.model_class=smollm2", f"base.checkpoint={ckpt}", f"base.params={params}",
+        sys.executable,
+        "-m",
+        "executorch.extension.llm.export.export_llm",
+        "base.model_class=smollm2",
+        f"base.checkpoint={ckpt}",
+        f"base.params={params}",
         f"base.metadata='{json.dumps({'get_bos_id': src.bos_id, 'get_eos_ids': list(src.eos_ids)})}'",
-        "model.use_kv_cache=True", "model.use_sdpa_with_kv_cache=True", "model.enable_dynamic_shape=True",
-        f"export.max_seq_length={MAX_SEQ_LEN}", f"export.max_context_length={MAX_SEQ_LEN}",
-        "backend.xnnpack.enabled=True", "backend.xnnpack.extended_ops=True",
-        f"export.output_dir={workdir}", f"export.output_name={out.name}",
+        "model.use_kv_cache=True",
+        "model.use_sdpa_with_kv_cache=True",
+        "model.enable_dynamic_shape=True",
+        f"export.max_seq_length={MAX_SEQ_LEN}",
+        f"export.max_context_length={MAX_SEQ_LEN}",
+        "backend.xnnpack.enabled=True",
+        "backend.xnnpack.extended_ops=True",
+        f"export.output_dir={workdir}",
+        f"export.output_name={out.name}",
     ]
     if scheme == "8da4w":
         cmd += ["quantization.qmode=8da4w", "quantization.group_size=32"]
@@ -175,11 +195,23 @@ def main() -> None:
         "peak_rss_edgespec_over_stock": round(summary["edgespec"]["peak_rss_mb"] / summary["stock"]["peak_rss_mb"], 3),
         "pte_size_edgespec_over_stock": round(sizes["edgespec_pte_mb"] / sizes["stock_pte_mb"], 3),
     }
-    print(json.dumps({
-        "scheme": args.scheme, "rounds": args.rounds, "warmup": args.warmup, "new_tokens": NEW_TOKENS,
-        "threads": os.cpu_count(), "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        "medians": summary, "sizes": sizes, "ratios": ratios, "raw": rows,
-    }, indent=2))
+    print(
+        json.dumps(
+            {
+                "scheme": args.scheme,
+                "rounds": args.rounds,
+                "warmup": args.warmup,
+                "new_tokens": NEW_TOKENS,
+                "threads": os.cpu_count(),
+                "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                "medians": summary,
+                "sizes": sizes,
+                "ratios": ratios,
+                "raw": rows,
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

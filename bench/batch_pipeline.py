@@ -48,7 +48,7 @@ def throughput(bundle: str, n: int, max_new_tokens: int, rounds: int) -> dict:
     rates: dict[str, list[float]] = {"pipelined": [], "sequential": []}
     outputs = {}
     for r in range(rounds):
-        for mode in (("pipelined", "sequential") if r % 2 == 0 else ("sequential", "pipelined")):
+        for mode in ("pipelined", "sequential") if r % 2 == 0 else ("sequential", "pipelined"):
             out = work / f"{mode}-{r}.jsonl"
             model_s[0] = 0.0
             s = run_batch(decode, encode, tk.decode, inp, out, gen_kwargs=kw, pipelined=mode == "pipelined")
@@ -84,7 +84,7 @@ def shared_prefix(bundle: str, questions: int, rounds: int, max_new_tokens: int)
     total = {"reuse": [], "full": []}
     outs = {}
     for r in range(rounds):
-        for mode in (("reuse", "full") if r % 2 == 0 else ("full", "reuse")):
+        for mode in ("reuse", "full") if r % 2 == 0 else ("full", "reuse"):
             cache = CacheState() if mode == "reuse" else None
             res = [generate(runner.forward, p, cache=cache, **kw) for p in prompts]
             prefill[mode].append(sum(x.prefill_s for x in res))

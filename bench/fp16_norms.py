@@ -29,10 +29,10 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
 
+    from edgespec.corpus.prompts import mixed_prompts
     from edgespec.models.load import build_model, read_source, tokenizer_of
     from edgespec.runtime.generate import eager_step, generate
     from edgespec.runtime.program import ProgramRunner
-    from edgespec.corpus.prompts import mixed_prompts
 
     torch.set_grad_enabled(False)
     src = read_source("smollm2-135m-instruct", 1024)

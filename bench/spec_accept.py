@@ -35,12 +35,13 @@ def main() -> None:
     ap.add_argument("--check-lossless", action="store_true")
     args = ap.parse_args()
 
+    from edgespec.speculative.decode import spec_generate, stream_drafter
+
+    from edgespec.corpus.prompts import SUITES
     from edgespec.models.load import build_model, read_source, tokenizer_of
     from edgespec.runtime.generate import eager_step, generate
     from edgespec.speculative.lookup import prompt_lookup_drafter
     from edgespec.speculative.medusa import MedusaHeads, MedusaModel
-    from edgespec.corpus.prompts import SUITES
-    from edgespec.speculative.decode import spec_generate, stream_drafter
     from edgespec.speculative.streams import SpecModel, load_streams, read_architecture
     from edgespec.speculative.tree import Tree
 
@@ -68,7 +69,11 @@ def main() -> None:
     t0 = time.time()
     for i, p in enumerate(prompts):
         ids = tok.encode(tok.apply_chat_template(p.text))
-        ar = generate(eager_step(base), ids, max_new_tokens=args.max_new_tokens, max_seq_len=1024, eos_ids=src.eos_ids).completion_ids if args.check_lossless else None
+        ar = (
+            generate(eager_step(base), ids, max_new_tokens=args.max_new_tokens, max_seq_len=1024, eos_ids=src.eos_ids).completion_ids
+            if args.check_lossless
+            else None
+        )
         for name, (model, drafter, tr) in contenders.items():
             res = spec_generate(model, tr, ids, max_new_tokens=args.max_new_tokens, eos_ids=src.eos_ids, drafter=drafter)
             per_task[name][p.task] += res.stats.tokens_per_call

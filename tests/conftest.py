@@ -12,7 +12,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 def tiny_args():
     from edgespec.models.llama import LlamaArgs
 
-    return LlamaArgs(dim=64, n_layers=2, n_heads=4, n_kv_heads=2, hidden_dim=128, vocab_size=97, norm_eps=1e-5, rope_theta=10000.0, tie_embeddings=True, max_seq_len=64)
+    return LlamaArgs(
+        dim=64, n_layers=2, n_heads=4, n_kv_heads=2, hidden_dim=128, vocab_size=97, norm_eps=1e-5, rope_theta=10000.0, tie_embeddings=True, max_seq_len=64
+    )
 
 
 @pytest.fixture
@@ -84,18 +86,37 @@ def tiny_hf_dir(tmp_path_factory):
     for i in range(layers):
         p = f"model.layers.{i}."
         sd |= {
-            p + "self_attn.q_proj.weight": w(dim, dim), p + "self_attn.k_proj.weight": w(kv * dim // heads, dim),
-            p + "self_attn.v_proj.weight": w(kv * dim // heads, dim), p + "self_attn.o_proj.weight": w(dim, dim),
-            p + "mlp.gate_proj.weight": w(hidden, dim), p + "mlp.up_proj.weight": w(hidden, dim), p + "mlp.down_proj.weight": w(dim, hidden),
-            p + "input_layernorm.weight": torch.ones(dim), p + "post_attention_layernorm.weight": torch.ones(dim),
+            p + "self_attn.q_proj.weight": w(dim, dim),
+            p + "self_attn.k_proj.weight": w(kv * dim // heads, dim),
+            p + "self_attn.v_proj.weight": w(kv * dim // heads, dim),
+            p + "self_attn.o_proj.weight": w(dim, dim),
+            p + "mlp.gate_proj.weight": w(hidden, dim),
+            p + "mlp.up_proj.weight": w(hidden, dim),
+            p + "mlp.down_proj.weight": w(dim, hidden),
+            p + "input_layernorm.weight": torch.ones(dim),
+            p + "post_attention_layernorm.weight": torch.ones(dim),
         }
     save_file(sd, d / "model.safetensors")
-    (d / "config.json").write_text(json.dumps({
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": dim, "num_hidden_layers": layers,
-        "num_attention_heads": heads, "num_key_value_heads": kv, "intermediate_size": hidden, "vocab_size": vocab,
-        "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": True, "max_position_embeddings": 512,
-        "bos_token_id": 1, "eos_token_id": 2,
-    }))
+    (d / "config.json").write_text(
+        json.dumps(
+            {
+                "architectures": ["LlamaForCausalLM"],
+                "model_type": "llama",
+                "hidden_size": dim,
+                "num_hidden_layers": layers,
+                "num_attention_heads": heads,
+                "num_key_value_heads": kv,
+                "intermediate_size": hidden,
+                "vocab_size": vocab,
+                "rms_norm_eps": 1e-5,
+                "rope_theta": 10000.0,
+                "tie_word_embeddings": True,
+                "max_position_embeddings": 512,
+                "bos_token_id": 1,
+                "eos_token_id": 2,
+            }
+        )
+    )
     (d / "tokenizer.json").write_text(build_bpe_tokenizer_json(tokens, [], [3, 3, 3] + [1] * (vocab - 3), pre="gpt2"))
     return d
 

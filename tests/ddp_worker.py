@@ -7,13 +7,14 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_train import _periodic_examples  # noqa: E402
-
-from edgespec.config import TrainConfig  # noqa: E402
+from edgespec.config import (
+    StreamsConfig,
+    TrainConfig,  # noqa: E402
+)
 from edgespec.models.llama import LlamaArgs, Transformer  # noqa: E402
-from edgespec.config import StreamsConfig
 from edgespec.speculative.streams import SpecModel, StreamParams  # noqa: E402
 from edgespec.speculative.train import FeatureCache, _dist, train_streams  # noqa: E402
+from test_train import _periodic_examples  # noqa: E402
 
 
 def main(out: str, batch_size: int) -> None:

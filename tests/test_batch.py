@@ -51,7 +51,11 @@ def _lines(path):
 
 @pytest.mark.parametrize("pipelined", [True, False])
 def test_batch_writes_every_line_and_reports_bad_ones(tmp_path, pipelined):
-    _write_input(tmp_path / "in.jsonl", 20, extra=["{oops", json.dumps({"id": "x"}), json.dumps({"id": "p3", "prompt": "dup"}), json.dumps({"id": "long", "prompt": "y" * 100})])
+    _write_input(
+        tmp_path / "in.jsonl",
+        20,
+        extra=["{oops", json.dumps({"id": "x"}), json.dumps({"id": "p3", "prompt": "dup"}), json.dumps({"id": "long", "prompt": "y" * 100})],
+    )
     decode, _ = _fake_decode()
     stats = run_batch(decode, _encode, _text, tmp_path / "in.jsonl", tmp_path / "out.jsonl", gen_kwargs={"max_new_tokens": 4}, pipelined=pipelined)
     rows = _lines(tmp_path / "out.jsonl")
@@ -101,7 +105,20 @@ def test_kill_and_resume_with_a_real_program(tiny_bundle, tmp_path):
     """SIGKILL the CLI mid-batch, run it again: every id exactly once, as an uninterrupted run."""
     _write_input(tmp_path / "in.jsonl", 300)
     # no prefix reuse: a resumed run starts from an empty cache, and this test is about the pipeline
-    cmd = [sys.executable, "-m", "edgespec.cli", "generate", "--bundle", str(tiny_bundle), "--input", str(tmp_path / "in.jsonl"), "--max-new-tokens", "32", "--no-chat-template", "--no-reuse-prefix"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "edgespec.cli",
+        "generate",
+        "--bundle",
+        str(tiny_bundle),
+        "--input",
+        str(tmp_path / "in.jsonl"),
+        "--max-new-tokens",
+        "32",
+        "--no-chat-template",
+        "--no-reuse-prefix",
+    ]
     ref = subprocess.run([*cmd, "--output", str(tmp_path / "ref.jsonl")], capture_output=True, text=True, timeout=600)
     assert ref.returncode == 0, ref.stderr[-2000:]
     out = tmp_path / "out.jsonl"

@@ -11,7 +11,9 @@ from edgespec.harness.gates import check_gates
 from edgespec.harness.metrics import METRICS, score
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in ("summarization", "translation", "qa", "sql") else n for n in S.SUITES])  # slow: apt lists, fanoutqa, Chinook
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=pytest.mark.slow) if n in ("summarization", "translation", "qa", "sql") else n for n in S.SUITES]
+)  # slow: apt lists, fanoutqa, Chinook
 def test_builtin_suite_is_deterministic_and_scorable(name):
     a = S.load_suite(name, 6, seed=0)
     assert a == S.load_suite(name, 6, seed=0)
@@ -59,7 +61,12 @@ def test_bm25_ranks_matching_documents_first():
 
 def test_user_suite(tmp_path):
     p = tmp_path / "mine.jsonl"
-    p.write_text(json.dumps({"prompt": "Capital of France?", "reference": "Paris", "metric": "exact_match"}) + "\n\n" + json.dumps({"id": "x", "prompt": "Who?", "reference": "Ann", "context": "Ann did it."}) + "\n")
+    p.write_text(
+        json.dumps({"prompt": "Capital of France?", "reference": "Paris", "metric": "exact_match"})
+        + "\n\n"
+        + json.dumps({"id": "x", "prompt": "Who?", "reference": "Ann", "context": "Ann did it."})
+        + "\n"
+    )
     ex = S.load_suite(str(p), 10)
     assert [e.id for e in ex] == ["mine/1", "mine/x"]
     assert ex[0].metric == "exact_match" and ex[1].metric == "rouge_l"
@@ -142,9 +149,32 @@ def test_gates_that_do_not_apply():
 
 def _row(ar_tps, spec_tps, per_call, suite="rag", lossless=True, score_=1.0):
     return {
-        "id": f"{suite}/x", "suite": suite, "score": score_, "prediction": "p", "reference": "r", "reference_score": 1.0, "lossless": lossless, "new_tokens": sum(per_call) + 1,
-        "ar": {"tokens_per_s": ar_tps, "prefill_tokens_per_s": 500.0, "new_tokens": sum(per_call) + 1, "calls": sum(per_call), "decode_tokens": sum(per_call), "ms_per_call": 1000 / ar_tps, "tokens_per_call": None},
-        "spec": {"tokens_per_s": spec_tps, "prefill_tokens_per_s": 500.0, "new_tokens": sum(per_call) + 1, "calls": len(per_call), "decode_tokens": sum(per_call), "ms_per_call": 1000 * len(per_call) / sum(per_call) / spec_tps * sum(per_call) / len(per_call), "tokens_per_call": per_call},
+        "id": f"{suite}/x",
+        "suite": suite,
+        "score": score_,
+        "prediction": "p",
+        "reference": "r",
+        "reference_score": 1.0,
+        "lossless": lossless,
+        "new_tokens": sum(per_call) + 1,
+        "ar": {
+            "tokens_per_s": ar_tps,
+            "prefill_tokens_per_s": 500.0,
+            "new_tokens": sum(per_call) + 1,
+            "calls": sum(per_call),
+            "decode_tokens": sum(per_call),
+            "ms_per_call": 1000 / ar_tps,
+            "tokens_per_call": None,
+        },
+        "spec": {
+            "tokens_per_s": spec_tps,
+            "prefill_tokens_per_s": 500.0,
+            "new_tokens": sum(per_call) + 1,
+            "calls": len(per_call),
+            "decode_tokens": sum(per_call),
+            "ms_per_call": 1000 * len(per_call) / sum(per_call) / spec_tps * sum(per_call) / len(per_call),
+            "tokens_per_call": per_call,
+        },
     }
 
 
@@ -165,11 +195,22 @@ def test_report_files(tmp_path):
     from edgespec.runtime.speed import summarize
 
     rows = [_row(100, 150, [1, 2], suite="rag"), _row(120, 130, [1, 1, 2], suite="math", score_=0.0)]
-    suites = {n: {"metric": "m", "source": "s", "score": r["score"], "reference_score": 1.0, **summarize([r])} for n, r in (("rag", rows[0]), ("math", rows[1]))}
+    suites = {
+        n: {"metric": "m", "source": "s", "score": r["score"], "reference_score": 1.0, **summarize([r])} for n, r in (("rag", rows[0]), ("math", rows[1]))
+    }
     report = {
-        "bundle": "b", "model": "tiny", "precision": "fp32", "config": {"runs": 1}, "program_bytes": 1_000_000, "peak_rss_mb": {"ar": 100.0, "spec": 110.0},
-        "normalizer_events": None, "suites": suites, "overall": {**summarize(rows), "score": 0.5, "reference_score": 1.0, "accuracy_drop": 0.5}, "examples": rows,
-        "gates": [{"name": "lossless", "passed": True, "measured": "2/2", "threshold": "all", "message": "ok"}], "passed": True,
+        "bundle": "b",
+        "model": "tiny",
+        "precision": "fp32",
+        "config": {"runs": 1},
+        "program_bytes": 1_000_000,
+        "peak_rss_mb": {"ar": 100.0, "spec": 110.0},
+        "normalizer_events": None,
+        "suites": suites,
+        "overall": {**summarize(rows), "score": 0.5, "reference_score": 1.0, "accuracy_drop": 0.5},
+        "examples": rows,
+        "gates": [{"name": "lossless", "passed": True, "measured": "2/2", "threshold": "all", "message": "ok"}],
+        "passed": True,
     }
     files = write_report(report, tmp_path / "r")
     assert files == ["report.json", "report.md", "speedup_per_task.png", "accepted_length.png", "accuracy_vs_precision.png"]

@@ -58,9 +58,7 @@ def test_every_package_has_a_layer():
 
 
 def test_no_upward_import():
-    upward = sorted(
-        f"{a} -> {b}" for a, bs in _imports().items() for b in bs if LAYER[_package(b)] > LAYER[_package(a)]
-    )
+    upward = sorted(f"{a} -> {b}" for a, bs in _imports().items() for b in bs if LAYER[_package(b)] > LAYER[_package(a)])
     assert not upward, "imports from a higher layer:\n" + "\n".join(upward)
 
 

@@ -92,13 +92,26 @@ def test_hf_directory_loader_round_trip(tiny_model, tmp_path):
         hf[f"model.layers.{i}.input_layernorm.weight"] = sd[p + "attention_norm.weight"]
         hf[f"model.layers.{i}.post_attention_layernorm.weight"] = sd[p + "ffn_norm.weight"]
     save_file({k: v.contiguous().clone() for k, v in hf.items()}, tmp_path / "model.safetensors")
-    (tmp_path / "config.json").write_text(json.dumps({
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": a.dim,
-        "num_hidden_layers": a.n_layers, "num_attention_heads": a.n_heads, "num_key_value_heads": a.n_kv_heads,
-        "intermediate_size": a.hidden_dim, "vocab_size": a.vocab_size, "rms_norm_eps": a.norm_eps,
-        "rope_theta": a.rope_theta, "tie_word_embeddings": True, "max_position_embeddings": 128,
-        "bos_token_id": 1, "eos_token_id": 2,
-    }))
+    (tmp_path / "config.json").write_text(
+        json.dumps(
+            {
+                "architectures": ["LlamaForCausalLM"],
+                "model_type": "llama",
+                "hidden_size": a.dim,
+                "num_hidden_layers": a.n_layers,
+                "num_attention_heads": a.n_heads,
+                "num_key_value_heads": a.n_kv_heads,
+                "intermediate_size": a.hidden_dim,
+                "vocab_size": a.vocab_size,
+                "rms_norm_eps": a.norm_eps,
+                "rope_theta": a.rope_theta,
+                "tie_word_embeddings": True,
+                "max_position_embeddings": 128,
+                "bos_token_id": 1,
+                "eos_token_id": 2,
+            }
+        )
+    )
     (tmp_path / "tokenizer.json").write_text(_tiny_tokenizer_json(a.vocab_size))
     src = read_source(str(tmp_path), a.max_seq_len)
     loaded = build_model(src)
@@ -108,8 +121,9 @@ def test_hf_directory_loader_round_trip(tiny_model, tmp_path):
 
 
 def _tiny_tokenizer_json(vocab_size):
-    from edgespec.models.tokenizer import build_bpe_tokenizer_json
     from tokenizers.pre_tokenizers import ByteLevel
+
+    from edgespec.models.tokenizer import build_bpe_tokenizer_json
 
     alphabet = sorted(ByteLevel.alphabet())
     tokens = ["<unk>", "<s>", "</s>"] + alphabet[: vocab_size - 3]

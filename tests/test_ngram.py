@@ -6,10 +6,10 @@ import random
 import pytest
 import torch
 
-from edgespec.speculative.step import EagerSpecMethods, SpecProgram
+from edgespec.config import StreamsConfig
 from edgespec.runtime.generate import eager_step, generate
 from edgespec.runtime.ngram import banned_naive, banned_tokens, block_, is_banned
-from edgespec.config import StreamsConfig
+from edgespec.speculative.step import EagerSpecMethods, SpecProgram
 from edgespec.speculative.streams import SpecModel, StreamParams
 from edgespec.speculative.tree import Tree
 

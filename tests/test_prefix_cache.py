@@ -3,9 +3,9 @@ prefilled from where it differs, and decodes as if prefilled in full."""
 
 import torch
 
-from edgespec.speculative.step import EagerSpecMethods, SpecProgram
-from edgespec.runtime.generate import CacheState, eager_step, generate
 from edgespec.config import StreamsConfig
+from edgespec.runtime.generate import CacheState, eager_step, generate
+from edgespec.speculative.step import EagerSpecMethods, SpecProgram
 from edgespec.speculative.streams import SpecModel, StreamParams
 from edgespec.speculative.tree import Tree
 

@@ -72,7 +72,10 @@ def test_fp32_speculative_program_equals_its_autoregressive_decoding(fp32_bundle
     assert sp.completion_ids == ar.completion_ids
     assert sum(sp.tokens_per_call) + 1 >= 48 and len(sp.tokens_per_call) == len(sp.step_times_s)
     sampled = generate(r.forward, case["prompt_ids"], **kw, temperature=0.7, seed=1, spec=r)
-    assert len(sampled.completion_ids) == 48 and sampled.completion_ids == generate(r.forward, case["prompt_ids"], **kw, temperature=0.7, seed=1, spec=r).completion_ids
+    assert (
+        len(sampled.completion_ids) == 48
+        and sampled.completion_ids == generate(r.forward, case["prompt_ids"], **kw, temperature=0.7, seed=1, spec=r).completion_ids
+    )
 
 
 @pytest.mark.parametrize("case", GOLDEN["cases"], ids=lambda c: c["prompt"][:20])
@@ -131,7 +134,7 @@ def test_cli_generate_json_info_and_bench(fp32_bundle):
 
     res = cli.invoke(main, ["bench", "--bundle", str(fp32_bundle), "--json", "--runs", "1", "--warmup", "0", "--max-new-tokens", "4"])
     assert res.exit_code == 0, res.output
-    stats = json.loads(res.output[res.output.index("{"):])
+    stats = json.loads(res.output[res.output.index("{") :])
     assert stats["ar"]["new_tokens"] == 4 and stats["peak_rss_mb"] > 0 and stats["program_bytes"] > 100e6
     assert stats["spec"]["new_tokens"] == 4 and stats["lossless"] == "1/1" and stats["spec"]["speedup"] > 0
 
@@ -171,7 +174,7 @@ def test_validate_speculative_bundle(fp32_bundle, tmp_path, monkeypatch):
     base = ["validate", "--bundle", str(fp32_bundle), "--suite", "rag", "--suite", "qa", "--prompts-per-suite", "2", "--reference", "none"]
     res = CliRunner().invoke(main, [*base, "--json", "-o", str(tmp_path / "rep")])
     assert res.exit_code == 0, res.output
-    report = json.loads(res.output[res.output.index("{"):])
+    report = json.loads(res.output[res.output.index("{") :])
     o = report["overall"]
     assert o["lossless"] == "4/4" and o["spec"]["tokens_per_call"] >= 1.0 and o["spec"]["speedup"] > 0
     assert {g["name"]: g["passed"] for g in report["gates"]} == {"lossless": True, "no_overflow": True}  # the bundle has a normalizer search

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from edgespec.speculative.accept import accept_tree
 from edgespec.config import StreamsConfig
+from edgespec.speculative.accept import accept_tree
 from edgespec.speculative.streams import SpecModel, StreamParams, count_parameters
 from edgespec.speculative.tree import Tree
 

@@ -4,10 +4,10 @@ eagerly (the code that is exported) and as a real ExecuTorch program."""
 import pytest
 import torch
 
-from edgespec.errors import EdgespecError
-from edgespec.speculative.step import EagerSpecMethods, SpecProgram
-from edgespec.runtime.generate import eager_step, generate
 from edgespec.config import StreamsConfig
+from edgespec.errors import EdgespecError
+from edgespec.runtime.generate import eager_step, generate
+from edgespec.speculative.step import EagerSpecMethods, SpecProgram
 from edgespec.speculative.streams import SpecModel, StreamParams
 from edgespec.speculative.tree import Tree
 

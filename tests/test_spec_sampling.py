@@ -138,7 +138,9 @@ def test_in_program_acceptance_at_temperature_zero_is_greedy():
                 if torch.rand((), generator=gen) < 0.6:
                     logits[tree.parents[i], toks[i]] += 5
             ref_path, ref_tokens = _greedy_walk(tree, toks, logits)
-            path, n, out = accept_tree(children, valid, len(branching), toks, logits, torch.tensor([0.0]), torch.full((tree.size, tree.k_max), 0.5), torch.zeros(V))
+            path, n, out = accept_tree(
+                children, valid, len(branching), toks, logits, torch.tensor([0.0]), torch.full((tree.size, tree.k_max), 0.5), torch.zeros(V)
+            )
             assert path[: int(n)].tolist() == ref_path
             assert out[: int(n)].tolist() == ref_tokens
 

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import torch
 
-from edgespec.config import TrainConfig
-from edgespec.config import StreamsConfig
+from edgespec.config import StreamsConfig, TrainConfig
 from edgespec.speculative.streams import SpecModel, StreamParams
 from edgespec.speculative.train import Example, FeatureCache, make_batch, train_streams
 
@@ -73,7 +72,9 @@ def test_torchrun_two_processes_match_single_process(tmp_path):
     subprocess.run([sys.executable, str(worker), str(tmp_path / "single"), "8"], check=True, env=env, capture_output=True)
     subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(worker), str(tmp_path / "ddp"), "4"],
-        check=True, env=env, capture_output=True,
+        check=True,
+        env=env,
+        capture_output=True,
     )
     single = torch.load(tmp_path / "single" / "params.pt")
     ddp = torch.load(tmp_path / "ddp" / "params.pt")

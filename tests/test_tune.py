@@ -3,11 +3,11 @@
 import pytest
 import torch
 
-from edgespec.runtime.generate import eager_step, generate
+from edgespec.config import StreamsConfig
 from edgespec.harness.tune import tune_bundle
+from edgespec.runtime.generate import eager_step, generate
 from edgespec.speculative import tune as T
 from edgespec.speculative.step import EagerSpecMethods, SpecProgram
-from edgespec.config import StreamsConfig
 from edgespec.speculative.streams import SpecModel, StreamParams
 from edgespec.speculative.tree import Tree
 

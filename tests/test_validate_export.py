@@ -65,7 +65,7 @@ def test_validate_cli_exit_codes(tiny_hf_dir, tmp_path, monkeypatch):
     base = ["validate", "--bundle", str(out), "--suite", "rag", "--prompts-per-suite", "2", "--reference", "none"]
     res = CliRunner().invoke(main, [*base, "--json", "-o", str(tmp_path / "rep")])
     assert res.exit_code == 0, res.output
-    report = json.loads(res.output[res.output.index("{"):])
+    report = json.loads(res.output[res.output.index("{") :])
     assert report["passed"] and list(report["suites"]) == ["rag"] and (tmp_path / "rep" / "report.md").is_file()
     res = CliRunner().invoke(main, [*base, "--min-speedup", "2"])
     assert res.exit_code == 1 and "gate FAIL" in res.output and "validation FAILED" in res.output
@@ -82,7 +82,7 @@ def test_verify_and_package(tiny_hf_dir, tmp_path):
     assert CliRunner().invoke(main, ["export", str(tmp_path / "r.yaml"), "-o", str(out)]).exit_code == 0
     res = CliRunner().invoke(main, ["verify", "--bundle", str(out), "--json"])
     assert res.exit_code == 0, res.output
-    meta = json.loads(res.output[res.output.index("{"):])
+    meta = json.loads(res.output[res.output.index("{") :])
     assert meta["get_max_seq_len"] == 512 and meta["get_eos_ids"] == [2] and meta["get_vocab_size"] == 259
     res = CliRunner().invoke(main, ["package", "--bundle", str(out), "-o", str(tmp_path / "b.zip")])
     assert res.exit_code == 0, res.output
@@ -130,7 +130,9 @@ def test_every_quantization_scheme_lowers_and_runs(tiny_hf_dir, tmp_path, scheme
 
     assert set(SCHEMES) == {"fp32", "fp16", "8da4w", "8da8w"}
     r = tmp_path / "r.yaml"
-    r.write_text(f"name: q\nmodel: {{source: {tiny_hf_dir}, max_seq_len: 64}}\nquant: {{scheme: {scheme}}}\nnumerics: {{search: false}}\nvalidate: {{enabled: false}}\n")
+    r.write_text(
+        f"name: q\nmodel: {{source: {tiny_hf_dir}, max_seq_len: 64}}\nquant: {{scheme: {scheme}}}\nnumerics: {{search: false}}\nvalidate: {{enabled: false}}\n"
+    )
     res = CliRunner().invoke(main, ["export", str(r), "-o", str(tmp_path / "b")])
     assert res.exit_code == 0, res.output
     tokens = torch.tensor([[5, 17, 42, 7]])

@@ -68,7 +68,9 @@ def main() -> None:
 
 @main.command(epilog=_overrides_help("export", "quant.scheme=fp32 validate.enabled=false -o bundles/fp32"))
 @RECIPE_ARGS
-@click.option("-o", "--outdir", default="bundles/default", show_default=True, type=click.Path(file_okay=False), help="Bundle directory to write (replaced atomically).")
+@click.option(
+    "-o", "--outdir", default="bundles/default", show_default=True, type=click.Path(file_okay=False), help="Bundle directory to write (replaced atomically)."
+)
 @_friendly
 def export(recipe_args: tuple[str, ...], outdir: str) -> None:
     """Run RECIPE with FIELD=VALUE overrides and write a bundle."""
@@ -123,15 +125,29 @@ def _decoder(runner, mode: str, lookup: int = 0):
     return decoder(runner, mode, lookup)
 
 
-MODE = click.option("--mode", type=click.Choice(["auto", "spec", "ar"]), default="auto", show_default=True, help="spec: speculative (one call verifies and drafts); ar: one token per call; auto: spec when the program has it.")
-NGRAM = click.option("--no-repeat-ngram-size", default=0, show_default=True, type=click.IntRange(min=0), help="Never repeat an n-gram of this size (prompt included); 0 = off.")
-LOOKUP = click.option("--lookup", default=0, show_default=True, type=click.IntRange(min=0, max=8), help="spec: also draft from the context (prompt lookup, n-grams up to this length; 0 = streams only).")
+MODE = click.option(
+    "--mode",
+    type=click.Choice(["auto", "spec", "ar"]),
+    default="auto",
+    show_default=True,
+    help="spec: speculative (one call verifies and drafts); ar: one token per call; auto: spec when the program has it.",
+)
+NGRAM = click.option(
+    "--no-repeat-ngram-size", default=0, show_default=True, type=click.IntRange(min=0), help="Never repeat an n-gram of this size (prompt included); 0 = off."
+)
+LOOKUP = click.option(
+    "--lookup",
+    default=0,
+    show_default=True,
+    type=click.IntRange(min=0, max=8),
+    help="spec: also draft from the context (prompt lookup, n-grams up to this length; 0 = streams only).",
+)
 
 
 @main.command()
 @click.option("--bundle", required=True, type=click.Path(), help="Bundle directory from `edgespec export`.")
 @click.option("--prompt", help="User prompt (or use --input for a batch).")
-@click.option("--input", "input_path", type=click.Path(dir_okay=False), help="Batch: a JSONL file, one {\"id\", \"prompt\"} object per line.")
+@click.option("--input", "input_path", type=click.Path(dir_okay=False), help='Batch: a JSONL file, one {"id", "prompt"} object per line.')
 @click.option("--output", "output_path", type=click.Path(dir_okay=False), help="Batch: JSONL to append results to (resumable: finished ids are skipped).")
 @click.option("--max-new-tokens", default=128, show_default=True, type=click.IntRange(min=1))
 @click.option("--temperature", default=0.0, show_default=True, type=click.FloatRange(min=0.0), help="0 = greedy.")
@@ -141,10 +157,30 @@ LOOKUP = click.option("--lookup", default=0, show_default=True, type=click.IntRa
 @NGRAM
 @click.option("--no-chat-template", is_flag=True, help="Feed the prompt as raw text.")
 @click.option("--sequential", is_flag=True, help="Batch: no pipelining (read, decode, write one after another).")
-@click.option("--reuse-prefix/--no-reuse-prefix", default=True, show_default=True, help="Batch: prefill only where a prompt differs from what the KV cache holds (shared system prompt or context).")
+@click.option(
+    "--reuse-prefix/--no-reuse-prefix",
+    default=True,
+    show_default=True,
+    help="Batch: prefill only where a prompt differs from what the KV cache holds (shared system prompt or context).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of streaming text.")
 @_friendly
-def generate(bundle: str, prompt: str | None, input_path: str | None, output_path: str | None, max_new_tokens: int, temperature: float, seed: int, mode: str, lookup: int, no_repeat_ngram_size: int, no_chat_template: bool, sequential: bool, reuse_prefix: bool, as_json: bool) -> None:
+def generate(
+    bundle: str,
+    prompt: str | None,
+    input_path: str | None,
+    output_path: str | None,
+    max_new_tokens: int,
+    temperature: float,
+    seed: int,
+    mode: str,
+    lookup: int,
+    no_repeat_ngram_size: int,
+    no_chat_template: bool,
+    sequential: bool,
+    reuse_prefix: bool,
+    as_json: bool,
+) -> None:
     """Generate a completion with the bundle's program, streaming text; or, with --input and
     --output, a whole JSONL batch through an asynchronous pipeline."""
     if (prompt is None) == (input_path is None):
@@ -156,7 +192,14 @@ def generate(bundle: str, prompt: str | None, input_path: str | None, output_pat
 
     _, tokenizer, runner = _load_bundle(bundle)
     mode, run = _decoder(runner, mode, lookup)
-    kwargs = dict(max_new_tokens=max_new_tokens, max_seq_len=runner.max_seq_len, eos_ids=runner.eos_ids, temperature=temperature, seed=seed, no_repeat_ngram_size=no_repeat_ngram_size)
+    kwargs = dict(
+        max_new_tokens=max_new_tokens,
+        max_seq_len=runner.max_seq_len,
+        eos_ids=runner.eos_ids,
+        temperature=temperature,
+        seed=seed,
+        no_repeat_ngram_size=no_repeat_ngram_size,
+    )
     if input_path is not None:
         if reuse_prefix:
             from edgespec.runtime.generate import CacheState
@@ -173,19 +216,23 @@ def generate(bundle: str, prompt: str | None, input_path: str | None, output_pat
 
     res = run(ids, on_token=on_token, **kwargs)
     if as_json:
-        click.echo(json.dumps({
-            "mode": mode,
-            "prompt_ids": res.prompt_ids,
-            "completion_ids": res.completion_ids,
-            "text": tokenizer.decode(res.completion_ids),
-            "stopped_by_eos": res.stopped_by_eos,
-            "prefill_s": round(res.prefill_s, 4),
-            "decode_s": round(res.decode_s, 4),
-            "prefill_tokens_per_s": round(res.prefill_tokens_per_s, 2),
-            "decode_tokens_per_s": round(res.decode_tokens_per_s, 2),
-            "decode_calls": len(res.step_times_s),
-            "tokens_per_call": round(res.mean_tokens_per_call, 3),
-        }))
+        click.echo(
+            json.dumps(
+                {
+                    "mode": mode,
+                    "prompt_ids": res.prompt_ids,
+                    "completion_ids": res.completion_ids,
+                    "text": tokenizer.decode(res.completion_ids),
+                    "stopped_by_eos": res.stopped_by_eos,
+                    "prefill_s": round(res.prefill_s, 4),
+                    "decode_s": round(res.decode_s, 4),
+                    "prefill_tokens_per_s": round(res.prefill_tokens_per_s, 2),
+                    "decode_tokens_per_s": round(res.decode_tokens_per_s, 2),
+                    "decode_calls": len(res.step_times_s),
+                    "tokens_per_call": round(res.mean_tokens_per_call, 3),
+                }
+            )
+        )
     else:
         click.echo()
         if mode == "spec":
@@ -206,7 +253,9 @@ def _generate_batch(run, tokenizer, input_path: str, output_path: str, kwargs: d
             bar.set_postfix_str(f"{stats.new_tokens} tokens, {len(stats.errors)} errors")
             bar.refresh()
 
-        stats = run_batch(run, lambda t: _prompt_ids(tokenizer, t, chat), tokenizer.decode, p, output_path, gen_kwargs=kwargs, pipelined=pipelined, on_item=on_item)
+        stats = run_batch(
+            run, lambda t: _prompt_ids(tokenizer, t, chat), tokenizer.decode, p, output_path, gen_kwargs=kwargs, pipelined=pipelined, on_item=on_item
+        )
     for e in stats.errors:
         where = f"line {e['line']}" if "line" in e else f"id {e['id']}"
         click.echo(f"skipped {where}: {e['error']}", err=True)
@@ -215,11 +264,30 @@ def _generate_batch(run, tokenizer, input_path: str, output_path: str, kwargs: d
 
 @main.command()
 @click.option("--bundle", required=True, type=click.Path(), help="Bundle directory.")
-@click.option("--prompt", "prompts", multiple=True, default=["Write a short story about a robot who learns to paint."], show_default=True, help="Repeat for several prompts (speedup: median of the per-prompt ratios).")
-@click.option("--max-new-tokens", default=128, show_default=True, type=click.IntRange(min=1), help="Tokens per generation (EOS ignored); decode speed needs at least 2 (the first token comes from prefill).")
+@click.option(
+    "--prompt",
+    "prompts",
+    multiple=True,
+    default=["Write a short story about a robot who learns to paint."],
+    show_default=True,
+    help="Repeat for several prompts (speedup: median of the per-prompt ratios).",
+)
+@click.option(
+    "--max-new-tokens",
+    default=128,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Tokens per generation (EOS ignored); decode speed needs at least 2 (the first token comes from prefill).",
+)
 @click.option("--warmup", default=1, show_default=True, type=click.IntRange(min=0), help="Uncounted generations of every decoder first.")
 @click.option("--runs", default=5, show_default=True, type=click.IntRange(min=1), help="Runs per prompt and decoder; the median one is kept.")
-@click.option("--mode", type=click.Choice(["both", "spec", "ar"]), default="both", show_default=True, help="both: autoregressive and speculative side by side (interleaved runs, alternating order).")
+@click.option(
+    "--mode",
+    type=click.Choice(["both", "spec", "ar"]),
+    default="both",
+    show_default=True,
+    help="both: autoregressive and speculative side by side (interleaved runs, alternating order).",
+)
 @LOOKUP
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (fields: docs/benchmarks.md).")
 @_friendly
@@ -247,7 +315,12 @@ def bench(bundle: str, prompts: tuple[str, ...], max_new_tokens: int, warmup: in
 
 @main.command()
 @click.option("--bundle", required=True, type=click.Path(), help="Bundle directory from `edgespec export`.")
-@click.option("--suite", "suites", multiple=True, help=f"A built-in suite ({', '.join(SUITE_NAMES)}) or a .jsonl file; repeat for several. Default: the bundle recipe's validate.suites.")
+@click.option(
+    "--suite",
+    "suites",
+    multiple=True,
+    help=f"A built-in suite ({', '.join(SUITE_NAMES)}) or a .jsonl file; repeat for several. Default: the bundle recipe's validate.suites.",
+)
 @click.option("--prompts-per-suite", type=click.IntRange(min=1), help="Override validate.prompts_per_suite.")
 @click.option("--runs", type=click.IntRange(min=1, max=100), help="Override validate.runs (repetitions per prompt; median).")
 @click.option("--seed", type=int, help="Override validate.seed (which prompts each suite draws).")
@@ -258,14 +331,37 @@ def bench(bundle: str, prompts: tuple[str, ...], max_new_tokens: int, warmup: in
 @click.option("-o", "--out", type=click.Path(file_okay=False), help="Write report.json, report.md and plots here.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @_friendly
-def validate(bundle: str, suites: tuple[str, ...], prompts_per_suite: int | None, runs: int | None, seed: int | None, lookup: int | None, reference: str | None, min_speedup: float | None, max_accuracy_drop: float | None, out: str | None, as_json: bool) -> None:
+def validate(
+    bundle: str,
+    suites: tuple[str, ...],
+    prompts_per_suite: int | None,
+    runs: int | None,
+    seed: int | None,
+    lookup: int | None,
+    reference: str | None,
+    min_speedup: float | None,
+    max_accuracy_drop: float | None,
+    out: str | None,
+    as_json: bool,
+) -> None:
     """Run the bundle's program on the task suites and check the gates (exit 1 if one fails)."""
     from edgespec.bundle import read_manifest
     from edgespec.config import Recipe, from_dict
 
     manifest = read_manifest(bundle)
     recipe = from_dict(Recipe, manifest["recipe"])
-    fields = {k: v for k, v in {"suites": list(suites) or None, "prompts_per_suite": prompts_per_suite, "runs": runs, "seed": seed, "lookup": lookup, "reference": reference}.items() if v is not None}
+    fields = {
+        k: v
+        for k, v in {
+            "suites": list(suites) or None,
+            "prompts_per_suite": prompts_per_suite,
+            "runs": runs,
+            "seed": seed,
+            "lookup": lookup,
+            "reference": reference,
+        }.items()
+        if v is not None
+    }
     gates = {k: v for k, v in {"min_speedup": min_speedup, "max_accuracy_drop": max_accuracy_drop}.items() if v is not None}
     if gates:
         fields["gates"] = {**recipe.to_dict()["validate"]["gates"], **gates}
@@ -333,7 +429,14 @@ def _validation_summary(report: dict) -> str:
 
 @main.command()
 @click.option("--bundle", required=True, type=click.Path(), help="Bundle with speculative methods.")
-@click.option("--prompts", "n_prompts", default=24, show_default=True, type=click.IntRange(min=1), help="Held-out suite prompts whose greedy continuations give the acceptance statistics.")
+@click.option(
+    "--prompts",
+    "n_prompts",
+    default=24,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Held-out suite prompts whose greedy continuations give the acceptance statistics.",
+)
 @click.option("--max-new-tokens", default=96, show_default=True, type=click.IntRange(min=8))
 @click.option("--max-size", default=24, show_default=True, type=click.IntRange(min=2, max=64), help="Largest tree (nodes) to consider.")
 @click.option("--context", default=256, show_default=True, type=click.IntRange(min=1), help="Context position at which call costs are measured.")
@@ -356,7 +459,9 @@ def tune(bundle: str, n_prompts: int, max_new_tokens: int, max_size: int, contex
         click.echo(json.dumps(out, indent=1))
         return
     c, ar_tps = out["device_costs_ms"], out["ar_tokens_per_s"]
-    click.echo(f"cost per call (ms): forward 1 token {c['forward_1_token']:.2f}; spec_step on {out['own_tree']} {c['spec_step_own_tree']:.2f}; per extra row {c['per_extra_row']:.2f}")
+    click.echo(
+        f"cost per call (ms): forward 1 token {c['forward_1_token']:.2f}; spec_step on {out['own_tree']} {c['spec_step_own_tree']:.2f}; per extra row {c['per_extra_row']:.2f}"
+    )
     click.echo(f"{'tree':<16}{'nodes':>6}{'tok/call':>10}{'ms/call':>9}{'tok/s':>9}{'vs AR':>7}")
     for e in out["trees"][:top]:
         click.echo(f"{str(e['branching']):<16}{e['size']:>6}{e['tokens_per_call']:>10.3f}{e['ms_per_call']:>9.2f}{e['tokens_per_s']:>9.1f}{e['vs_ar']:>7.3f}")
@@ -408,8 +513,8 @@ def distill(bundle: str, suites: str | None, split: str, n_prompts: int, max_new
     from tqdm import tqdm
 
     from edgespec.corpus.distill import distill as run
-    from edgespec.runtime.generate import generate
     from edgespec.corpus.prompts import SUITES, mixed_prompts
+    from edgespec.runtime.generate import generate
 
     names = tuple(s.strip() for s in suites.split(",") if s.strip()) if suites else tuple(SUITES)
     unknown = [s for s in names if s not in SUITES]
@@ -418,11 +523,20 @@ def distill(bundle: str, suites: str | None, split: str, n_prompts: int, max_new
     _, tokenizer, runner = _load_bundle(bundle)
     prompts = mixed_prompts(split, n_prompts, names)
     with tqdm(total=len(prompts), desc="distill", unit="prompt", file=sys.stderr) as bar:
+
         def respond(ids: list[int]) -> tuple[list[int], bool]:
             res = generate(runner.forward, ids, max_new_tokens=max_new_tokens, max_seq_len=runner.max_seq_len, eos_ids=runner.eos_ids)
             return res.completion_ids, res.stopped_by_eos
 
-        stats = run(respond, lambda t: _prompt_ids(tokenizer, t, True), prompts, out, max_seq_len=runner.max_seq_len, eos_ids=runner.eos_ids, on_done=lambda n: bar.update(1))
+        stats = run(
+            respond,
+            lambda t: _prompt_ids(tokenizer, t, True),
+            prompts,
+            out,
+            max_seq_len=runner.max_seq_len,
+            eos_ids=runner.eos_ids,
+            on_done=lambda n: bar.update(1),
+        )
     click.echo(json.dumps(stats))
 
 
@@ -465,7 +579,9 @@ def info(bundle: str, verify: bool) -> None:
         verify_checksums(bundle, m)
     model = m["model"]
     click.echo(f"bundle      {Path(bundle).resolve()} (schema {m['schema_version']}{', checksums ok' if verify else ''})")
-    click.echo(f"model       {model['name']} from {model['source']}: {model['n_layers']} layers, dim {model['dim']}, vocab {model['vocab_size']}, context {model['max_seq_len']}")
+    click.echo(
+        f"model       {model['name']} from {model['source']}: {model['n_layers']} layers, dim {model['dim']}, vocab {model['vocab_size']}, context {model['max_seq_len']}"
+    )
     click.echo(f"precision   {m['precision']} (group size {m['recipe']['quant']['group_size']})")
     click.echo(f"methods     {', '.join(m['methods'])}")
     for name, f in m["files"].items():
@@ -490,7 +606,9 @@ def verify(bundle: str, as_json: bool) -> None:
         click.echo(json.dumps(meta, indent=1))
     else:
         spec = f", spec tree {meta['get_spec_branching']}" if "get_spec_branching" in meta else ""
-        click.echo(f"ok: {Path(bundle).resolve()} schema {m['schema_version']}, {len(m['files'])} files match their SHA-256, program answers {len(meta)} metadata methods (context {meta['get_max_seq_len']}, vocab {meta['get_vocab_size']}, eos {meta['get_eos_ids']}{spec})")
+        click.echo(
+            f"ok: {Path(bundle).resolve()} schema {m['schema_version']}, {len(m['files'])} files match their SHA-256, program answers {len(meta)} metadata methods (context {meta['get_max_seq_len']}, vocab {meta['get_vocab_size']}, eos {meta['get_eos_ids']}{spec})"
+        )
 
 
 @main.command()

@@ -14,9 +14,9 @@ Each stage reports through `on_stage(name)`; the function returns stats, it prin
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from edgespec.config import Recipe, recipe_to_yaml
 
@@ -30,7 +30,9 @@ class ExportResult:
     stage_seconds: dict[str, float]
 
 
-def export_bundle(recipe: Recipe, outdir: str | Path, on_stage: Callable[[str], None] = lambda s: None, on_progress: Callable[[str, int, int], None] = lambda *a: None) -> ExportResult:
+def export_bundle(
+    recipe: Recipe, outdir: str | Path, on_stage: Callable[[str], None] = lambda s: None, on_progress: Callable[[str, int, int], None] = lambda *a: None
+) -> ExportResult:
     """Run the recipe and write the bundle to `outdir` (replaced atomically)."""
     from edgespec import bundle as B
 

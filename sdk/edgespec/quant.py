@@ -5,7 +5,7 @@ Each scheme is a function `nn.Module -> nn.Module` (in place) selected from a ta
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import nn

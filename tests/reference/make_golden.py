@@ -41,15 +41,17 @@ def main() -> None:
         with torch.no_grad():
             last = ref(torch.tensor([ids])).logits[0, -1]
             out = ref.generate(torch.tensor([ids]), max_new_tokens=NEW_TOKENS, do_sample=False, eos_token_id=list(tok.eos_ids))
-        completion = out[0, len(ids):].tolist()
+        completion = out[0, len(ids) :].tolist()
         top = torch.topk(last, TOP_K)
-        cases.append({
-            "prompt": prompt,
-            "prompt_ids": ids,
-            "greedy_ids": completion,
-            "last_logits_topk_ids": top.indices.tolist(),
-            "last_logits_topk_values": [round(v, 5) for v in top.values.tolist()],
-        })
+        cases.append(
+            {
+                "prompt": prompt,
+                "prompt_ids": ids,
+                "greedy_ids": completion,
+                "last_logits_topk_ids": top.indices.tolist(),
+                "last_logits_topk_values": [round(v, 5) for v in top.values.tolist()],
+            }
+        )
         print(prompt, "->", repr(tok.decode(completion)))
     out_path = Path(__file__).resolve().parents[1] / "golden" / "smollm2_135m.json"
     meta = {"reference": f"transformers LlamaForCausalLM from {path.name}, fp32, greedy", "new_tokens": NEW_TOKENS, "cases": cases}

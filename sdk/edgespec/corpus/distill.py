@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Callable, Iterable
 
 from edgespec.corpus.prompts import Prompt
 
@@ -70,4 +70,3 @@ def distill(
             n_tokens += len(resp)
             on_done(len(resp))
     return {"new_sequences": n_new, "new_response_tokens": n_tokens, "skipped_existing": len(have)}
-

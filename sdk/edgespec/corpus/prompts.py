@@ -9,17 +9,54 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
 
 from edgespec.errors import EdgespecError
 
 SPLIT_SEED = {"train": 0, "heldout": 1_000_003}
 
 # reasoning-gym generators by task type (procedural; their seeds define the split)
-MATH_GENERATORS = ("gsm_symbolic", "basic_arithmetic", "chain_sum", "decimal_arithmetic", "simple_equations", "fraction_simplification", "gcd", "lcm", "prime_factorization", "leg_counting", "products", "time_intervals", "calendar_arithmetic", "base_conversion", "power_function")
-REASONING_GENERATORS = ("letter_counting", "spell_backward", "word_sorting", "number_sorting", "family_relationships", "syllogism", "propositional_logic", "string_manipulation", "word_sequence_reversal", "sentence_reordering", "number_filtering", "caesar_cipher", "count_bits", "needle_haystack", "isomorphic_strings", "group_anagrams", "ransom_note", "coin_flip", "dice", "palindrome_generation")
+MATH_GENERATORS = (
+    "gsm_symbolic",
+    "basic_arithmetic",
+    "chain_sum",
+    "decimal_arithmetic",
+    "simple_equations",
+    "fraction_simplification",
+    "gcd",
+    "lcm",
+    "prime_factorization",
+    "leg_counting",
+    "products",
+    "time_intervals",
+    "calendar_arithmetic",
+    "base_conversion",
+    "power_function",
+)
+REASONING_GENERATORS = (
+    "letter_counting",
+    "spell_backward",
+    "word_sorting",
+    "number_sorting",
+    "family_relationships",
+    "syllogism",
+    "propositional_logic",
+    "string_manipulation",
+    "word_sequence_reversal",
+    "sentence_reordering",
+    "number_filtering",
+    "caesar_cipher",
+    "count_bits",
+    "needle_haystack",
+    "isomorphic_strings",
+    "group_anagrams",
+    "ransom_note",
+    "coin_flip",
+    "dice",
+    "palindrome_generation",
+)
 
 
 @dataclass(frozen=True)

@@ -69,9 +69,7 @@ def export_forward(model: torch.nn.Module, max_seq_len: int) -> torch.export.Exp
     input_pos = torch.zeros((1,), dtype=torch.long)
     seq = torch.export.Dim("seq_len", min=1, max=max_seq_len - 1)
     with torch.no_grad(), executorch_ops(model):
-        return torch.export.export(
-            model, (tokens, input_pos), dynamic_shapes=({1: seq}, None), strict=False
-        )
+        return torch.export.export(model, (tokens, input_pos), dynamic_shapes=({1: seq}, None), strict=False)
 
 
 def lower_to_executorch(programs: dict[str, torch.export.ExportedProgram], meta: ProgramMeta) -> bytes:

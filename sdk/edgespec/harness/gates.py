@@ -33,10 +33,22 @@ def _speedup(report: dict, g: GatesConfig) -> GateResult | None:
         return None
     spec = report["overall"].get("spec")
     if spec is None:
-        return GateResult("min_speedup", False, None, g.min_speedup, f"min_speedup {g.min_speedup}x asked, but the program has no speculative methods (export with streams.weights, or set validate.gates.min_speedup: 0)")
+        return GateResult(
+            "min_speedup",
+            False,
+            None,
+            g.min_speedup,
+            f"min_speedup {g.min_speedup}x asked, but the program has no speculative methods (export with streams.weights, or set validate.gates.min_speedup: 0)",
+        )
     got = spec["speedup"]
     ok = got >= g.min_speedup
-    return GateResult("min_speedup", ok, got, g.min_speedup, f"speculative speedup {got:.3f}x {'>=' if ok else '<'} min_speedup {g.min_speedup}x" + ("" if ok else f" (short by {g.min_speedup - got:.3f}x)"))
+    return GateResult(
+        "min_speedup",
+        ok,
+        got,
+        g.min_speedup,
+        f"speculative speedup {got:.3f}x {'>=' if ok else '<'} min_speedup {g.min_speedup}x" + ("" if ok else f" (short by {g.min_speedup - got:.3f}x)"),
+    )
 
 
 def _lossless(report: dict, g: GatesConfig) -> GateResult | None:
@@ -44,7 +56,13 @@ def _lossless(report: dict, g: GatesConfig) -> GateResult | None:
         return None
     ok_n, n = (int(x) for x in report["overall"]["lossless"].split("/"))
     ok = ok_n == n
-    return GateResult("lossless", ok, report["overall"]["lossless"], "all", f"speculative output identical to autoregressive on {ok_n}/{n} prompts" + ("" if ok else f" ({n - ok_n} differ)"))
+    return GateResult(
+        "lossless",
+        ok,
+        report["overall"]["lossless"],
+        "all",
+        f"speculative output identical to autoregressive on {ok_n}/{n} prompts" + ("" if ok else f" ({n - ok_n} differ)"),
+    )
 
 
 def _accuracy(report: dict, g: GatesConfig) -> GateResult | None:
@@ -54,7 +72,14 @@ def _accuracy(report: dict, g: GatesConfig) -> GateResult | None:
     if drop is None:  # validate.reference: none -- nothing to compare with
         return None
     ok = drop <= g.max_accuracy_drop
-    return GateResult("max_accuracy_drop", ok, round(drop, 4), g.max_accuracy_drop, f"mean task score {report['overall']['score']:.3f} vs fp32 base {report['overall']['reference_score']:.3f}: drop {drop:.3f} {'<=' if ok else '>'} {g.max_accuracy_drop}" + ("" if ok else f" (over by {drop - g.max_accuracy_drop:.3f})"))
+    return GateResult(
+        "max_accuracy_drop",
+        ok,
+        round(drop, 4),
+        g.max_accuracy_drop,
+        f"mean task score {report['overall']['score']:.3f} vs fp32 base {report['overall']['reference_score']:.3f}: drop {drop:.3f} {'<=' if ok else '>'} {g.max_accuracy_drop}"
+        + ("" if ok else f" (over by {drop - g.max_accuracy_drop:.3f})"),
+    )
 
 
 def _overflow(report: dict, g: GatesConfig) -> GateResult | None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 import string
 from collections import Counter
-from typing import Callable
+from collections.abc import Callable
 
 from edgespec.harness.example import Example
 

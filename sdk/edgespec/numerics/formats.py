@@ -59,8 +59,13 @@ class FloatFormat:
         """The matching torch dtype, or None when torch has none."""
         import torch
 
-        table = {(5, 10, False): torch.float16, (8, 7, False): torch.bfloat16, (8, 23, False): torch.float32,
-                 (4, 3, True): getattr(torch, "float8_e4m3fn", None), (5, 2, False): getattr(torch, "float8_e5m2", None)}
+        table = {
+            (5, 10, False): torch.float16,
+            (8, 7, False): torch.bfloat16,
+            (8, 23, False): torch.float32,
+            (4, 3, True): getattr(torch, "float8_e4m3fn", None),
+            (5, 2, False): getattr(torch, "float8_e5m2", None),
+        }
         return table.get((self.exp_bits, self.man_bits, self.finite_only))
 
 

@@ -76,7 +76,6 @@ class PrenormPlan:
     margin_hi: float  # (max_finite / g) / hi (>= 1 when safe)
 
 
-
 def plan_data_dependent(p: float, d: int, q: float, fmt: FloatFormat, zero_mean: bool = False) -> PrenormPlan:
     """Best power-of-two k for s = k * M_q(c) (s itself rounded to a power of two)."""
     L, U = sum_bounds(p, d, q, zero_mean)

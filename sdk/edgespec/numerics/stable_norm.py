@@ -37,7 +37,15 @@ class NormChoice:
 
 
 class StableNorm(nn.Module):
-    def __init__(self, weight: torch.Tensor, eps: float, p: float = 2.0, choice: NormChoice = NormChoice("none"), zero_mean: bool = False, bias: torch.Tensor | None = None):
+    def __init__(
+        self,
+        weight: torch.Tensor,
+        eps: float,
+        p: float = 2.0,
+        choice: NormChoice = NormChoice("none"),
+        zero_mean: bool = False,
+        bias: torch.Tensor | None = None,
+    ):
         super().__init__()
         self.weight = nn.Parameter(weight.detach().clone(), requires_grad=False)
         self.bias = None if bias is None else nn.Parameter(bias.detach().clone(), requires_grad=False)

@@ -9,8 +9,9 @@ is returned as stats, never printed here.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import Protocol
 
 import torch
 
@@ -61,7 +62,9 @@ class SpecMethods(Protocol):
     tree_size: int
     vocab_size: int
 
-    def spec_step(self, last: int, draft: torch.Tensor, pos: int, temperature: float, uniforms: torch.Tensor, gumbel: torch.Tensor) -> tuple[list[int], torch.Tensor]: ...
+    def spec_step(
+        self, last: int, draft: torch.Tensor, pos: int, temperature: float, uniforms: torch.Tensor, gumbel: torch.Tensor
+    ) -> tuple[list[int], torch.Tensor]: ...
 
     def forward(self, tokens: torch.Tensor, start_pos: int) -> torch.Tensor: ...
 
@@ -77,7 +80,7 @@ def generate(
     seed: int = 0,
     on_token: Callable[[int], None] | None = None,
     no_repeat_ngram_size: int = 0,
-    cache: "CacheState | None" = None,
+    cache: CacheState | None = None,
     spec: SpecMethods | None = None,
     lookup: int = 0,
 ) -> GenerationResult:

@@ -56,11 +56,20 @@ class ProgramRunner:
         out = self._forward.execute([tokens, torch.tensor([start_pos], dtype=torch.long)])
         return out[0].reshape(-1, self.vocab_size)[-1]
 
-    def spec_step(self, last: int, draft: torch.Tensor, pos: int, temperature: float, uniforms: torch.Tensor, gumbel: torch.Tensor) -> tuple[list[int], torch.Tensor]:
+    def spec_step(
+        self, last: int, draft: torch.Tensor, pos: int, temperature: float, uniforms: torch.Tensor, gumbel: torch.Tensor
+    ) -> tuple[list[int], torch.Tensor]:
         """One verify-and-draft call: (emitted tokens, next draft [D, K])."""
         if self._step is None:
             self._step = self.program.load_method(C.SPEC_STEP)
         toks, n, nxt = self._step.execute(
-            [torch.tensor([last], dtype=torch.long), draft, torch.tensor([pos], dtype=torch.long), torch.tensor([temperature], dtype=torch.float32), uniforms, gumbel]
+            [
+                torch.tensor([last], dtype=torch.long),
+                draft,
+                torch.tensor([pos], dtype=torch.long),
+                torch.tensor([temperature], dtype=torch.float32),
+                uniforms,
+                gumbel,
+            ]
         )
         return toks[: int(n[0])].tolist(), nxt

@@ -19,7 +19,11 @@ def open_bundle(bundle: str | Path) -> tuple[dict, Tokenizer, ProgramRunner]:
     manifest = read_manifest(bundle)
     tk = manifest["tokenizer"]
     tokenizer = Tokenizer.from_file(
-        Path(bundle) / tk["file"], chat_template=tk.get("chat_template"), bos_id=tk.get("bos_id"), eos_ids=tuple(tk["eos_ids"]), add_bos=tk.get("add_bos", False)
+        Path(bundle) / tk["file"],
+        chat_template=tk.get("chat_template"),
+        bos_id=tk.get("bos_id"),
+        eos_ids=tuple(tk["eos_ids"]),
+        add_bos=tk.get("add_bos", False),
     )
     return manifest, tokenizer, ProgramRunner(Path(bundle) / PROGRAM)
 

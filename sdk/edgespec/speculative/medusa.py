@@ -13,8 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from edgespec.models.llama import Transformer
 from edgespec.config import StreamsConfig
+from edgespec.models.llama import Transformer
 from edgespec.speculative.streams import frozen_layers
 
 

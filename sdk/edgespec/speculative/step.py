@@ -51,7 +51,9 @@ class SpecProgram(nn.Module):
     def __init__(self, model: Drafting, tree: Tree):
         super().__init__()
         if model.params is not None and len(tree.branching) > model.cfg.gamma:
-            raise EdgespecError(f"tree depth {len(tree.branching)} exceeds the {model.cfg.gamma} trained streams; use a tree of at most {model.cfg.gamma} levels")
+            raise EdgespecError(
+                f"tree depth {len(tree.branching)} exceeds the {model.cfg.gamma} trained streams; use a tree of at most {model.cfg.gamma} levels"
+            )
         # the modules once each (`base.*`, `streams.*`: the names in the program); the drafting
         # model's behaviour as bound methods, not as a second owner of the same modules (a
         # mutated KV cache reachable under two names does not export)

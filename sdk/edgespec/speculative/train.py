@@ -15,9 +15,9 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -206,8 +206,8 @@ def train_streams(
 
 def load_examples(path: str | Path, tokenizer, seq_len: int) -> list[Example]:
     """Self-distilled rows (prompt_ids/response_ids) or text pairs (prompt/response)."""
-    from edgespec.errors import EdgespecError
     from edgespec.corpus.prompts import iter_jsonl
+    from edgespec.errors import EdgespecError
 
     out = []
     for n, row in iter_jsonl(path, skip_torn=True):
