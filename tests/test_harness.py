@@ -142,6 +142,11 @@ def test_gates_that_do_not_apply():
     assert not g["min_speedup"].passed and "no speculative methods" in g["min_speedup"].message
     # accuracy gate off
     assert "max_accuracy_drop" not in _by_name(check_gates(_report(), GatesConfig(max_accuracy_drop=-1)))
+    # nothing timed (every answer one token): the speedup gate fails, saying why
+    unmeasured = _report()
+    unmeasured["overall"]["spec"]["speedup"] = None
+    g = _by_name(check_gates(unmeasured, GatesConfig(min_speedup=1.2)))
+    assert not g["min_speedup"].passed and "no speed was measured" in g["min_speedup"].message
 
 
 # --- speed summaries and reports -----------------------------------------------------------

@@ -41,6 +41,14 @@ def _speedup(report: dict, g: GatesConfig) -> GateResult | None:
             f"min_speedup {g.min_speedup}x asked, but the program has no speculative methods (export with streams.weights, or set validate.gates.min_speedup: 0)",
         )
     got = spec["speedup"]
+    if got is None:  # no prompt made a decode call (every answer was one token): nothing measured
+        return GateResult(
+            "min_speedup",
+            False,
+            None,
+            g.min_speedup,
+            f"min_speedup {g.min_speedup}x asked, but no prompt produced more than one token, so no speed was measured (raise the suites' max_new_tokens or use more prompts)",
+        )
     ok = got >= g.min_speedup
     return GateResult(
         "min_speedup",
