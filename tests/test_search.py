@@ -70,3 +70,27 @@ def test_run_normsearch_respects_a_short_context(tiny_model):
 
     res = run_normsearch(tiny_model, Tok(), NumericsConfig(calibration_prompts=2, heldout_prompts=1))
     assert res["summary"]["layers"] == 2 * tiny_model.args.n_layers + 1
+
+
+def test_the_plotted_overflow_line_follows_the_searched_format(tmp_path):
+    """The normsearch plot's overflow line is sqrt(M / d) with M the searched format's largest
+    finite number, not fp16's 65504 for every format."""
+    import math
+
+    import pytest
+
+    pytest.importorskip("matplotlib")
+    from edgespec.numerics.formats import FORMATS
+    from edgespec.numerics.search import overflow_rms, plot_report
+
+    d = 64
+    assert overflow_rms("fp16", d) == math.sqrt(65504 / d)
+    assert overflow_rms("bf16", d) > 1e18 and overflow_rms("fp8_e4m3", d) == math.sqrt(448 / d)
+    for name, fmt in FORMATS.items():
+        res = search_layer("layers.0.attention_norm", _rows(8, d, 1.0), _rows(4, d, 1.0, 1), torch.ones(d), 1e-5, fmt)
+        result = {"format": name, "guarantee": True, "layers": [res], "summary": summarize([res])}
+        (ax,) = plot_report(result).axes
+        limits = [ln for ln in ax.get_lines() if "overflow" in ln.get_label()]
+        assert len(limits) == 1 and name in limits[0].get_label()
+        assert list(limits[0].get_ydata()) == [overflow_rms(name, d)] * 2 == [math.sqrt(fmt.max_finite / d)] * 2
+    assert "normsearch.png" in write_report(result, tmp_path) and (tmp_path / "normsearch.png").stat().st_size > 0

@@ -90,7 +90,7 @@ def evaluate(x: torch.Tensor, choice: NormChoice, fmt: FloatFormat, weight: torc
     t, y = _emulate(x, e, fmt, weight, eps)
     nonzero = a.amax(-1) > 0
     ref = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight.double()
-    err = ((y - ref).norm(dim=-1) / ref.norm(dim=-1).clamp_min(1e-300))
+    err = (y - ref).norm(dim=-1) / ref.norm(dim=-1).clamp_min(1e-300)
     err = torch.where(torch.isfinite(err), err, torch.full_like(err, math.inf))
     return Evaluation(kind, choice.log2_k, guaranteed, int(t.isinf().sum()), int(((t < fmt.min_normal) & nonzero & ~t.isinf()).sum()), len(x), float(err.max()))
 
@@ -146,8 +146,8 @@ def run_normsearch(model: nn.Module, tokenizer, cfg, on_layer=lambda name: None)
 
     cfg: a `NumericsConfig`. Returns {"format", "layers": [...], "summary": {...}}.
     """
-    from edgespec.numerics.formats import FORMATS
     from edgespec.corpus.prompts import mixed_prompts
+    from edgespec.numerics.formats import FORMATS
 
     fmt = FORMATS[cfg.format]
     limit = min(384, model.args.max_seq_len - 1)  # calibration rows per prompt, within the context
@@ -173,20 +173,56 @@ def summarize(layers: list[dict]) -> dict:
     chosen = [layer["chosen"]["prenorm"] for layer in layers]
     chosen_events = sum(
         c[k]["overflow"] + c[k]["underflow"]
-        for layer in layers for c in layer["candidates"]
-        if c["prenorm"] == layer["chosen"]["prenorm"] for k in ("calibration", "heldout", "adversarial")
+        for layer in layers
+        for c in layer["candidates"]
+        if c["prenorm"] == layer["chosen"]["prenorm"]
+        for k in ("calibration", "heldout", "adversarial")
     )
     return {
         "layers": len(layers),
         "chosen": {k: chosen.count(k) for k in COST_ORDER if k in chosen},
         "chosen_events_all_sets": chosen_events,
         "naive_events": {k: events("none", k) for k in ("calibration", "heldout", "adversarial")},
-        "rows": {k: sum(next(c for c in layer["candidates"] if c["prenorm"] == "none")[k]["rows"] for layer in layers) for k in ("calibration", "heldout", "adversarial")},
+        "rows": {
+            k: sum(next(c for c in layer["candidates"] if c["prenorm"] == "none")[k]["rows"] for layer in layers)
+            for k in ("calibration", "heldout", "adversarial")
+        },
     }
 
 
 def choices_of(result: dict) -> dict[str, NormChoice]:
     return {layer["layer"]: NormChoice(layer["chosen"]["prenorm"], layer["chosen"]["log2_k"]) for layer in result["layers"]}
+
+
+def overflow_rms(fmt_name: str, d: int) -> float:
+    """The RMS above which a d-element row's sum of squares overflows the format: sqrt(M / d),
+    M the format's largest finite number (65504 for fp16, about 3.4e38 for bf16 and fp32)."""
+    from edgespec.numerics.formats import FORMATS
+
+    return math.sqrt(FORMATS[fmt_name].max_finite / d)
+
+
+def plot_report(result: dict):
+    """The normsearch figure (a matplotlib Figure, made without pyplot): each layer's max input
+    RMS, and the overflow line of the searched format (`overflow_rms`)."""
+    from matplotlib.figure import Figure
+
+    s = result["summary"]
+    fmt = result["format"]
+    names = [layer["layer"].replace("layers.", "L").replace(".attention_norm", ".att").replace(".ffn_norm", ".ffn") for layer in result["layers"]]
+    rms = [layer["rms_max"] for layer in result["layers"]]
+    naive_cal = [next(c for c in layer["candidates"] if c["prenorm"] == "none")["calibration"]["overflow"] for layer in result["layers"]]
+    fig = Figure(figsize=(12, 3.8))
+    ax = fig.subplots()
+    ax.bar(range(len(rms)), rms, color=["tab:red" if n else "tab:blue" for n in naive_cal])
+    ax.axhline(overflow_rms(fmt, result["layers"][0]["d"]), color="k", ls="--", lw=1, label=f"{fmt} sum-of-squares overflow (RMS = sqrt(M/d))")
+    ax.set_yscale("log")
+    ax.set_xticks(range(len(names)), names, rotation=90, fontsize=6)
+    ax.set_ylabel("max RMS of the layer input")
+    ax.set_title(f"Norm inputs on calibration prompts (red: naive {fmt} overflows); chosen: {s['chosen']}")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
 
 
 def write_report(result: dict, out_dir) -> list[str]:
@@ -214,24 +250,8 @@ def write_report(result: dict, out_dir) -> list[str]:
     (out / "normsearch.md").write_text("\n".join(lines) + "\n")
     files = ["normsearch.json", "normsearch.md"]
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        import matplotlib  # noqa: F401
     except ImportError:
         return files
-    names = [layer["layer"].replace("layers.", "L").replace(".attention_norm", ".att").replace(".ffn_norm", ".ffn") for layer in result["layers"]]
-    rms = [layer["rms_max"] for layer in result["layers"]]
-    naive_cal = [next(c for c in layer["candidates"] if c["prenorm"] == "none")["calibration"]["overflow"] for layer in result["layers"]]
-    fig, ax = plt.subplots(figsize=(12, 3.8))
-    ax.bar(range(len(rms)), rms, color=["tab:red" if n else "tab:blue" for n in naive_cal])
-    ax.axhline((65504 / result["layers"][0]["d"]) ** 0.5, color="k", ls="--", lw=1, label="fp16 sum-of-squares overflow (RMS = sqrt(M/d))")
-    ax.set_yscale("log")
-    ax.set_xticks(range(len(names)), names, rotation=90, fontsize=6)
-    ax.set_ylabel("max RMS of the layer input")
-    ax.set_title(f"Norm inputs on calibration prompts (red: naive {result['format']} overflows); chosen: {s['chosen']}")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out / "normsearch.png", dpi=110)
-    plt.close(fig)
+    plot_report(result).savefig(out / "normsearch.png", dpi=110)
     return files + ["normsearch.png"]

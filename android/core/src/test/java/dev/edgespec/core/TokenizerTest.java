@@ -21,6 +21,7 @@ public class TokenizerTest {
     for (Object o : cases) {
       Map<String, Object> c = Json.object(o, "case");
       String text = (String) c.get("text");
+      assertEquals("pre-tokenize " + text, c.get("pieces"), tk.preTokenizedWords(text));
       assertEquals("encode " + text, ints(c.get("ids")), tk.encode(text));
       assertEquals("decode " + text, c.get("decoded"), tk.decode(ints(c.get("ids")), true));
       assertEquals("decode with specials " + text, c.get("decoded_all"), tk.decode(ints(c.get("ids")), false));
