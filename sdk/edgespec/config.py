@@ -47,6 +47,10 @@ class _Section:
     def _check(self) -> None:
         """Value checks beyond the types."""
 
+    def _at(self, name: str) -> str:
+        """The dotted path of one of this section's fields."""
+        return _join(self.PATH, name)
+
 
 @dataclass(frozen=True)
 class ModelConfig(_Section):
@@ -62,8 +66,8 @@ class ModelConfig(_Section):
     chat_template: bool = True
 
     def _check(self) -> None:
-        _require(bool(self.source), "model.source", "must not be empty")
-        _require(16 <= self.max_seq_len <= 32768, "model.max_seq_len", f"must be in [16, 32768], got {self.max_seq_len}")
+        _require(bool(self.source), self._at("source"), "must not be empty")
+        _require(16 <= self.max_seq_len <= 32768, self._at("max_seq_len"), f"must be in [16, 32768], got {self.max_seq_len}")
 
 
 @dataclass(frozen=True)
@@ -85,11 +89,11 @@ class QuantConfig(_Section):
     def _check(self) -> None:
         _require(
             self.scheme != "int8wo",
-            "quant.scheme",
+            self._at("scheme"),
             "int8wo (int8 weight-only linears) does not lower to XNNPACK in ExecuTorch 1.5 (no kernel for torchao::dequantize_affine); use 8da8w (int8 weights with dynamic int8 activations) or 8da4w",
         )
-        _require(self.group_size > 0 and self.group_size % 16 == 0, "quant.group_size", f"must be a positive multiple of 16, got {self.group_size}")
-        _require(self.embedding_bits in (0, 4, 8), "quant.embedding_bits", f"must be 0 (off), 4 or 8, got {self.embedding_bits}")
+        _require(self.group_size > 0 and self.group_size % 16 == 0, self._at("group_size"), f"must be a positive multiple of 16, got {self.group_size}")
+        _require(self.embedding_bits in (0, 4, 8), self._at("embedding_bits"), f"must be 0 (off), 4 or 8, got {self.embedding_bits}")
 
 
 @dataclass(frozen=True)
@@ -111,12 +115,12 @@ class StreamsConfig(_Section):
     weights: str = ""
 
     def _check(self) -> None:
-        _require(1 <= self.gamma <= 8, "streams.gamma", f"must be in [1, 8], got {self.gamma}")
-        _require(self.n_layers >= 1, "streams.n_layers", f"must be >= 1, got {self.n_layers}")
-        _require(self.lora_rank >= 0 and self.f_rank >= 0, "streams.lora_rank", "ranks must be >= 0")
+        _require(1 <= self.gamma <= 8, self._at("gamma"), f"must be in [1, 8], got {self.gamma}")
+        _require(self.n_layers >= 1, self._at("n_layers"), f"must be >= 1, got {self.n_layers}")
+        _require(self.lora_rank >= 0 and self.f_rank >= 0, self._at("lora_rank"), "ranks must be >= 0")
         _require(
             1 <= len(self.tree) <= self.gamma and all(k >= 1 for k in self.tree),
-            "streams.tree",
+            self._at("tree"),
             f"needs 1..gamma positive branching factors, got {list(self.tree)}",
         )
 
@@ -147,10 +151,10 @@ class TrainConfig(_Section):
     bf16: bool = True
 
     def _check(self) -> None:
-        _require(self.steps >= 1, "train.steps", "must be >= 1")
-        _require(self.batch_size >= 1, "train.batch_size", "must be >= 1")
-        _require(self.seq_len >= 16, "train.seq_len", "must be >= 16")
-        _require(self.lr > 0, "train.lr", "must be > 0")
+        _require(self.steps >= 1, self._at("steps"), "must be >= 1")
+        _require(self.batch_size >= 1, self._at("batch_size"), "must be >= 1")
+        _require(self.seq_len >= 16, self._at("seq_len"), "must be >= 16")
+        _require(self.lr > 0, self._at("lr"), "must be > 0")
 
 
 @dataclass(frozen=True)
@@ -169,8 +173,8 @@ class NumericsConfig(_Section):
     heldout_prompts: int = 4
 
     def _check(self) -> None:
-        _require(self.calibration_prompts >= 1, "numerics.calibration_prompts", "must be >= 1")
-        _require(self.heldout_prompts >= 1, "numerics.heldout_prompts", "must be >= 1")
+        _require(self.calibration_prompts >= 1, self._at("calibration_prompts"), "must be >= 1")
+        _require(self.heldout_prompts >= 1, self._at("heldout_prompts"), "must be >= 1")
 
 
 @dataclass(frozen=True)
@@ -200,8 +204,8 @@ class GatesConfig(_Section):
     no_overflow: bool = True
 
     def _check(self) -> None:
-        _require(0.0 <= self.min_speedup <= 100.0, "validate.gates.min_speedup", f"must be in [0, 100], got {self.min_speedup}")
-        _require(self.max_accuracy_drop <= 1.0, "validate.gates.max_accuracy_drop", f"must be <= 1 (scores are in [0, 1]), got {self.max_accuracy_drop}")
+        _require(0.0 <= self.min_speedup <= 100.0, self._at("min_speedup"), f"must be in [0, 100], got {self.min_speedup}")
+        _require(self.max_accuracy_drop <= 1.0, self._at("max_accuracy_drop"), f"must be <= 1 (scores are in [0, 1]), got {self.max_accuracy_drop}")
 
 
 @dataclass(frozen=True)
@@ -224,12 +228,12 @@ class ValidateConfig(_Section):
     gates: GatesConfig = field(default_factory=GatesConfig)
 
     def _check(self) -> None:
-        _require(len(self.suites) >= 1, "validate.suites", "needs at least one suite")
+        _require(len(self.suites) >= 1, self._at("suites"), "needs at least one suite")
         for i, s in enumerate(self.suites):
-            _require(s in SUITE_NAMES or s.endswith(".jsonl"), f"validate.suites[{i}]", f"must be one of {list(SUITE_NAMES)} or a .jsonl file, got {s!r}")
-        _require(1 <= self.prompts_per_suite <= 10000, "validate.prompts_per_suite", f"must be in [1, 10000], got {self.prompts_per_suite}")
-        _require(1 <= self.runs <= 100, "validate.runs", f"must be in [1, 100], got {self.runs}")
-        _require(0 <= self.lookup <= 8, "validate.lookup", f"must be in [0, 8], got {self.lookup}")
+            _require(s in SUITE_NAMES or s.endswith(".jsonl"), self._at(f"suites[{i}]"), f"must be one of {list(SUITE_NAMES)} or a .jsonl file, got {s!r}")
+        _require(1 <= self.prompts_per_suite <= 10000, self._at("prompts_per_suite"), f"must be in [1, 10000], got {self.prompts_per_suite}")
+        _require(1 <= self.runs <= 100, self._at("runs"), f"must be in [1, 100], got {self.runs}")
+        _require(0 <= self.lookup <= 8, self._at("lookup"), f"must be in [0, 8], got {self.lookup}")
 
 
 @dataclass(frozen=True)
