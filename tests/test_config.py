@@ -30,6 +30,8 @@ def test_yaml_round_trip():
         ({"model": {"chat_template": "yes"}}, "model.chat_template"),
         ({"quant": {"embedding_bits": 3}}, "quant.embedding_bits"),
         ({"model": []}, "model"),
+        ({"streams": {"draft_vocab": -1}}, "streams.draft_vocab"),
+        ({"export": {"step_attention": "flash"}}, "export.step_attention"),
     ],
 )
 def test_bad_fields_name_the_field(data, path):

@@ -90,9 +90,10 @@ def test_decoding_finishes_autoregressively_near_the_end_of_the_context(tiny_mod
     assert len(got.completion_ids) == 64 - 40
 
 
-@pytest.fixture(scope="module")
-def spec_pte(tmp_path_factory):
-    """A tiny two-method program (forward, spec_step) run by ExecuTorch."""
+@pytest.fixture(scope="module", params=["block+draft_vocab", "rows"])
+def spec_pte(tmp_path_factory, request):
+    """A tiny two-method program (forward, spec_step) run by ExecuTorch: the step's attention
+    in one call with a 40-token draft vocabulary, or one row per call with the full head."""
     from edgespec.export.program import ProgramMeta, lower_to_executorch
     from edgespec.export.spec_program import export_spec_methods, spec_meta
     from edgespec.models.llama import LlamaArgs, Transformer
@@ -103,9 +104,11 @@ def spec_pte(tmp_path_factory):
     with torch.no_grad():
         for p in model.parameters():
             p.normal_(0, 0.2)
-    program = SpecProgram(_spec_model(model.eval(), 3), Tree((2, 2, 1))).eval()
+    rows = request.param == "rows"
+    draft_ids = None if rows else torch.arange(0, 97, 2)[:40]
+    program = SpecProgram(_spec_model(model.eval(), 3), Tree((2, 2, 1)), draft_ids).eval()
     path = tmp_path_factory.mktemp("spec") / "model.pte"
-    path.write_bytes(lower_to_executorch(export_spec_methods(program), ProgramMeta(64, 97, 2, 1, (2,), spec_meta(program))))
+    path.write_bytes(lower_to_executorch(export_spec_methods(program, rows_per_call=rows), ProgramMeta(64, 97, 2, 1, (2,), spec_meta(program))))
     return path, program
 
 

@@ -103,6 +103,8 @@ class StreamsConfig(_Section):
     mode: ``lossless`` (main stream = untouched base model) or ``shared`` (adapters shared
     with the main stream, fine-tuned). tree: branching per depth (top-k of stream d).
     weights: trained stream weights (a file made by ``edgespec train``); empty = untrained.
+    draft_vocab: the streams' lm head covers only the N most frequent tokens of the training
+    corpus (verification keeps the full vocabulary); 0 = the full vocabulary.
     """
 
     PATH: ClassVar[str] = "streams"
@@ -113,8 +115,10 @@ class StreamsConfig(_Section):
     f_rank: int = 0
     tree: tuple[int, ...] = (3, 2, 1)
     weights: str = ""
+    draft_vocab: int = 0
 
     def _check(self) -> None:
+        _require(self.draft_vocab >= 0, self._at("draft_vocab"), f"must be >= 0 (0 = the full vocabulary), got {self.draft_vocab}")
         _require(1 <= self.gamma <= 8, self._at("gamma"), f"must be in [1, 8], got {self.gamma}")
         _require(self.n_layers >= 1, self._at("n_layers"), f"must be >= 1, got {self.n_layers}")
         _require(self.lora_rank >= 0 and self.f_rank >= 0, self._at("lora_rank"), "ranks must be >= 0")
@@ -179,10 +183,15 @@ class NumericsConfig(_Section):
 
 @dataclass(frozen=True)
 class ExportConfig(_Section):
-    """Lowering to ExecuTorch."""
+    """Lowering to ExecuTorch.
+
+    step_attention: how the speculative step attends for its few rows: ``block`` (one
+    `llama::custom_sdpa` call over all rows, causal or tree-masked) or ``rows`` (one call
+    per row, the kernel path of one-token decoding)."""
 
     PATH: ClassVar[str] = "export"
     backend: Literal["xnnpack"] = "xnnpack"
+    step_attention: Literal["block", "rows"] = "block"
 
 
 @dataclass(frozen=True)

@@ -54,7 +54,7 @@ def export_bundle(
 
             params = load_streams(recipe.streams.weights, model, expect=recipe.streams)  # recipe and file must agree
             save_streams(stage_dir / B.STREAMS, params, params.cfg)  # the bundle carries them (edgespec tune)
-            spec = SpecProgram(SpecModel(model, params), Tree(recipe.streams.tree)).eval()
+            spec = SpecProgram(SpecModel(model, params), Tree(recipe.streams.tree), draft_vocabulary(src, recipe.streams.draft_vocab)).eval()
 
         stage("normsearch")
         report_files: list[str] = []
@@ -73,6 +73,8 @@ def export_bundle(
         from edgespec.quant import quantize_model_
 
         quantize_model_(model, recipe.quant)
+        if spec is not None and spec.draft_head is not None:
+            quantize_model_(spec.draft_head, recipe.quant)  # a slice of the lm head, quantized like it
         if spec is not None and recipe.quant.scheme == "fp16":
             spec.streams.half()  # stream adapters follow the activations' dtype
 
@@ -82,7 +84,7 @@ def export_bundle(
         if spec is not None:
             from edgespec.export.spec_program import export_spec_methods, spec_meta
 
-            programs = export_spec_methods(spec)
+            programs = export_spec_methods(spec, rows_per_call=recipe.export.step_attention == "rows")
         else:
             programs = {"forward": export_forward(model, recipe.model.max_seq_len)}
 
@@ -189,7 +191,22 @@ def _spec_manifest(recipe: Recipe, meta) -> dict | None:
         "tree_branching": list(meta.spec.branching),
         "tree_parents": list(meta.spec.parents),
         "weights": STREAMS,  # a file in the bundle; the recipe names where they came from
+        "draft_vocab": s.draft_vocab,
+        "step_attention": recipe.export.step_attention,
     }
+
+
+def draft_vocabulary(src, n: int):
+    """The draft vocabulary of n tokens for `src` (None for n = 0): the most frequent tokens
+    of the training corpus, EOS always included (`edgespec.speculative.vocab`)."""
+    if not n:
+        return None
+    from edgespec.corpus.counts import corpus_token_counts
+    from edgespec.models.load import tokenizer_of
+    from edgespec.speculative.vocab import frequent_tokens
+
+    counts = corpus_token_counts(tokenizer_of(src).encode, src.args.vocab_size)
+    return frequent_tokens(counts, n, tuple(src.eos_ids))
 
 
 def _args_dict(args) -> dict:

@@ -74,10 +74,7 @@ def export_forward(model: torch.nn.Module, max_seq_len: int) -> torch.export.Exp
 
 def lower_to_executorch(programs: dict[str, torch.export.ExportedProgram], meta: ProgramMeta) -> bytes:
     """XNNPACK-delegate every method and serialize to `.pte` bytes."""
-    from executorch.backends.xnnpack.partition.xnnpack_partitioner import (
-        XnnpackDynamicallyQuantizedPartitioner,
-        XnnpackPartitioner,
-    )
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import EdgeCompileConfig, ExecutorchBackendConfig, to_edge_transform_and_lower
     from executorch.exir.passes import MemoryPlanningPass
     from executorch.exir.passes.sym_shape_eval_pass import ConstraintBasedSymShapeEvalPass
@@ -85,8 +82,11 @@ def lower_to_executorch(programs: dict[str, torch.export.ExportedProgram], meta:
     shared = len(programs) > 1  # methods share the KV cache (same buffer names)
     edge = to_edge_transform_and_lower(
         programs,
-        # dynamically quantized linears first, then every other op XNNPACK takes
-        partitioner=[XnnpackDynamicallyQuantizedPartitioner(), XnnpackPartitioner()],
+        # one partitioner for every precision: a layer's quantized linears and the fp32 ops
+        # between them share delegate subgraphs. (Dynamically quantized linears first, in a
+        # partitioner of their own, made every linear its own subgraph: 10 delegate calls per
+        # layer instead of ~5, ~6 us each; bench/step_cost.py --profile counts them.)
+        partitioner=[XnnpackPartitioner()],
         compile_config=EdgeCompileConfig(_check_ir_validity=False, _skip_dim_order=True),
         constant_methods=meta.constant_methods(),
     )

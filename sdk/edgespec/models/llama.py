@@ -56,24 +56,37 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x32 = x.float()
-        y = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        y = x32 * torch.rsqrt(x32.pow(2).unflatten(-1, (1, -1)).mean((-2, -1), keepdim=True).flatten(-2) + self.eps)
         return y.type_as(x) * self.weight
 
 
 def rope_tables(head_dim: int, max_seq_len: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos, sin tables: [max_seq_len, head_dim // 2]."""
+    """cos, sin tables: [max_seq_len, head_dim], each pair's angle repeated for both its elements."""
     inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
-    angles = torch.outer(torch.arange(max_seq_len, dtype=torch.float64), inv_freq)
+    angles = torch.outer(torch.arange(max_seq_len, dtype=torch.float64), inv_freq).repeat_interleave(2, -1)
     return angles.cos().float(), angles.sin().float()
 
 
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate interleaved pairs. x: [B, T, H, D]; cos, sin: [T, D/2]."""
-    xp = x.float().unflatten(-1, (-1, 2))  # [B, T, H, D/2, 2]
-    x0, x1 = xp[..., 0], xp[..., 1]
-    c, s = cos[None, :, None, :], sin[None, :, None, :]
-    out = torch.stack((x0 * c - x1 * s, x0 * s + x1 * c), dim=-1)
-    return out.flatten(-2).type_as(x)
+def pair_swap(head_dim: int) -> torch.Tensor:
+    """W [D, D] with (x W^T)_{2i} = -x_{2i+1}, (x W^T)_{2i+1} = x_{2i}."""
+    w = torch.zeros(head_dim, head_dim)
+    i = torch.arange(0, head_dim, 2)
+    w[i, i + 1], w[i + 1, i] = -1.0, 1.0
+    return w
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, swap: torch.Tensor | None = None) -> torch.Tensor:
+    """Rotate interleaved pairs. x: [B, T, H, D]; cos, sin: [T, D] (`rope_tables` rows);
+    swap: `pair_swap(D)` (a module's constant buffer, so a program holds it as a weight).
+
+    x cos + swap(x) sin, swap(x) = (-x1, x0) per pair (x0, x1): per element exactly
+    x0 cos - x1 sin and x1 cos + x0 sin. The swap is a product with a constant +-1 matrix,
+    exact in fp32, so in a program the whole rotation is ops XNNPACK takes (no gathers or
+    stacks between its partitions, which cost a delegate call each)."""
+    B, T, H, D = x.shape
+    xf = x.float()
+    c, s = cos.view(1, T, 1, D), sin.view(1, T, 1, D)
+    return (xf * c + F.linear(xf, pair_swap(D) if swap is None else swap) * s).type_as(x)
 
 
 class KVCache(nn.Module):
@@ -162,18 +175,22 @@ class SDPA(nn.Module):
 class ExecuTorchSDPA(SDPA):
     """ExecuTorch's `llama::custom_sdpa` (GQA-aware), same contract as `SDPA` (export only).
 
-    A call with a static row count (a speculative step, not the dynamic-length prefill)
-    attends one query row per op call: on a CPU the op's one-row path is ~10x faster than its
-    multi-row path for 4 rows at a 200-token context, and it computes each row exactly as
-    one-token decoding does. With a mask the op reads every key it is given, so only
-    [0, S') is passed."""
+    rows_per_call: a call with a static row count (a speculative step, not the
+    dynamic-length prefill) attends one query row per op call, the kernel path one-token
+    decoding takes (bit-identical rows); otherwise all rows go in one call, which in the
+    `.pte` costs ~2.3x one row for 4 rows instead of ~7x (bench/attention_paths.py). With a
+    mask the op reads every key it is given, so only [0, S') is passed."""
+
+    def __init__(self, rows_per_call: bool = False):
+        super().__init__()
+        self.rows_per_call = rows_per_call
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start_pos, mask: torch.Tensor | None) -> torch.Tensor:
         if mask is not None:
             n = mask.shape[1]
             k, v, mask = k.narrow(1, 0, n), v.narrow(1, 0, n), mask.to(k.dtype)
         T = q.shape[1]
-        if isinstance(T, int):  # static: one row per call
+        if self.rows_per_call and isinstance(T, int):
             return torch.cat([self._op(q[:, i : i + 1], k, v, start_pos + i, None if mask is None else mask[i : i + 1]) for i in range(T)], 1)
         return self._op(q, k, v, start_pos, mask)
 
@@ -205,6 +222,7 @@ class Attention(nn.Module):
         self.wo = nn.Linear(args.n_heads * args.head_dim, args.dim, bias=False)
         self.kv_cache = KVCache.zeros(args.max_seq_len, args.n_kv_heads, args.head_dim)
         self.sdpa = SDPA()
+        self.register_buffer("rope_swap", pair_swap(args.head_dim), persistent=False)
 
     def forward(
         self, x: torch.Tensor, start_pos, cos: torch.Tensor, sin: torch.Tensor, adapters=None, mask: torch.Tensor | None = None, kv: GrowingKV | None = None
@@ -217,7 +235,7 @@ class Attention(nn.Module):
         q = adapted(self.wq, adapters, "wq", x).view(B, T, self.n_heads, self.head_dim)
         k = adapted(self.wk, adapters, "wk", x).view(B, T, self.n_kv_heads, self.head_dim)
         v = adapted(self.wv, adapters, "wv", x).view(B, T, self.n_kv_heads, self.head_dim)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        q, k = apply_rope(q, cos, sin, self.rope_swap), apply_rope(k, cos, sin, self.rope_swap)
         kv = self.kv_cache if kv is None else kv
         cdt = kv.dtype  # the cache and attention stay fp32 in fp16 models
         keys, values = kv.update(start_pos, k.to(cdt), v.to(cdt))
@@ -292,6 +310,9 @@ class Transformer(nn.Module):
         self.half()
         self.rope_cos, self.rope_sin = self.rope_cos.float(), self.rope_sin.float()
         for m in self.modules():
+            if isinstance(m, Attention):
+                m.rope_swap = m.rope_swap.float()  # RoPE runs in fp32
+        for m in self.modules():
             if isinstance(m, KVCache):
                 m.k_cache, m.v_cache = m.k_cache.float(), m.v_cache.float()
         return self
@@ -304,17 +325,17 @@ class Transformer(nn.Module):
 
 
 @contextmanager
-def executorch_ops(model: nn.Module):
+def executorch_ops(model: nn.Module, rows_per_call: bool = False):
     """Within the block, every attention of `model` uses ExecuTorch's custom ops
-    (`ExecuTorchSDPA`, `ExecuTorchKVCache` over the same cache buffers), as `torch.export`
-    of a program needs; on exit the plain PyTorch modules are back. Eager code never runs
-    custom ops (ExecuTorch's `replace_sdpa_with_custom_op` idea, undone after export)."""
+    (`ExecuTorchSDPA(rows_per_call)`, `ExecuTorchKVCache` over the same cache buffers), as
+    `torch.export` of a program needs; on exit the plain PyTorch modules are back. Eager code
+    never runs custom ops (ExecuTorch's `replace_sdpa_with_custom_op` idea, undone after export)."""
     load_executorch_llm_ops()
     swapped = []
     for m in model.modules():
         if isinstance(m, Attention):
             swapped.append((m, m.kv_cache, m.sdpa))
-            m.kv_cache, m.sdpa = ExecuTorchKVCache(m.kv_cache.k_cache, m.kv_cache.v_cache), ExecuTorchSDPA()
+            m.kv_cache, m.sdpa = ExecuTorchKVCache(m.kv_cache.k_cache, m.kv_cache.v_cache), ExecuTorchSDPA(rows_per_call)
     try:
         yield model
     finally:

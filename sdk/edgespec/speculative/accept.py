@@ -69,10 +69,12 @@ def accept_tree(
         take = open_ & (uniforms[:, i] < p_cand[:, i] / (1 - removed).clamp(min=1e-12))
         chosen = torch.where(take, i, chosen)
         removed = removed + torch.where(open_ & ~take, p_cand[:, i], 0.0)
-    # residual draw per node: best of (scores) among tokens that are not rejected candidates
-    top = scores.topk(k + 1, -1).indices  # [R, k + 1]: at most k are excluded
-    excluded = ((top[:, :, None] == cand[:, None, :]) & valid[:, None, :]).any(-1)  # [R, k + 1]
-    residual = top.gather(1, (~excluded).to(torch.long).argmax(-1, keepdim=True))[:, 0]  # [R]
+    # residual draw per node: best of (scores) among tokens that are not rejected candidates:
+    # the node's valid candidates are struck out (invalid slots aim at an extra column), then
+    # one argmax scan (cheaper in the program than a top-k over the vocabulary)
+    V = scores.shape[1]
+    struck = torch.cat([scores, torch.zeros(R, 1, dtype=scores.dtype)], 1).scatter(1, torch.where(valid, cand, V), float("-inf"))
+    residual = struck.narrow(1, 0, V).argmax(-1)  # [R]
     # walk from the root (D + 1 steps: the last one at a leaf always emits its residual)
     node = torch.zeros(1, dtype=torch.long)
     alive = torch.ones(1, dtype=torch.bool)

@@ -13,7 +13,8 @@ step(last, draft, input_pos, temperature, uniforms, gumbel) -> (tokens, n, next 
     tree needs none).
  4. the next draft from the last accepted node only (`draft_hidden` of the model: the
     streams' D rows through the top MSA layers at the slots right after the accepted
-    prefix, or Medusa heads on its final hidden state), lm head on D rows, top-k.
+    prefix, or Medusa heads on its final hidden state), lm head on D rows (over the draft
+    vocabulary when one is given: `speculative/vocab.py`), top-k.
 Outputs are a few ids: never full-vocabulary logits per tree node.
 
 The drafting model is any object with `base`, `first` (the layer whose input is kept as
@@ -33,6 +34,7 @@ from edgespec.errors import EdgespecError
 from edgespec.models.llama import Transformer
 from edgespec.speculative.accept import accept_tree
 from edgespec.speculative.tree import Tree, placeholder_draft
+from edgespec.speculative.vocab import DraftHead
 
 
 class Drafting(Protocol):
@@ -48,7 +50,9 @@ class Drafting(Protocol):
 class SpecProgram(nn.Module):
     """The methods of a speculative program over a `SpecModel` with a fixed tree."""
 
-    def __init__(self, model: Drafting, tree: Tree):
+    def __init__(self, model: Drafting, tree: Tree, draft_ids: torch.Tensor | None = None):
+        """draft_ids [N]: the draft vocabulary (full-vocabulary ids) of the drafting rows'
+        lm head; None = the base model's full head."""
         super().__init__()
         if model.params is not None and len(tree.branching) > model.cfg.gamma:
             raise EdgespecError(
@@ -60,6 +64,7 @@ class SpecProgram(nn.Module):
         self.base, self.streams, self.cfg = model.base, model.params, model.cfg
         self.main_lora, self.draft_hidden = model.main_lora, model.draft_hidden
         self.first = model.first
+        self.draft_head = None if draft_ids is None else DraftHead(model.base.output.weight, draft_ids)
         self.tree, self.depth, self.k = tree, len(tree.branching), tree.k_max
         children, valid = tree.children_table()
         self.register_buffer("tree_children", children, persistent=False)
@@ -92,6 +97,8 @@ class SpecProgram(nn.Module):
         hidden = self.draft_hidden(h0, h, last, start_pos, self.depth)  # [D, d] or None
         if hidden is None:
             return placeholder_draft(self.depth, self.k)
+        if self.draft_head is not None:
+            return self.draft_head.topk(hidden, self.k)
         logits = self.base.output(hidden)  # [D, V]
         if self.k == 1:  # a chain: argmax is a cheaper scan than top-k
             return logits.argmax(-1, keepdim=True)

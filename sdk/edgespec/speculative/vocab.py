@@ -1,0 +1,59 @@
+"""The draft vocabulary: the streams' lm head over the N most frequent tokens only.
+
+Drafting rows need a cheap lm head more than a complete one (FR-Spec, EAGLE-3): a draft is
+a guess the full-vocabulary verification then checks, so restricting the drafts to
+frequent tokens never changes an output, it only loses the drafts of rare tokens. The
+step's stream rows then multiply against an N-row slice of the tied embedding instead of
+the whole [V, d] head, and top-k scans N logits instead of V.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+def frequent_tokens(counts: torch.Tensor, n: int, always: tuple[int, ...] = ()) -> torch.Tensor:
+    """Ids [min(n, V)], ascending, of the n most frequent tokens by counts [V] (ties: lower id
+    first); the ids in `always` (e.g. EOS) are included whatever their count."""
+    V = counts.shape[0]
+    n = min(n, V)
+    score = counts.double().clone()
+    if always:
+        score[list(always)] = float("inf")
+    order = torch.sort(-score, stable=True).indices  # most frequent first, lower id on ties
+    return order[:n].sort().values
+
+
+class DraftHead(nn.Module):
+    """lm head rows `ids` [N] of `head` [V, d] as a Linear of its own (quantized like the base
+    model's linears), with the id map to full-vocabulary tokens."""
+
+    def __init__(self, head: torch.Tensor, ids: torch.Tensor):
+        super().__init__()
+        self.output = nn.Linear(head.shape[1], ids.shape[0], bias=False)
+        with torch.no_grad():
+            self.output.weight.copy_(head.detach().index_select(0, ids))
+        self.register_buffer("ids", ids.clone(), persistent=False)
+
+    def topk(self, hidden: torch.Tensor, k: int) -> torch.Tensor:
+        """Full-vocabulary ids [D, k] of the k best draft-vocabulary tokens per row of hidden [D, d]."""
+        logits = self.output(hidden)  # [D, N]
+        local = logits.argmax(-1, keepdim=True) if k == 1 else logits.topk(k, -1).indices  # argmax: cheaper scan
+        return self.ids.index_select(0, local.reshape(-1)).reshape(local.shape)
+
+    def to_half_(self) -> DraftHead:
+        self.half()
+        return self
+
+
+def restrict_ranks(logits: torch.Tensor, target: torch.Tensor, ids: torch.Tensor | None) -> torch.Tensor:
+    """Rank of each target token among logits [..., V] (0 = the argmax), counting only the
+    draft vocabulary `ids` when given; a target outside it gets a rank no tree accepts."""
+    if ids is None:
+        return (logits > logits.gather(-1, target[..., None])).sum(-1)
+    inside = torch.zeros(logits.shape[-1], dtype=torch.bool)
+    inside[ids] = True
+    sub = logits.index_select(-1, ids)
+    own = logits.gather(-1, target[..., None])
+    return torch.where(inside[target], (sub > own).sum(-1), torch.full_like(target, 10**6))
