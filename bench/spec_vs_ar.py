@@ -89,13 +89,19 @@ def main() -> None:
     ap.add_argument("--lookup", type=int, default=0, help="also draft by prompt lookup (max n-gram; 0 = streams only)")
     ap.add_argument("--stock", help="a .pte made by ExecuTorch's export_llm for the same model and quantization")
     ap.add_argument("--ar-bundle", help="an autoregressive-only bundle of the same model, for the memory/size ratio")
+    ap.add_argument("--threads", type=int, default=0, help="ExecuTorch threadpool size (0 = its default, one per core)")
     args = ap.parse_args()
+    if args.threads:  # before any program is loaded: XNNPACK keeps the pool it was loaded with
+        from executorch.extension.pybindings.portable_lib import _unsafe_reset_threadpool
+
+        _unsafe_reset_threadpool(args.threads)
 
     rows, tokenizer, runner = run_suite(args.bundle, args.prompts, args.max_new_tokens, args.lookup, args.runs)
     report = {
         "bundle": args.bundle,
         "branching": list(runner.branching),
         "lookup": args.lookup,
+        "threads": args.threads or None,
         "pte_bytes": runner.path.stat().st_size,
         "max_new_tokens": args.max_new_tokens,
         "runs": args.runs,

@@ -185,13 +185,14 @@ class NumericsConfig(_Section):
 class ExportConfig(_Section):
     """Lowering to ExecuTorch.
 
-    step_attention: how the speculative step attends for its few rows: ``block`` (one
-    `llama::custom_sdpa` call over all rows, causal or tree-masked) or ``rows`` (one call
-    per row, the kernel path of one-token decoding)."""
+    step_attention: how the speculative step attends for its few rows: ``rows`` (one
+    `llama::custom_sdpa` call per row, the kernel path of one-token decoding; fastest here
+    with 2 threads) or ``block`` (one call over all rows, causal or tree-masked; fastest
+    with 1 thread, pathological with 2 next to XNNPACK work). docs/speculative-program.md."""
 
     PATH: ClassVar[str] = "export"
     backend: Literal["xnnpack"] = "xnnpack"
-    step_attention: Literal["block", "rows"] = "block"
+    step_attention: Literal["rows", "block"] = "rows"
 
 
 @dataclass(frozen=True)

@@ -51,6 +51,7 @@ def export_bundle(
             from edgespec.speculative.step import SpecProgram
             from edgespec.speculative.streams import SpecModel, load_streams, save_streams
             from edgespec.speculative.tree import Tree
+            from edgespec.speculative.vocab import draft_vocabulary
 
             params = load_streams(recipe.streams.weights, model, expect=recipe.streams)  # recipe and file must agree
             save_streams(stage_dir / B.STREAMS, params, params.cfg)  # the bundle carries them (edgespec tune)
@@ -194,19 +195,6 @@ def _spec_manifest(recipe: Recipe, meta) -> dict | None:
         "draft_vocab": s.draft_vocab,
         "step_attention": recipe.export.step_attention,
     }
-
-
-def draft_vocabulary(src, n: int):
-    """The draft vocabulary of n tokens for `src` (None for n = 0): the most frequent tokens
-    of the training corpus, EOS always included (`edgespec.speculative.vocab`)."""
-    if not n:
-        return None
-    from edgespec.corpus.counts import corpus_token_counts
-    from edgespec.models.load import tokenizer_of
-    from edgespec.speculative.vocab import frequent_tokens
-
-    counts = corpus_token_counts(tokenizer_of(src).encode, src.args.vocab_size)
-    return frequent_tokens(counts, n, tuple(src.eos_ids))
 
 
 def _args_dict(args) -> dict:

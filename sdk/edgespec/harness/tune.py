@@ -32,6 +32,7 @@ def tune_bundle(
     from edgespec.runtime.generate import generate
     from edgespec.runtime.session import open_bundle, prompt_ids
     from edgespec.speculative.streams import SpecModel, load_streams
+    from edgespec.speculative.vocab import draft_vocabulary
 
     weights = stream_weights(bundle_dir, read_manifest(bundle_dir))  # before any slow work
     manifest, tokenizer, runner = open_bundle(bundle_dir)
@@ -45,9 +46,11 @@ def tune_bundle(
         seqs.append((len(ids), ids + res.completion_ids))
         on_progress("continuations", i + 1, len(prompts))
     on_progress("acceptance", 0, 1)
-    base = build_model(read_source(manifest["recipe"]["model"]["source"], runner.max_seq_len))
+    src = read_source(manifest["recipe"]["model"]["source"], runner.max_seq_len)
+    base = build_model(src)
     spec = SpecModel(base, load_streams(weights, base))
-    ranks = T.future_ranks(spec, seqs, spec.cfg.gamma)
+    vocab = draft_vocabulary(src, (manifest.get("speculative") or {}).get("draft_vocab", 0))
+    ranks = T.future_ranks(spec, seqs, spec.cfg.gamma, vocab)
     on_progress("costs", 0, 1)
     t_1 = T.forward_cost(runner, context)
     t_own = T.step_cost(runner, context)

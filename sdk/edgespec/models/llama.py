@@ -177,9 +177,10 @@ class ExecuTorchSDPA(SDPA):
 
     rows_per_call: a call with a static row count (a speculative step, not the
     dynamic-length prefill) attends one query row per op call, the kernel path one-token
-    decoding takes (bit-identical rows); otherwise all rows go in one call, which in the
-    `.pte` costs ~2.3x one row for 4 rows instead of ~7x (bench/attention_paths.py). With a
-    mask the op reads every key it is given, so only [0, S') is passed."""
+    decoding takes; otherwise all rows go in one call: with 1 thread ~2.3x one row for 4 rows
+    instead of ~7x, with 2 threads inside a full program far slower (bench/step_cost.py,
+    docs/speculative-program.md). With a mask the op reads every key it is given, so only
+    [0, S') is passed."""
 
     def __init__(self, rows_per_call: bool = False):
         super().__init__()

@@ -31,29 +31,25 @@ import torch
 
 from edgespec.speculative.streams import SpecModel
 from edgespec.speculative.tree import Tree, placeholder_draft
+from edgespec.speculative.vocab import restrict_ranks
 
 
 @torch.no_grad()
-def future_ranks(model: SpecModel, sequences: list[tuple[int, list[int]]], depth: int) -> list[torch.Tensor]:
+def future_ranks(model: SpecModel, sequences: list[tuple[int, list[int]]], depth: int, vocab: torch.Tensor | None = None) -> list[torch.Tensor]:
     """For each (prompt_len, ids): [n_positions, depth] rank of the true token t+1+d in stream d
-    at every completion position t (from the last prompt row on)."""
+    at every completion position t (from the last prompt row on); with a draft vocabulary
+    `vocab` [N] the rank counts only its tokens, and a token outside it is never drafted."""
     out = []
     for prompt_len, ids in sequences:
         tokens = torch.tensor([ids])
         _, streams = model.forward_train(tokens)  # [1, T, g, d]
         logits = model.base.output(streams[0, :, :depth])  # [T, D, V]
         T = len(ids)
-        rows = []
-        for t in range(prompt_len - 1, T - 2):  # a call from row t emits ids[t + 2:]
-            r = []
-            for d in range(depth):
-                j = t + 2 + d  # stream d (0-based) at t predicts token t + 2 + d
-                if j >= T:
-                    r.append(10**6)  # past the end: never accepted
-                else:
-                    r.append(int((logits[t, d] > logits[t, d, ids[j]]).sum()))
-            rows.append(r)
-        out.append(torch.tensor(rows, dtype=torch.long).reshape(-1, depth))
+        t = torch.arange(prompt_len - 1, max(prompt_len - 1, T - 2))  # a call from row t emits ids[t + 2:]
+        j = t[:, None] + 2 + torch.arange(depth)  # stream d (0-based) at t predicts token t + 2 + d
+        target = torch.tensor(ids + [0] * (depth + 2))[j]  # [n, D]
+        ranks = restrict_ranks(logits[t], target, vocab)
+        out.append(ranks.masked_fill(j >= T, 10**6))  # past the end: never accepted
     return out
 
 

@@ -25,6 +25,19 @@ def frequent_tokens(counts: torch.Tensor, n: int, always: tuple[int, ...] = ()) 
     return order[:n].sort().values
 
 
+def draft_vocabulary(src, n: int) -> torch.Tensor | None:
+    """The draft vocabulary of n tokens for a model source `src` (None for n = 0): the most
+    frequent tokens of the training corpus's prompts and references, then the lowest ids
+    (BPE merge order) for tokens the corpus never shows; EOS always included."""
+    if not n:
+        return None
+    from edgespec.corpus.counts import corpus_token_counts
+    from edgespec.models.load import tokenizer_of
+
+    counts = corpus_token_counts(tokenizer_of(src).encode, src.args.vocab_size)
+    return frequent_tokens(counts, n, tuple(src.eos_ids))
+
+
 class DraftHead(nn.Module):
     """lm head rows `ids` [N] of `head` [V, d] as a Linear of its own (quantized like the base
     model's linears), with the id map to full-vocabulary tokens."""
