@@ -6,9 +6,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from edgespec.config import StreamsConfig, TrainConfig
+from edgespec.errors import EdgespecError
 from edgespec.speculative.streams import SpecModel, StreamParams
 from edgespec.speculative.train import Example, FeatureCache, make_batch, train_streams
 
@@ -48,21 +50,62 @@ def test_streams_learn_a_predictable_sequence(tiny_model, tmp_path):
     assert json.loads((tmp_path / "log.json").read_text())["steps"][-1] == 60
 
 
-def test_resume_continues_from_checkpoint(tiny_model, tmp_path):
+class _Killed(Exception):
+    pass
+
+
+def _run(tiny_model, ex, d, steps=10, lr=1e-3, stop_at=None):
+    torch.manual_seed(0)
+    spec = SpecModel(tiny_model, StreamParams(tiny_model, StreamsConfig(gamma=2, n_layers=1, lora_rank=4, tree=(1, 1))))
+    hp = TrainConfig(steps=steps, batch_size=4, lr=lr, warmup_steps=2, checkpoint_every=5, stream_weights=(1.0, 1.0), bf16=False)
+
+    def on_step(step, loss):
+        if step == stop_at:
+            raise _Killed
+
+    return train_streams(spec, ex, FeatureCache(spec, ex).h, hp, d, on_step=on_step), spec
+
+
+def test_killed_run_resumes_to_the_uninterrupted_weights(tiny_model, tmp_path):
     ex = _periodic_examples()
-
-    def run(steps, d):
-        torch.manual_seed(0)
-        spec = SpecModel(tiny_model, StreamParams(tiny_model, StreamsConfig(gamma=2, n_layers=1, lora_rank=4, tree=(1, 1))))
-        hp = TrainConfig(steps=steps, batch_size=4, lr=1e-3, warmup_steps=2, checkpoint_every=5, stream_weights=(1.0, 1.0), bf16=False)
-        return train_streams(spec, ex, FeatureCache(spec, ex).h, hp, d), spec
-
-    full, spec_full = run(10, tmp_path / "a")
-    run(5, tmp_path / "b")  # stops at step 5 with a checkpoint
-    resumed, spec_res = run(10, tmp_path / "b")
+    full, spec_full = _run(tiny_model, ex, tmp_path / "a")
+    with pytest.raises(_Killed):  # killed after step 7: the checkpoint on disk is step 5's
+        _run(tiny_model, ex, tmp_path / "b", stop_at=7)
+    resumed, spec_res = _run(tiny_model, ex, tmp_path / "b")
     assert resumed.steps == list(range(1, 11))
     # equal up to multithreaded float reduction order
     torch.testing.assert_close(torch.tensor(resumed.loss[5:]), torch.tensor(full.loss[5:]), atol=1e-2, rtol=1e-3)
+    for (name, a), b in zip(spec_full.params.state_dict().items(), spec_res.params.state_dict().values()):
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-3, msg=name)
+
+
+def test_resume_refuses_a_checkpoint_of_another_recipe_or_data(tiny_model, tmp_path):
+    ex = _periodic_examples()
+    _run(tiny_model, ex, tmp_path, steps=5)  # a finished run
+    with pytest.raises(EdgespecError, match="another base model, data or stream/training settings"):
+        _run(tiny_model, ex, tmp_path, steps=5, lr=2e-3)
+    with pytest.raises(EdgespecError, match="train.out_dir"):
+        _run(tiny_model, _periodic_examples(period=2), tmp_path, steps=5)
+    log, _ = _run(tiny_model, ex, tmp_path, steps=5)  # the same run: the finished checkpoint is kept
+    assert log.steps == [1, 2, 3, 4, 5]
+
+
+def test_feature_cache_is_rebuilt_for_other_data_or_model(tiny_model, tmp_path):
+    spec = SpecModel(tiny_model, StreamParams(tiny_model, StreamsConfig(gamma=2, n_layers=1, lora_rank=4, tree=(1, 1))))
+    path = tmp_path / "features.pt"
+    ex = _periodic_examples()
+    first = FeatureCache(spec, ex, path).h
+    calls = []
+    FeatureCache(spec, ex, path, on_progress=calls.append)
+    assert calls == []  # same model and data: read from the file
+    other = [Example([t + 1 for t in e.tokens], e.n_prompt) for e in ex]  # same count and lengths
+    rebuilt = FeatureCache(spec, other, path, on_progress=calls.append).h
+    assert len(calls) == len(ex) and not torch.equal(rebuilt[0], first[0])
+    with torch.no_grad():
+        tiny_model.tok_embeddings.weight.mul_(2.0)
+    calls.clear()
+    FeatureCache(spec, other, path, on_progress=calls.append)
+    assert len(calls) == len(ex)
 
 
 def test_torchrun_two_processes_match_single_process(tmp_path):

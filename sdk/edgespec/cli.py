@@ -28,20 +28,64 @@ def _friendly(fn):
         try:
             return fn(*args, **kwargs)
         except EdgespecError as e:
-            click.echo(f"error: {e}", err=True)
+            click.echo(f"error: {e}", file=_err())
             sys.exit(getattr(e, "exit_code", 2))
 
     return wrapper
 
 
+_TERMINAL: list = []  # the stream edgespec's own lines go to while runtime logs are hidden
+
+
+def _err():
+    """Where edgespec's own progress, notes and `error:` lines go: the terminal's stderr."""
+    return _TERMINAL[-1] if _TERMINAL else sys.stderr
+
+
 def _quiet_runtime_logs() -> None:
-    """ExecuTorch's C++ runtime logs to stderr at info level; keep the terminal readable."""
+    """Keep the terminal to edgespec's own lines for the rest of the command.
+
+    ExecuTorch's runtime logs (cpuinfo, "No temp allocator provided", ...) reach Python's
+    `sys.stderr` through its bindings' stream redirection, or file descriptor 2 directly, and
+    torch's warnings go through `logging`/`warnings`. Unless `edgespec --verbose`, both
+    `sys.stderr` and descriptor 2 point at /dev/null until the command ends; edgespec's own
+    lines (`_err()`) keep going to the terminal through a duplicate of the original stream.
+    """
     import logging
+    import os
     import warnings
 
+    ctx = click.get_current_context()
+    if ctx.find_root().params.get("verbose") or ctx.meta.get("edgespec.quiet"):
+        return
+    ctx.meta["edgespec.quiet"] = True
     warnings.filterwarnings("ignore")
-    for name in ("torch", "torchao"):
+    for name in ("torch", "torchao", "executorch"):
         logging.getLogger(name).setLevel(logging.ERROR)
+    saved_stream = sys.stderr
+    saved_stream.flush()
+    saved_fd = os.dup(2)
+    null_fd = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null_fd, 2)
+    os.close(null_fd)
+    try:
+        real = saved_stream.fileno() == 2
+    except (AttributeError, OSError, ValueError):  # a test runner's in-memory stream
+        real = False
+    terminal = open(os.dup(saved_fd), "w", buffering=1, encoding=saved_stream.encoding, errors="backslashreplace") if real else saved_stream
+    _TERMINAL.append(terminal)
+    sys.stderr = open(os.devnull, "w")
+
+    def restore() -> None:
+        sys.stderr.close()
+        sys.stderr = saved_stream
+        _TERMINAL.pop()
+        if terminal is not saved_stream:
+            terminal.close()
+        os.dup2(saved_fd, 2)
+        os.close(saved_fd)
+
+    ctx.call_on_close(restore)
 
 
 RECIPE_ARGS = click.argument("recipe_args", nargs=-1, metavar="[RECIPE] [FIELD=VALUE]...")
@@ -62,7 +106,8 @@ def _overrides_help(cmd: str, example: str) -> str:
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="edgespec")
-def main() -> None:
+@click.option("-v", "--verbose", is_flag=True, help="Also show ExecuTorch's and torch's own log lines and warnings.")
+def main(verbose: bool) -> None:
     """edgespec: export a pretrained LM to a fast, verified ExecuTorch bundle for phones."""
 
 
@@ -82,7 +127,7 @@ def export(recipe_args: tuple[str, ...], outdir: str) -> None:
 
     from edgespec.pipeline import STAGES, export_bundle
 
-    with tqdm(total=len(STAGES), desc="export", unit="stage", file=sys.stderr, bar_format="{desc}: {n_fmt}/{total_fmt} {bar} [{elapsed}] {postfix}") as bar:
+    with tqdm(total=len(STAGES), desc="export", unit="stage", file=_err(), bar_format="{desc}: {n_fmt}/{total_fmt} {bar} [{elapsed}] {postfix}") as bar:
 
         def on_stage(name: str) -> None:
             if name != STAGES[0]:
@@ -107,10 +152,10 @@ def export(recipe_args: tuple[str, ...], outdir: str) -> None:
     click.echo(f"wrote {result.bundle_dir} ({cfg.quant.scheme}, model.pte {size_mb:.1f} MB) in {total:.0f}s [{parts}]{checked}")
 
 
-def _load_bundle(bundle: str):
+def _load_bundle(bundle: str, verify: bool = False):
     from edgespec.runtime.session import open_bundle
 
-    return open_bundle(bundle)
+    return open_bundle(bundle, verify=verify)
 
 
 def _prompt_ids(tokenizer, prompt: str, chat_template: bool) -> list[int]:
@@ -164,6 +209,7 @@ LOOKUP = click.option(
     help="Batch: prefill only where a prompt differs from what the KV cache holds (shared system prompt or context).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of streaming text.")
+@click.option("--verify", is_flag=True, help="Check every bundle file's SHA-256 against the manifest before loading.")
 @_friendly
 def generate(
     bundle: str,
@@ -180,6 +226,7 @@ def generate(
     sequential: bool,
     reuse_prefix: bool,
     as_json: bool,
+    verify: bool,
 ) -> None:
     """Generate a completion with the bundle's program, streaming text; or, with --input and
     --output, a whole JSONL batch through an asynchronous pipeline."""
@@ -190,7 +237,7 @@ def generate(
     _quiet_runtime_logs()
     from edgespec.models.tokenizer import StreamDecoder
 
-    _, tokenizer, runner = _load_bundle(bundle)
+    _, tokenizer, runner = _load_bundle(bundle, verify)
     mode, run = _decoder(runner, mode, lookup)
     kwargs = dict(
         max_new_tokens=max_new_tokens,
@@ -236,7 +283,7 @@ def generate(
     else:
         click.echo()
         if mode == "spec":
-            click.echo(f"[spec: {res.decode_tokens_per_s:.1f} tok/s decode, {res.mean_tokens_per_call:.2f} tokens per call]", err=True)
+            click.echo(f"[spec: {res.decode_tokens_per_s:.1f} tok/s decode, {res.mean_tokens_per_call:.2f} tokens per call]", file=_err())
 
 
 def _generate_batch(run, tokenizer, input_path: str, output_path: str, kwargs: dict, chat: bool, pipelined: bool) -> None:
@@ -246,7 +293,7 @@ def _generate_batch(run, tokenizer, input_path: str, output_path: str, kwargs: d
 
     p = Path(input_path)
     total = sum(1 for line in open(p, encoding="utf-8", errors="replace") if line.strip()) if p.is_file() else 0
-    with tqdm(total=total, desc="generate", unit="prompt", file=sys.stderr) as bar:
+    with tqdm(total=total, desc="generate", unit="prompt", file=_err()) as bar:
 
         def on_item(stats) -> None:
             bar.n = stats.generated + stats.skipped_done + len(stats.errors)
@@ -258,7 +305,7 @@ def _generate_batch(run, tokenizer, input_path: str, output_path: str, kwargs: d
         )
     for e in stats.errors:
         where = f"line {e['line']}" if "line" in e else f"id {e['id']}"
-        click.echo(f"skipped {where}: {e['error']}", err=True)
+        click.echo(f"skipped {where}: {e['error']}", file=_err())
     click.echo(json.dumps(stats.as_dict()))
 
 
@@ -392,7 +439,7 @@ def _phase_bars(name: str):
             for b in bars.values():
                 b.close()
             bars.clear()
-            bars[phase] = tqdm(total=total, desc=f"{name} [{phase}]", unit="step", file=sys.stderr, leave=False)
+            bars[phase] = tqdm(total=total, desc=f"{name} [{phase}]", unit="step", file=_err(), leave=False)
         bars[phase].n = done
         bars[phase].refresh()
 
@@ -488,7 +535,7 @@ def train(recipe_args: tuple[str, ...]) -> None:
 
     from edgespec.speculative.train import train_from_recipe
 
-    with tqdm(total=cfg.train.steps, desc="train", unit="step", file=sys.stderr) as bar:
+    with tqdm(total=cfg.train.steps, desc="train", unit="step", file=_err()) as bar:
 
         def on_step(step: int, loss: float) -> None:
             bar.n = step
@@ -522,7 +569,7 @@ def distill(bundle: str, suites: str | None, split: str, n_prompts: int, max_new
         raise EdgespecError(f"unknown suite(s) {unknown}; known: {', '.join(SUITES)}")
     _, tokenizer, runner = _load_bundle(bundle)
     prompts = mixed_prompts(split, n_prompts, names)
-    with tqdm(total=len(prompts), desc="distill", unit="prompt", file=sys.stderr) as bar:
+    with tqdm(total=len(prompts), desc="distill", unit="prompt", file=_err()) as bar:
 
         def respond(ids: list[int]) -> tuple[list[int], bool]:
             res = generate(runner.forward, ids, max_new_tokens=max_new_tokens, max_seq_len=runner.max_seq_len, eos_ids=runner.eos_ids)
@@ -559,7 +606,7 @@ def normsearch(recipe_args: tuple[str, ...], outdir: str) -> None:
     src = read_source(cfg.model.source, cfg.model.max_seq_len)
     model = build_model(src)
     n_norms = 2 * src.args.n_layers + 1
-    with tqdm(total=n_norms, desc="normsearch", unit="layer", file=sys.stderr) as bar:
+    with tqdm(total=n_norms, desc="normsearch", unit="layer", file=_err()) as bar:
         result = run_normsearch(model, tokenizer_of(src), cfg.numerics, on_layer=lambda name: bar.update(1))
     Path(outdir).mkdir(parents=True, exist_ok=True)
     files = write_report(result, outdir)

@@ -12,11 +12,16 @@ from edgespec.runtime.generate import generate
 from edgespec.runtime.program import ProgramRunner
 
 
-def open_bundle(bundle: str | Path) -> tuple[dict, Tokenizer, ProgramRunner]:
-    """(manifest, tokenizer, program runner) of a bundle directory."""
-    from edgespec.bundle import PROGRAM, read_manifest
+def open_bundle(bundle: str | Path, verify: bool = False) -> tuple[dict, Tokenizer, ProgramRunner]:
+    """(manifest, tokenizer, program runner) of a bundle directory.
+
+    The program is checked against the manifest (methods, metadata: cheap) before use;
+    `verify` also checks every file's SHA-256 against the manifest."""
+    from edgespec.bundle import PROGRAM, read_manifest, verify_checksums
 
     manifest = read_manifest(bundle)
+    if verify:
+        verify_checksums(bundle, manifest)
     tk = manifest["tokenizer"]
     tokenizer = Tokenizer.from_file(
         Path(bundle) / tk["file"],
@@ -25,7 +30,9 @@ def open_bundle(bundle: str | Path) -> tuple[dict, Tokenizer, ProgramRunner]:
         eos_ids=tuple(tk["eos_ids"]),
         add_bos=tk.get("add_bos", False),
     )
-    return manifest, tokenizer, ProgramRunner(Path(bundle) / PROGRAM)
+    runner = ProgramRunner(Path(bundle) / PROGRAM)
+    check_program(runner, manifest, bundle)
+    return manifest, tokenizer, runner
 
 
 def prompt_ids(tokenizer: Tokenizer, prompt: str, chat_template: bool = True) -> list[int]:
@@ -49,19 +56,26 @@ def decoder(runner: ProgramRunner, mode: str, lookup: int = 0):
 
 
 def verify_program(bundle_dir: str | Path, manifest: dict[str, Any]) -> dict[str, Any]:
-    """Load the bundle's program with ExecuTorch and check that it answers its metadata methods
-    and agrees with the manifest (methods, vocabulary, EOS ids, speculative tree).
+    """Load the bundle's program with ExecuTorch and `check_program` it against the manifest.
     Returns the metadata it read."""
     from edgespec.bundle import PROGRAM
+
+    return check_program(ProgramRunner(Path(bundle_dir) / PROGRAM), manifest, bundle_dir)
+
+
+def check_program(runner: ProgramRunner, manifest: dict[str, Any], bundle_dir: str | Path) -> dict[str, Any]:
+    """Check that a loaded program answers its metadata methods and agrees with the bundle's
+    manifest (methods, vocabulary, EOS ids, speculative tree); EdgespecError naming the first
+    difference. Returns the metadata it read."""
     from edgespec.export import constants as C
 
     d = Path(bundle_dir)
-    runner = ProgramRunner(d / PROGRAM)
     have = set(runner.program.method_names)
     missing = [m for m in manifest.get("methods", []) if m not in have]
     if missing:
         raise EdgespecError(f"bundle '{d}': the manifest lists methods the program lacks: {missing}")
-    meta = {name: runner.constant(name, many=name in (C.GET_EOS_IDS, C.GET_SPEC_BRANCHING, C.GET_SPEC_PARENTS)) for name in C.METADATA_METHODS}
+    lists = (C.GET_EOS_IDS, C.GET_SPEC_BRANCHING, C.GET_SPEC_PARENTS)
+    meta = {name: runner.constant(name, many=name in lists) for name in C.METADATA_METHODS}
     if meta[C.GET_VOCAB_SIZE] != manifest["model"]["vocab_size"]:
         raise EdgespecError(f"bundle '{d}': program vocabulary {meta[C.GET_VOCAB_SIZE]} != manifest {manifest['model']['vocab_size']}")
     if [int(x) for x in meta[C.GET_EOS_IDS]] != list(manifest["tokenizer"]["eos_ids"]):
@@ -71,7 +85,8 @@ def verify_program(bundle_dir: str | Path, manifest: dict[str, Any]) -> dict[str
         raise EdgespecError(f"bundle '{d}': program {'has' if runner.has_spec else 'lacks'} spec_step but the manifest says the opposite")
     if spec is not None:
         for name in C.SPEC_METADATA_METHODS:
-            meta[name] = runner.constant(name, many=name in (C.GET_SPEC_BRANCHING, C.GET_SPEC_PARENTS))
-        if [int(x) for x in meta[C.GET_SPEC_BRANCHING]] != list(spec["tree_branching"]):
-            raise EdgespecError(f"bundle '{d}': program tree {meta[C.GET_SPEC_BRANCHING]} != manifest {spec['tree_branching']}")
+            meta[name] = runner.constant(name, many=name in lists)
+        for name, key in ((C.GET_SPEC_BRANCHING, "tree_branching"), (C.GET_SPEC_PARENTS, "tree_parents")):
+            if [int(x) for x in meta[name]] != list(spec[key]):
+                raise EdgespecError(f"bundle '{d}': program {key} {[int(x) for x in meta[name]]} != manifest {list(spec[key])}")
     return {k: ([int(x) for x in v] if isinstance(v, list) else v) for k, v in meta.items()}

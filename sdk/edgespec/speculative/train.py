@@ -6,12 +6,15 @@
   (`FeatureCache`) and reused every epoch; a step costs only the top n_layers + lm head.
 - Multi-process: under `torchrun` the trainer is wrapped in DistributedDataParallel
   (gloo on CPU, nccl on GPU), each rank taking every world_size-th batch.
-- Checkpoints (`ckpt.pt`, atomic) hold stream weights, optimizer, step and the loss log;
-  `train_streams` resumes from one when it exists.
+- Checkpoints (`ckpt.pt`, atomic) hold stream weights, optimizer, step, the loss log and a
+  fingerprint of what determines the weights (base model, data, stream and training
+  settings); `train_streams` resumes from one only when the fingerprint matches, and the
+  feature cache is reused only for the same base model and data.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
@@ -33,14 +36,43 @@ class Example:
     n_prompt: int
 
 
+def tensors_digest(module: nn.Module) -> str:
+    """SHA-256 over a module's state (names, dtypes, shapes, bytes)."""
+    h = hashlib.sha256()
+    for name, t in module.state_dict().items():
+        t = t.detach().contiguous().cpu()
+        h.update(f"{name}:{t.dtype}:{tuple(t.shape)};".encode())
+        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
+
+
+def examples_digest(examples: list[Example]) -> str:
+    """SHA-256 of the training sequences' content (tokens and prompt lengths, in order)."""
+    h = hashlib.sha256()
+    for e in examples:
+        h.update(json.dumps([e.n_prompt, e.tokens], separators=(",", ":")).encode())
+    return h.hexdigest()
+
+
+def run_fingerprint(model: SpecModel, examples: list[Example], hp: TrainConfig) -> str:
+    """What decides the trained weights: base model, stream settings, data content and the
+    training settings (not where they are written nor how often)."""
+    settings = {k: v for k, v in asdict(hp).items() if k not in ("data", "out_dir", "checkpoint_every")}
+    blob = {"base": tensors_digest(model.base), "streams": repr(model.cfg), "data": examples_digest(examples), "train": settings}
+    return hashlib.sha256(json.dumps(blob, sort_keys=True, default=str).encode()).hexdigest()
+
+
 class FeatureCache:
-    """Layer-L0 inputs of every example, computed once (bf16 in memory, optional file)."""
+    """Layer-L0 inputs of every example, computed once (bf16 in memory, optional file).
+
+    The file is reused only when the base model's weights, the layer L0 and the examples'
+    content are the same; otherwise it is rebuilt."""
 
     def __init__(self, model: SpecModel, examples: list[Example], path: Path | None = None, on_progress: Callable[[int], None] = lambda n: None):
-        key = {"n": len(examples), "first": model.first, "lens": sum(len(e.tokens) for e in examples)}
+        key = {"base": tensors_digest(model.base), "first": model.first, "data": examples_digest(examples)}
         if path is not None and path.is_file():
             blob = torch.load(path)
-            if blob["key"] == key:
+            if blob.get("key") == key:
                 self.h = blob["h"]
                 return
         self.h = []
@@ -138,7 +170,10 @@ def train_streams(
     on_step: Callable[[int, float], None] = lambda step, loss: None,
 ) -> TrainLog:
     """Train model.params on examples with `hp` (steps, lr, loss weights, ...; its data, out_dir
-    and drafter are the caller's); resumable from out_dir/ckpt.pt. Returns the loss log."""
+    and drafter are the caller's); resumable from out_dir/ckpt.pt when that checkpoint was made
+    with the same `run_fingerprint` (else EdgespecError). Returns the loss log."""
+    from edgespec.errors import EdgespecError
+
     rank, world = _dist()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -149,8 +184,14 @@ def train_streams(
     trainable = [p for p in params.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(trainable, lr=hp.lr, weight_decay=0.0)
     log, step = TrainLog(), 0
+    fingerprint = run_fingerprint(model, examples, hp)
     if ckpt_path.is_file():
         blob = torch.load(ckpt_path, weights_only=False)
+        if blob.get("fingerprint") != fingerprint:
+            raise EdgespecError(
+                f"{ckpt_path} was written by a run with another base model, data or stream/training settings; "
+                "resuming it would mix two runs. Delete it to start over, or set train.out_dir to a new directory"
+            )
         params.load_state_dict(blob["params"])
         opt.load_state_dict(blob["opt"])
         step, log = blob["step"], TrainLog(**blob["log"])
@@ -190,15 +231,18 @@ def train_streams(
         step += 1
         seen += int((stream_t[..., 0] != -100).sum()) * world
         log.steps.append(step)
-        log.loss.append(float(loss.detach()))
+        loss_value = float(loss.detach())
+        log.loss.append(loss_value)
         log.stream_acc.append([round(float(a), 4) for a in accs])
         log.tokens_seen.append(seen)
-        on_step(step, float(loss))
+        on_step(step, loss_value)
         if rank == 0 and (step % hp.checkpoint_every == 0 or step == hp.steps):
             log.seconds += time.perf_counter() - t0
             t0 = time.perf_counter()
             tmp = ckpt_path.with_suffix(".tmp")
-            torch.save({"params": params.state_dict(), "opt": opt.state_dict(), "step": step, "log": asdict(log), "hp": asdict(hp)}, tmp)
+            torch.save(
+                {"params": params.state_dict(), "opt": opt.state_dict(), "step": step, "log": asdict(log), "hp": asdict(hp), "fingerprint": fingerprint}, tmp
+            )
             tmp.replace(ckpt_path)
             (out / "log.json").write_text(json.dumps(asdict(log)))
     return log
