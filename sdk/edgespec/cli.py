@@ -547,35 +547,70 @@ def train(recipe_args: tuple[str, ...]) -> None:
 
 
 @main.command()
-@click.option("--bundle", required=True, type=click.Path(), help="Bundle whose program generates the answers.")
+@click.option("--bundle", type=click.Path(), help="Teacher: this bundle's program, one prompt at a time; --out is a JSONL file.")
+@click.option(
+    "--source",
+    help="Teacher: this model (a recipe's model.source, e.g. smollm2-135m-instruct) in eager bf16, --batch prompts at once, "
+    "with top-K probabilities; --out is a directory of shards.",
+)
 @click.option("--suites", help="Comma-separated training prompt suites (edgespec.corpus.prompts). Default: all.")
 @click.option("--split", type=click.Choice(["train", "heldout"]), default="train", show_default=True)
 @click.option("--n", "n_prompts", default=3000, show_default=True, type=click.IntRange(min=1), help="Number of prompts.")
 @click.option("--max-new-tokens", default=192, show_default=True, type=click.IntRange(min=1))
-@click.option("--out", required=True, type=click.Path(dir_okay=False), help="JSONL to append to (resumable).")
+@click.option("--batch", default=64, show_default=True, type=click.IntRange(min=1), help="--source: sequences decoded at once.")
+@click.option("--top-k", default=8, show_default=True, type=click.IntRange(min=1), help="--source: probabilities kept per response position.")
+@click.option("--shard-size", default=1024, show_default=True, type=click.IntRange(min=1), help="--source: prompts per shard file.")
+@click.option("--max-prompt-tokens", default=448, show_default=True, type=click.IntRange(min=8), help="--source: longer prompts are skipped.")
+@click.option("--out", required=True, type=click.Path(), help="Where the data goes (appended to / resumed).")
 @_friendly
-def distill(bundle: str, suites: str | None, split: str, n_prompts: int, max_new_tokens: int, out: str) -> None:
-    """Self-distillation data: the bundle's own greedy answers to suite prompts."""
+def distill(
+    bundle: str | None,
+    source: str | None,
+    suites: str | None,
+    split: str,
+    n_prompts: int,
+    max_new_tokens: int,
+    batch: int,
+    top_k: int,
+    shard_size: int,
+    max_prompt_tokens: int,
+    out: str,
+) -> None:
+    """Self-distillation data: the model's own greedy answers to suite prompts, from a bundle's
+    program (--bundle) or from the eager model in batches with soft labels (--source)."""
+    if (bundle is None) == (source is None):
+        raise EdgespecError("give either --bundle (the program as teacher) or --source (the eager model as teacher)")
     _quiet_runtime_logs()
-    from tqdm import tqdm
-
-    from edgespec.corpus.distill import distill as run
     from edgespec.corpus.prompts import SUITES, mixed_prompts
-    from edgespec.runtime.generate import generate
 
     names = tuple(s.strip() for s in suites.split(",") if s.strip()) if suites else tuple(SUITES)
     unknown = [s for s in names if s not in SUITES]
     if unknown:
         raise EdgespecError(f"unknown suite(s) {unknown}; known: {', '.join(SUITES)}")
-    _, tokenizer, runner = _load_bundle(bundle)
     prompts = mixed_prompts(split, n_prompts, names)
+    if source is not None:
+        stats = _distill_eager(
+            source, prompts, out, batch=batch, max_new_tokens=max_new_tokens, top_k=top_k, shard_size=shard_size, max_prompt=max_prompt_tokens
+        )
+    else:
+        stats = _distill_program(bundle, prompts, out, max_new_tokens)
+    click.echo(json.dumps(stats))
+
+
+def _distill_program(bundle: str, prompts, out: str, max_new_tokens: int) -> dict:
+    from tqdm import tqdm
+
+    from edgespec.corpus.distill import distill as run
+    from edgespec.runtime.generate import generate
+
+    _, tokenizer, runner = _load_bundle(bundle)
     with tqdm(total=len(prompts), desc="distill", unit="prompt", file=_err()) as bar:
 
         def respond(ids: list[int]) -> tuple[list[int], bool]:
             res = generate(runner.forward, ids, max_new_tokens=max_new_tokens, max_seq_len=runner.max_seq_len, eos_ids=runner.eos_ids)
             return res.completion_ids, res.stopped_by_eos
 
-        stats = run(
+        return run(
             respond,
             lambda t: _prompt_ids(tokenizer, t, True),
             prompts,
@@ -584,7 +619,34 @@ def distill(bundle: str, suites: str | None, split: str, n_prompts: int, max_new
             eos_ids=runner.eos_ids,
             on_done=lambda n: bar.update(1),
         )
-    click.echo(json.dumps(stats))
+
+
+def _distill_eager(source: str, prompts, out: str, *, batch: int, max_new_tokens: int, top_k: int, shard_size: int, max_prompt: int) -> dict:
+    import time
+
+    import torch
+    from tqdm import tqdm
+
+    from edgespec.corpus.distill import distill_shards
+    from edgespec.corpus.teacher import as_teacher_
+    from edgespec.models.load import build_model, read_source, tokenizer_of
+
+    src = read_source(source, max_prompt + max_new_tokens)
+    tokenizer = tokenizer_of(src)
+    rows = [(p.id, p.task, _prompt_ids(tokenizer, p.text, True)) for p in prompts]
+    kept = [r for r in rows if len(r[2]) <= max_prompt]
+    model = as_teacher_(build_model(src), torch.bfloat16)
+    t0 = time.perf_counter()
+    with tqdm(total=len(kept) * max_new_tokens, desc="distill", unit="tok", file=_err(), unit_scale=True) as bar:
+        stats = distill_shards(
+            model, kept, out, batch=batch, max_new_tokens=max_new_tokens, eos_ids=tuple(src.eos_ids), top_k=top_k, shard_size=shard_size, on_tokens=bar.update
+        )
+    seconds = time.perf_counter() - t0
+    return stats | {
+        "skipped_long_prompts": len(rows) - len(kept),
+        "seconds": round(seconds, 1),
+        "response_tokens_per_min": round(stats["new_response_tokens"] / seconds * 60) if stats["new_response_tokens"] else None,
+    }
 
 
 @main.command(epilog=_overrides_help("normsearch", "numerics.format=bf16 -o runs/normsearch-bf16"))

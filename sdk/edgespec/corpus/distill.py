@@ -4,6 +4,9 @@ Lossless streams learn to predict what the base model will say, so the training 
 are the base model's own generations. Output is JSONL, one object per prompt:
 {"id", "task", "prompt_ids", "response_ids"}; lines are appended, flushed and fsynced, and
 a re-run skips ids already present, so a stopped run resumes where it was.
+
+`distill_shards` is the batched form (the eager model as teacher, `edgespec.corpus.teacher`):
+shards of prompts with the teacher's top-K probabilities beside its tokens.
 """
 
 from __future__ import annotations
@@ -70,3 +73,86 @@ def distill(
             n_tokens += len(resp)
             on_done(len(resp))
     return {"new_sequences": n_new, "new_response_tokens": n_tokens, "skipped_existing": len(have)}
+
+
+def shard_name(i: int) -> str:
+    return f"shard-{i:05d}.pt"
+
+
+def distill_shards(
+    model,
+    prompts: list[tuple[str, str, list[int]]],
+    out_dir: str | Path,
+    *,
+    batch: int,
+    max_new_tokens: int,
+    eos_ids: tuple[int, ...],
+    top_k: int = 8,
+    shard_size: int = 1024,
+    on_tokens: Callable[[int], None] = lambda n: None,
+) -> dict:
+    """Self-distillation with the eager batched teacher (`edgespec.corpus.teacher`, the model
+    prepared by `as_teacher_`): (id, task, prompt ids) -> shards of `shard_size` prompts in
+    out_dir, each written atomically with its rows' prompt ids, greedy response ids (EOS
+    appended when the model stopped) and top-`top_k` ids [R, K] int32 / probabilities [R, K]
+    fp16 per response position. Prompts are ordered by length (similar lengths share a shard,
+    so its cache is as short as its longest prompt allows); a shard already on disk is kept,
+    so a stopped run resumes at the next shard. Returns counts."""
+    import torch
+
+    from edgespec.corpus.teacher import common_prefix, generate_stream
+    from edgespec.errors import EdgespecError
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    order = sorted(prompts, key=lambda p: (len(p[2]), p[0]))
+    shards = [order[i : i + shard_size] for i in range(0, len(order), shard_size)]
+    stats = {"shards": len(shards), "skipped_shards": 0, "new_sequences": 0, "new_response_tokens": 0}
+    for i, shard in enumerate(shards):
+        path = out / shard_name(i)
+        if path.is_file():
+            have = torch.load(path, weights_only=True)["ids"]
+            if have != [p[0] for p in shard]:
+                raise EdgespecError(f"{path} holds other prompts than this run plans (another prompt set or shard size); use a new output directory")
+            stats["skipped_shards"] += 1
+            continue
+        rows: dict[str, object] = {}
+        longest = max(len(p[2]) for p in shard)
+        stream = generate_stream(
+            model,
+            ((p[0], p[2]) for p in shard),
+            batch=batch,
+            max_new_tokens=max_new_tokens,
+            eos_ids=eos_ids,
+            max_len=longest + max_new_tokens,
+            prefix=common_prefix(p[2] for p in shard),
+            top_k=top_k,
+        )
+        for key, r in stream:
+            rows[key] = r
+            on_tokens(len(r.response_ids))
+        blob = {
+            "ids": [p[0] for p in shard],
+            "tasks": [p[1] for p in shard],
+            "prompt_ids": [p[2] for p in shard],
+            "response_ids": [rows[p[0]].response_ids for p in shard],
+            "stopped": [rows[p[0]].stopped for p in shard],
+            "topk_ids": [rows[p[0]].topk_ids for p in shard],
+            "topk_p": [rows[p[0]].topk_p for p in shard],
+        }
+        tmp = path.with_suffix(".tmp")
+        torch.save(blob, tmp)
+        tmp.replace(path)
+        stats["new_sequences"] += len(shard)
+        stats["new_response_tokens"] += sum(len(x) for x in blob["response_ids"])
+    return stats
+
+
+def read_shards(out_dir: str | Path) -> Iterable[dict]:
+    """Rows {id, task, prompt_ids, response_ids, topk_ids, topk_p} of every shard in out_dir."""
+    import torch
+
+    for path in sorted(Path(out_dir).glob("shard-*.pt")):
+        blob = torch.load(path, weights_only=True)
+        for j, id_ in enumerate(blob["ids"]):
+            yield {k: blob[k][j] for k in ("prompt_ids", "response_ids", "topk_ids", "topk_p")} | {"id": id_, "task": blob["tasks"][j]}

@@ -76,7 +76,8 @@ def pair_swap(head_dim: int) -> torch.Tensor:
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, swap: torch.Tensor | None = None) -> torch.Tensor:
-    """Rotate interleaved pairs. x: [B, T, H, D]; cos, sin: [T, D] (`rope_tables` rows);
+    """Rotate interleaved pairs. x: [B, T, H, D]; cos, sin: [T, D] (`rope_tables` rows), or
+    [B, T, D] when each sequence has its own positions (batched generation);
     swap: `pair_swap(D)` (a module's constant buffer, so a program holds it as a weight).
 
     x cos + swap(x) sin, swap(x) = (-x1, x0) per pair (x0, x1): per element exactly
@@ -85,7 +86,7 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, swap: torc
     stacks between its partitions, which cost a delegate call each)."""
     B, T, H, D = x.shape
     xf = x.float()
-    c, s = cos.view(1, T, 1, D), sin.view(1, T, 1, D)
+    c, s = cos.view(-1, T, 1, D), sin.view(-1, T, 1, D)
     return (xf * c + F.linear(xf, pair_swap(D) if swap is None else swap) * s).type_as(x)
 
 
@@ -159,14 +160,15 @@ class SDPA(nn.Module):
 
     q [B, T, H, D] at cache slots start_pos..; k, v [B, S, Hkv, D] (S >= rows used).
     mask None: causal over keys [0, start_pos + T) (row i sees keys <= start_pos + i);
-    else a mask [T, S'] (bool, True = visible, or additive float) over keys [0, S')."""
+    else a mask [T, S'] (bool, True = visible, or additive float) over keys [0, S'), or one
+    per sequence [B, 1, T, S'] (batched generation with padding)."""
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start_pos, mask: torch.Tensor | None) -> torch.Tensor:
         T = q.shape[1]
         if mask is None:
             n = start_pos + T
             mask = torch.arange(n)[None, :] <= (start_pos + torch.arange(T))[:, None]  # [T, n]
-        n = mask.shape[1]
+        n = mask.shape[-1]
         q, k, v = q.transpose(1, 2), k.narrow(1, 0, n).transpose(1, 2), v.narrow(1, 0, n).transpose(1, 2)
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.to(q.dtype) if mask.is_floating_point() else mask, enable_gqa=q.shape[1] != k.shape[1])
         return y.transpose(1, 2)  # [B, T, H, D]

@@ -249,12 +249,19 @@ def train_streams(
 
 
 def load_examples(path: str | Path, tokenizer, seq_len: int) -> list[Example]:
-    """Self-distilled rows (prompt_ids/response_ids) or text pairs (prompt/response)."""
+    """Self-distilled rows (prompt_ids/response_ids: a JSONL file from `edgespec distill
+    --bundle`, or a directory of shards from `edgespec distill --source`) or text pairs
+    (prompt/response)."""
+    from edgespec.corpus.distill import read_shards
     from edgespec.corpus.prompts import iter_jsonl
     from edgespec.errors import EdgespecError
 
+    if Path(path).is_dir():
+        rows = ((n, row) for n, row in enumerate(read_shards(path), 1))
+    else:
+        rows = iter_jsonl(path, skip_torn=True)
     out = []
-    for n, row in iter_jsonl(path, skip_torn=True):
+    for n, row in rows:
         if "prompt_ids" in row:
             prompt, resp = row["prompt_ids"], row["response_ids"]
         elif "prompt" in row and "response" in row:

@@ -1,0 +1,91 @@
+"""The batched eager teacher (continuous batching, shared prefix, top-K soft labels) against
+one-prompt-at-a-time greedy decoding of the same model; sharded, resumable distillation."""
+
+import pytest
+import torch
+
+from edgespec.corpus.distill import distill_shards, read_shards
+from edgespec.corpus.teacher import as_teacher_, common_prefix, generate_stream
+from edgespec.errors import EdgespecError
+
+
+def _greedy(model, prompt, n):
+    """Reference: the model's own static-cache forward, one token per call, fp32 argmax."""
+    model.reset_cache()
+    ids, logits = list(prompt), model(torch.tensor([prompt]), torch.tensor([0]))
+    out = []
+    for _ in range(n):
+        tok = int(logits[0].argmax())
+        out.append(tok)
+        logits = model(torch.tensor([[tok]]), torch.tensor([len(ids)]))
+        ids.append(tok)
+    return out
+
+
+def _prompts(k=7, prefix=(5, 6, 7)):
+    g = torch.Generator().manual_seed(1)
+    return [(f"p{i}", list(prefix) + torch.randint(8, 97, (int(torch.randint(1, 12, (1,), generator=g)),), generator=g).tolist()) for i in range(k)]
+
+
+def test_common_prefix():
+    assert common_prefix([[1, 2, 3, 4], [1, 2, 3, 9], [1, 2, 3, 4, 5]]) == [1, 2, 3]
+    assert common_prefix([[1, 2], [1, 2]]) == [1]  # one token short: every prompt has its own last row
+    assert common_prefix([[1], [2]]) == []
+
+
+@pytest.mark.parametrize("batch", [1, 3, 8])
+def test_stream_matches_one_prompt_at_a_time(tiny_model, batch):
+    prompts = _prompts()
+    with torch.inference_mode():
+        ref = {k: _greedy(tiny_model, p, 10) for k, p in prompts}
+    eos = ref["p2"][4]  # a token one prompt emits mid-way: that row stops there, others may too
+    teacher = as_teacher_(tiny_model, torch.float32)
+    got = dict(
+        generate_stream(teacher, prompts, batch=batch, max_new_tokens=10, eos_ids=(eos,), max_len=40, prefix=common_prefix(p for _, p in prompts), top_k=5)
+    )
+    assert set(got) == set(ref)
+    for k, r in got.items():
+        expect = ref[k][: ref[k].index(eos) + 1] if eos in ref[k] else ref[k]
+        assert r.response_ids == expect, k
+        assert r.stopped == (eos in ref[k])
+        assert r.topk_ids.shape == (len(expect), 5) and r.topk_ids.dtype == torch.int32 and r.topk_p.dtype == torch.float16
+        assert r.topk_ids[:, 0].tolist() == expect  # greedy = top-1
+        assert bool((r.topk_p[:, :-1] >= r.topk_p[:, 1:]).all()) and float(r.topk_p.float().sum(-1).max()) <= 1.001
+    assert got["p2"].stopped and got["p2"].response_ids[-1] == eos
+
+
+def test_stream_refuses_prompts_that_do_not_fit(tiny_model):
+    teacher = as_teacher_(tiny_model, torch.float32)
+    with pytest.raises(ValueError, match="max_len"):
+        list(generate_stream(teacher, [("a", list(range(1, 30)))], batch=2, max_new_tokens=20, eos_ids=(), max_len=40))
+    with pytest.raises(ValueError, match="shared prefix"):
+        list(generate_stream(teacher, [("a", [1, 2, 3])], batch=2, max_new_tokens=2, eos_ids=(), prefix=[9]))
+
+
+def test_shards_are_written_resumed_and_checked(tiny_model, tmp_path):
+    teacher = as_teacher_(tiny_model, torch.float32)
+    rows = [(k, "math", p) for k, p in _prompts(k=5)]
+    kw = dict(batch=2, max_new_tokens=6, eos_ids=(), top_k=3, shard_size=2)
+    stats = distill_shards(teacher, rows, tmp_path, **kw)
+    assert stats["shards"] == 3 and stats["new_sequences"] == 5 and stats["new_response_tokens"] == 30
+    got = list(read_shards(tmp_path))
+    assert sorted(r["id"] for r in got) == [k for k, _, _ in rows]
+    by_id = {r["id"]: r for r in got}
+    for k, _, p in rows:
+        assert by_id[k]["prompt_ids"] == p and len(by_id[k]["response_ids"]) == 6 and by_id[k]["topk_p"].shape == (6, 3)
+    (tmp_path / "shard-00001.pt").unlink()  # as if stopped before the second shard
+    again = distill_shards(teacher, rows, tmp_path, **kw)
+    assert again["skipped_shards"] == 2 and again["new_sequences"] == 2
+    assert {r["id"]: r["response_ids"] for r in read_shards(tmp_path)} == {r["id"]: r["response_ids"] for r in got}
+    with pytest.raises(EdgespecError, match="other prompts"):
+        distill_shards(teacher, rows[:4], tmp_path, **kw | {"shard_size": 3})
+
+
+def test_training_reads_a_shard_directory(tiny_model, tmp_path):
+    from edgespec.speculative.train import load_examples
+
+    teacher = as_teacher_(tiny_model, torch.float32)
+    rows = [(k, "code", p) for k, p in _prompts(k=3)]
+    distill_shards(teacher, rows, tmp_path, batch=3, max_new_tokens=4, eos_ids=(), shard_size=8)
+    ex = load_examples(tmp_path, tokenizer=None, seq_len=64)
+    assert sorted((e.n_prompt, len(e.tokens)) for e in ex) == sorted((len(p), len(p) + 4) for _, _, p in rows)
