@@ -9,7 +9,7 @@ from edgespec.errors import EdgespecError
 def _write(stage, content=b"program"):
     (stage / B.PROGRAM).write_bytes(content)
     (stage / B.TOKENIZER).write_text("{}")
-    return B.write_manifest(stage, {"model": {"name": "t"}})
+    return B.write_manifest(stage, {"model": {"name": "t", "vocab_size": 10}, "tokenizer": {"file": B.TOKENIZER, "eos_ids": [2]}})
 
 
 def test_staged_bundle_appears_only_when_complete(tmp_path):
@@ -68,3 +68,17 @@ def test_unwritable_output_is_reported(tmp_path):
     with pytest.raises(EdgespecError, match="exists and is not a directory"):
         with B.staged_bundle(blocker):
             pass
+    ok = {"schema_version": B.SCHEMA_VERSION, "model": {"vocab_size": 10}, "tokenizer": {"file": "t.json", "eos_ids": [2]}, "files": {}}
+    for bad, field in (
+        ({"files": {"../../etc/passwd": {"sha256": "x"}}}, "files.../../etc/passwd"),
+        ({"files": {"a": "x"}}, "files.a"),
+        ({"tokenizer": {"file": "t.json", "eos_ids": ["2"]}}, "tokenizer.eos_ids"),
+        ({"model": {"vocab_size": True}}, "model.vocab_size"),
+        ({"speculative": {"tree_branching": [1], "tree_parents": None}}, "speculative.tree_parents"),
+    ):
+        (tmp_path / B.MANIFEST).write_text(json.dumps(ok | bad))
+        with pytest.raises(EdgespecError, match=f"'{field}' must be"):
+            B.read_manifest(tmp_path)
+    (tmp_path / B.MANIFEST).write_text(json.dumps([ok]))
+    with pytest.raises(EdgespecError, match="must hold a JSON object"):
+        B.read_manifest(tmp_path)

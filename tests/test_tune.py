@@ -64,7 +64,8 @@ def _manifest_only_bundle(d, speculative, files=()):
     d.mkdir()
     for name in files:
         (d / name).write_bytes(b"weights")
-    B.write_manifest(d, {"speculative": speculative})
+    spec = None if speculative is None else {"tree_branching": [1], "tree_parents": [-1, 0]} | speculative
+    B.write_manifest(d, {"model": {"vocab_size": 10}, "tokenizer": {"file": B.TOKENIZER, "eos_ids": [2]}, "speculative": spec})
     return d
 
 

@@ -86,10 +86,39 @@ def read_manifest(bundle_dir: str | Path) -> dict[str, Any]:
         manifest = json.loads(mf.read_text())
     except json.JSONDecodeError as e:
         raise EdgespecError(f"bundle '{d}': {MANIFEST} is not valid JSON ({e})") from None
+    if not isinstance(manifest, dict):
+        raise EdgespecError(f"bundle '{d}': {MANIFEST} must hold a JSON object, not {type(manifest).__name__}")
     version = manifest.get("schema_version")
     if version != SCHEMA_VERSION:
         raise EdgespecError(f"bundle '{d}': schema_version {version!r} is not supported (expected {SCHEMA_VERSION})")
+    _check_manifest(manifest, f"bundle '{d}': {MANIFEST}")
     return manifest
+
+
+def _check_manifest(m: dict[str, Any], where: str) -> None:
+    """The shape the readers rely on: EdgespecError naming the first field that is off."""
+
+    def need(ok: bool, field: str, what: str) -> None:
+        if not ok:
+            raise EdgespecError(f"{where}: '{field}' must be {what}")
+
+    is_int = lambda x: isinstance(x, int) and not isinstance(x, bool)  # noqa: E731
+    files = m.get("files", {})
+    need(isinstance(files, dict), "files", "an object of file name -> {sha256}")
+    for name, entry in files.items():
+        safe = name and not name.startswith(("/", "\\")) and ".." not in Path(name).parts and "\x00" not in name
+        need(safe, f"files.{name}", "a plain relative file name")
+        need(isinstance(entry, dict) and isinstance(entry.get("sha256"), str), f"files.{name}", "an object with a sha256 string")
+    need(isinstance(m.get("methods", []), list) and all(isinstance(x, str) for x in m.get("methods", [])), "methods", "a list of names")
+    model, tok = m.get("model"), m.get("tokenizer")
+    need(isinstance(model, dict) and is_int(model.get("vocab_size")), "model.vocab_size", "an integer")
+    need(isinstance(tok, dict) and isinstance(tok.get("file"), str), "tokenizer.file", "a file name")
+    need(isinstance(tok.get("eos_ids"), list) and all(is_int(x) for x in tok["eos_ids"]), "tokenizer.eos_ids", "a list of integers")
+    spec = m.get("speculative")
+    if spec is not None:
+        need(isinstance(spec, dict), "speculative", "an object")
+        for key in ("tree_branching", "tree_parents"):
+            need(isinstance(spec.get(key), list) and all(is_int(x) for x in spec[key]), f"speculative.{key}", "a list of integers")
 
 
 def verify_checksums(bundle_dir: str | Path, manifest: dict[str, Any]) -> None:

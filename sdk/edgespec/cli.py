@@ -28,7 +28,8 @@ def _friendly(fn):
         try:
             return fn(*args, **kwargs)
         except EdgespecError as e:
-            click.echo(f"error: {e}", file=_err())
+            # one line, whatever the message quotes (user text may hold line breaks)
+            click.echo("error: " + str(e).replace("\r", "\\r").replace("\n", "\\n"), file=_err())
             sys.exit(getattr(e, "exit_code", 2))
 
     return wrapper

@@ -329,6 +329,11 @@ def from_dict(cls: type, data: Any, path: str | None = None) -> Any:
 
 
 @functools.cache
+def _one_line(e: object) -> str:
+    """A parser's message (YAML's span several lines) as one line for an `error:` line."""
+    return " ".join(str(e).split())
+
+
 def _yaml_loader() -> type:
     """yaml.SafeLoader that also reads ``1e-3`` as a number (YAML 1.1 wants ``1.0e-3``)."""
     import re
@@ -368,7 +373,7 @@ def _override_value(text: str, raw: str, tp: Any) -> Any:
     except yaml.YAMLError as e:
         if tp is str:
             return raw
-        raise EdgespecError(f"override '{text}': the value is not valid YAML ({getattr(e, 'problem', None) or e})") from None
+        raise EdgespecError(f"override {text!r}: the value is not valid YAML ({_one_line(getattr(e, 'problem', None) or e)})") from None
     if tp is str and (value is None or isinstance(value, (bool, int, float))):
         return raw
     return value
@@ -417,9 +422,13 @@ def load_recipe(path: str | Path | None, overrides: Sequence[str] = ()) -> Recip
         if not p.is_file():
             raise EdgespecError(f"recipe '{p}' not found")
         try:
-            data = _yaml(p.read_text()) or {}
+            text = p.read_text(encoding="utf-8")
+        except UnicodeDecodeError as e:
+            raise EdgespecError(f"recipe '{p}' is not UTF-8 text (byte {e.start}: {e.object[e.start : e.start + 1]!r})") from None
+        try:
+            data = _yaml(text) or {}
         except yaml.YAMLError as e:
-            raise EdgespecError(f"recipe '{p}' is not valid YAML: {e}") from None
+            raise EdgespecError(f"recipe '{p}' is not valid YAML: {_one_line(e)}") from None
         _require(isinstance(data, dict), "<recipe>", f"must be a mapping, got {type(data).__name__}")
     return from_dict(Recipe, _merge_overrides(data, overrides))
 

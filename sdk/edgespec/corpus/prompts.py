@@ -122,20 +122,26 @@ def mixed_prompts(split: str, n: int, suites: tuple[str, ...] = tuple(SUITES)) -
 
 
 def iter_jsonl(path: str | Path, skip_torn: bool = False) -> Iterator[tuple[int, dict]]:
-    """(line number, object) for every non-empty line; a line that is not JSON raises,
-    or with skip_torn is skipped (the torn last line of an interrupted writer)."""
+    """(line number, object) for every non-empty line; a line that is not a JSON object in
+    UTF-8 raises, or with skip_torn is skipped (the torn last line of an interrupted writer)."""
     p = Path(path)
     if not p.is_file():
         raise EdgespecError(f"data file '{p}' not found")
-    with open(p) as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
+    with open(p, "rb") as f:
+        for n, raw in enumerate(f, 1):
+            if not raw.strip():
                 continue
             try:
-                yield n, json.loads(line)
+                obj = json.loads(raw.decode("utf-8"))
+                problem = None if isinstance(obj, dict) else f"expected a JSON object, got {type(obj).__name__}"
+            except UnicodeDecodeError as e:
+                problem = f"not UTF-8 text (byte {e.start})"
             except json.JSONDecodeError as e:
-                if not skip_torn:
-                    raise EdgespecError(f"{p}:{n}: not valid JSON ({e})") from None
+                problem = f"not valid JSON ({e})"
+            if problem is None:
+                yield n, obj
+            elif not skip_torn:
+                raise EdgespecError(f"{p}:{n}: {problem}")
 
 
 def read_jsonl_pairs(path: str | Path) -> Iterator[tuple[str, str]]:
