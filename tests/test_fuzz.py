@@ -1,6 +1,6 @@
 """Property tests of every reader of user input: each input works or is one EdgespecError
 (at the CLI: one `error:` line, exit 2); never another exception. Bounded example counts
-keep this in seconds; bench/fuzz.py runs the same properties longer."""
+keep this in seconds."""
 
 import json
 import string
