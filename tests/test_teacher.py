@@ -89,3 +89,6 @@ def test_training_reads_a_shard_directory(tiny_model, tmp_path):
     distill_shards(teacher, rows, tmp_path, batch=3, max_new_tokens=4, eos_ids=(), shard_size=8)
     ex = load_examples(tmp_path, tokenizer=None, seq_len=64)
     assert sorted((e.n_prompt, len(e.tokens)) for e in ex) == sorted((len(p), len(p) + 4) for _, _, p in rows)
+    assert all(e.topk_ids.shape == (4, 8) and e.topk_ids[:, 0].tolist() == e.tokens[e.n_prompt :] for e in ex)
+    short = load_examples(tmp_path, tokenizer=None, seq_len=min(len(p) for _, _, p in rows) + 2)  # cut into the responses
+    assert all(len(e.topk_ids) == max(0, len(e.tokens) - e.n_prompt) for e in short)

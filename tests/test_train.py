@@ -18,13 +18,63 @@ from edgespec.speculative.train import Example, FeatureCache, make_batch, train_
 def test_make_batch_targets_are_future_response_tokens():
     ex = [Example([10, 11, 12, 13, 14, 15], n_prompt=3), Example([20, 21, 22, 23], n_prompt=2)]
     feats = [torch.zeros(6, 4), torch.zeros(4, 4)]
-    tokens, h0, main_t, stream_t = make_batch(ex, feats, [0, 1], gamma=2)
+    tokens, h0, main_t, stream_t, soft_ids, soft_p = make_batch(ex, feats, [0, 1], gamma=2)
+    assert soft_ids is None and soft_p is None  # hard labels only
     # seq 0: response = 13, 14, 15 (positions 3..5)
     assert main_t[0].tolist() == [-100, -100, 13, 14, 15, -100]
     assert stream_t[0, :, 0].tolist() == [-100, 13, 14, 15, -100, -100]
     assert stream_t[0, :, 1].tolist() == [13, 14, 15, -100, -100, -100]
     assert tokens[1].tolist() == [20, 21, 22, 23, 0, 0]
     assert stream_t[1, :, 1].tolist() == [23, -100, -100, -100, -100, -100]  # t + 3 = 3
+
+
+def test_soft_labels_align_with_stream_targets():
+    """Row r of an example's top-K predicts tokens[n_prompt + r]: it must sit where the stream
+    target is that token."""
+    resp = [13, 14, 15]
+    ids = torch.tensor([[t, t + 50] for t in resp], dtype=torch.int32)  # top-1 = the response token
+    p = torch.tensor([[0.75, 0.25]] * 3, dtype=torch.float16)
+    ex = [Example([10, 11, 12, *resp], n_prompt=3, topk_ids=ids, topk_p=p), Example([20, 21, 22, 23], n_prompt=2)]
+    tokens, h0, main_t, stream_t, soft_ids, soft_p = make_batch(ex, [torch.zeros(6, 4), torch.zeros(4, 4)], [0, 1], gamma=2)
+    assert soft_ids.shape == (2, 6, 2, 2)
+    has = soft_p.sum(-1) > 0
+    assert not (has & (stream_t == -100)).any()  # soft labels only where there is a target
+    assert torch.equal(has[0], stream_t[0] != -100)  # and every target of an example with them has one
+    assert not has[1].any()  # the second example has none
+    assert torch.equal(soft_ids[0][has[0]][:, 0], stream_t[0][has[0]])
+    torch.testing.assert_close(soft_p[0][has[0]], torch.tensor([[0.75, 0.25]]).expand(int(has[0].sum()), 2))
+
+
+def test_soft_weight_mixes_in_the_teachers_top_k(tiny_model):
+    from edgespec.speculative.train import StreamLoss
+
+    spec = SpecModel(tiny_model, StreamParams(tiny_model, StreamsConfig(gamma=2, n_layers=1, lora_rank=4, tree=(1, 1))))
+    g = torch.Generator().manual_seed(0)
+    ex = []
+    for _ in range(4):
+        toks = torch.randint(0, 97, (12,), generator=g).tolist()
+        R = 12 - 4
+        ids = torch.stack([torch.tensor(toks[4:]), torch.randint(0, 97, (R,), generator=g)], 1).to(torch.int32)
+        ex.append(Example(toks, 4, ids, torch.tensor([[0.5, 0.5]] * R, dtype=torch.float16)))
+    batch = make_batch(ex, FeatureCache(spec, ex).h, [0, 1, 2, 3], gamma=2)
+
+    def loss(b):
+        hp = TrainConfig(stream_weights=(1.0, 1.0), soft_weight=b, bf16=False)
+        with torch.no_grad():
+            return float(StreamLoss(spec, hp)(*batch)[0])
+
+    hard, soft, half = loss(0.0), loss(1.0), loss(0.5)
+    assert hard != pytest.approx(soft)
+    assert half == pytest.approx((hard + soft) / 2, rel=1e-5)
+    # soft = the cross-entropy against 0.5 / 0.5 over the two listed tokens: compute it directly
+    with torch.no_grad():
+        _, stream_h = spec.forward_train(batch[0], batch[1])
+        total = 0.0
+        for j in range(2):
+            keep = batch[3][:, :, j] != -100
+            logq = torch.log_softmax(tiny_model.output(stream_h[:, :, j][keep]).float(), -1).gather(1, batch[4][:, :, j][keep])
+            total += float(-(0.5 * logq).sum(-1).mean())
+    assert soft == pytest.approx(total, rel=1e-5)
 
 
 def _periodic_examples(n=24, period=1, vocab=97):

@@ -136,7 +136,9 @@ class TrainConfig(_Section):
     data: a JSONL file, either self-distilled (``prompt_ids``/``response_ids``, written by
     ``edgespec distill``) or text pairs (``prompt``/``response``). stream_weights: a_j, the
     loss weight of stream j (paper: 0.1 each); main_weight: a0, the next-token loss weight
-    (shared mode only). bf16: the lm head runs under bf16 autocast on CPU.
+    (shared mode only). soft_weight: b in (1 - b) CE(hard) + b CE(teacher's top-K) for each
+    stream (needs data with soft labels: ``edgespec distill --source``). bf16: the lm head
+    runs under bf16 autocast on CPU.
     """
 
     PATH: ClassVar[str] = "train"
@@ -150,6 +152,7 @@ class TrainConfig(_Section):
     warmup_steps: int = 50
     stream_weights: tuple[float, ...] = (1.0, 0.5, 0.25)
     main_weight: float = 1.0
+    soft_weight: float = 0.0  # b: weight of the teacher's top-K (soft labels) in each stream's loss
     checkpoint_every: int = 100
     seed: int = 0
     bf16: bool = True
@@ -159,6 +162,7 @@ class TrainConfig(_Section):
         _require(self.batch_size >= 1, self._at("batch_size"), "must be >= 1")
         _require(self.seq_len >= 16, self._at("seq_len"), "must be >= 16")
         _require(self.lr > 0, self._at("lr"), "must be > 0")
+        _require(0.0 <= self.soft_weight <= 1.0, self._at("soft_weight"), "must be in [0, 1]")
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,10 @@ from edgespec.speculative.streams import SpecModel
 class Example:
     tokens: list[int]
     n_prompt: int
+    # the teacher's top-K at each response position (row r predicts tokens[n_prompt + r]):
+    # ids [R, K] int, probabilities [R, K]; None for hard labels only
+    topk_ids: torch.Tensor | None = None
+    topk_p: torch.Tensor | None = None
 
 
 def tensors_digest(module: nn.Module) -> str:
@@ -51,6 +55,9 @@ def examples_digest(examples: list[Example]) -> str:
     h = hashlib.sha256()
     for e in examples:
         h.update(json.dumps([e.n_prompt, e.tokens], separators=(",", ":")).encode())
+        for t in (e.topk_ids, e.topk_p):
+            if t is not None:
+                h.update(t.contiguous().view(torch.uint8).numpy().tobytes())
     return h.hexdigest()
 
 
@@ -86,7 +93,10 @@ class FeatureCache:
 
 
 def make_batch(examples: list[Example], feats: list[torch.Tensor], idx: list[int], gamma: int):
-    """Right-padded tokens [B, T], features [B, T, d], stream targets [B, T, g] (-100 = ignore)."""
+    """Right-padded tokens [B, T], features [B, T, d], main targets [B, T], stream targets
+    [B, T, g] (-100 = ignore), and the teacher's top-K for each stream target: ids and
+    probabilities [B, T, g, K] (probability 0 where there is none), or None, None when no
+    example carries soft labels."""
     T = max(len(examples[i].tokens) for i in idx)
     d = feats[idx[0]].shape[-1]
     B = len(idx)
@@ -94,6 +104,9 @@ def make_batch(examples: list[Example], feats: list[torch.Tensor], idx: list[int
     h0 = torch.zeros(B, T, d)
     main_t = torch.full((B, T), -100, dtype=torch.long)
     stream_t = torch.full((B, T, gamma), -100, dtype=torch.long)
+    K = next((examples[i].topk_ids.shape[1] for i in idx if examples[i].topk_ids is not None), 0)
+    soft_ids = torch.zeros(B, T, gamma, K, dtype=torch.long)
+    soft_p = torch.zeros(B, T, gamma, K)
     for b, i in enumerate(idx):
         e = examples[i]
         n = len(e.tokens)
@@ -106,33 +119,51 @@ def make_batch(examples: list[Example], feats: list[torch.Tensor], idx: list[int
             if n - 1 - j > lo:
                 tgt = seq[lo + 1 + j : n]
                 (main_t[b, lo : n - 1 - j] if j == 0 else stream_t[b, lo : n - 1 - j, j - 1]).copy_(tgt)
-    return tokens, h0, main_t, stream_t
+                if j and K and e.topk_ids is not None:  # target s = t + 1 + j is response row s - n_prompt
+                    r0, r1 = lo + 1 + j - e.n_prompt, n - e.n_prompt
+                    soft_ids[b, lo : n - 1 - j, j - 1] = e.topk_ids[r0:r1].long()
+                    soft_p[b, lo : n - 1 - j, j - 1] = e.topk_p[r0:r1].float()
+    if not K:
+        return tokens, h0, main_t, stream_t, None, None
+    return tokens, h0, main_t, stream_t, soft_ids, soft_p
 
 
 class StreamLoss(nn.Module):
-    """forward(batch) -> (loss, per-stream top-1 accuracy); the module DDP wraps."""
+    """forward(batch) -> (loss, per-stream losses, per-stream top-1 accuracy); the module DDP wraps.
+
+    A stream's loss is (1 - b) * CE(hard target) + b * CE(teacher's top-K, renormalized),
+    b = `soft_weight`, the second term only where the batch carries soft labels."""
 
     def __init__(self, model: SpecModel, hp: TrainConfig):
         super().__init__()
         self.model = model
         self.hp = hp
 
-    def _ce(self, h: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def _ce(self, h: torch.Tensor, targets: torch.Tensor, soft_ids=None, soft_p=None) -> tuple[torch.Tensor, torch.Tensor]:
         keep = targets != -100
         rows, tgt = h[keep], targets[keep]  # only rows with a target reach the lm head
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.hp.bf16 and rows.device.type == "cpu"):
             logits = self.model.base.output(rows)
         logits = logits.float()
-        return F.cross_entropy(logits, tgt), (logits.argmax(-1) == tgt).float().mean()
+        loss = F.cross_entropy(logits, tgt)
+        if soft_ids is not None and self.hp.soft_weight > 0:
+            p = soft_p[keep]  # [N, K]
+            has = p.sum(-1) > 0
+            p = p[has] / p[has].sum(-1, keepdim=True)
+            logq = torch.log_softmax(logits[has], -1).gather(1, soft_ids[keep][has])  # [N', K]
+            soft = -(p * logq).sum(-1).mean() if len(p) else logits.sum() * 0
+            loss = (1 - self.hp.soft_weight) * loss + self.hp.soft_weight * soft
+        return loss, (logits.argmax(-1) == tgt).float().mean()
 
-    def forward(self, tokens, h0, main_t, stream_t):
+    def forward(self, tokens, h0, main_t, stream_t, soft_ids=None, soft_p=None):
         main_h, stream_h = self.model.forward_train(tokens, h0)
         g = stream_h.shape[2]
         w = self.hp.stream_weights
         losses, accs = [], []
         total = torch.zeros(())
         for j in range(g):
-            lj, aj = self._ce(stream_h[:, :, j], stream_t[:, :, j])
+            sj = (None, None) if soft_ids is None else (soft_ids[:, :, j], soft_p[:, :, j])
+            lj, aj = self._ce(stream_h[:, :, j], stream_t[:, :, j], *sj)
             total = total + w[j] * lj
             losses.append(lj.detach())
             accs.append(aj.detach())
@@ -220,10 +251,10 @@ def train_streams(
             epoch += 1
         start = (step * world + rank) * hp.batch_size
         idx = order[start : start + hp.batch_size]
-        tokens, h0, main_t, stream_t = make_batch(examples, feats, idx, model.cfg.gamma)
+        tokens, h0, main_t, stream_t, soft_ids, soft_p = make_batch(examples, feats, idx, model.cfg.gamma)
         for group in opt.param_groups:
             group["lr"] = lr_at(step)
-        loss, per_stream, accs = loss_mod(tokens, h0, main_t, stream_t)
+        loss, per_stream, accs = loss_mod(tokens, h0, main_t, stream_t, soft_ids, soft_p)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(trainable, 1.0)
@@ -270,7 +301,10 @@ def load_examples(path: str | Path, tokenizer, seq_len: int) -> list[Example]:
         else:
             raise EdgespecError(f"{path}:{n}: expected prompt_ids/response_ids or prompt/response")
         if resp:
-            out.append(Example((prompt + resp)[:seq_len], len(prompt)))
+            tokens = (prompt + resp)[:seq_len]
+            n_resp = max(0, len(tokens) - len(prompt))
+            topk_ids, topk_p = (row["topk_ids"][:n_resp], row["topk_p"][:n_resp]) if "topk_ids" in row else (None, None)
+            out.append(Example(tokens, len(prompt), topk_ids, topk_p))
     if not out:
         raise EdgespecError(f"training data '{path}' holds no usable rows (make it with `edgespec distill`)")
     return out
@@ -298,6 +332,10 @@ def train_from_recipe(recipe, on_status: Callable[[str], None] = lambda s: None,
     out.mkdir(parents=True, exist_ok=True)
     on_status("data")
     examples = load_examples(t.data, tok, t.seq_len)
+    if t.soft_weight > 0 and not any(e.topk_ids is not None for e in examples):
+        from edgespec.errors import EdgespecError
+
+        raise EdgespecError(f"train.soft_weight={t.soft_weight} needs soft labels, and '{t.data}' has none (make it with `edgespec distill --source ...`)")
     on_status(f"features ({len(examples)} sequences)")
     feats = FeatureCache(model, examples, out / "features.pt").h
     on_status("train")
