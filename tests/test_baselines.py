@@ -2,19 +2,12 @@ import torch
 
 from edgespec.config import TrainConfig
 from edgespec.runtime.generate import eager_step, generate
-from edgespec.speculative.lookup import lookup_continuation
 from edgespec.speculative.medusa import MedusaHeads, MedusaModel, medusa_parameter_count
 from edgespec.speculative.step import EagerSpecMethods, SpecProgram
 from edgespec.speculative.streams import SpecModel
 from edgespec.speculative.train import FeatureCache, train_streams
 from edgespec.speculative.tree import Tree
 from test_train import _periodic_examples
-
-
-def test_prompt_lookup_copies_the_continuation_of_the_last_match():
-    ctx = [5, 6, 7, 8, 9, 1, 2, 5, 6, 7]
-    assert lookup_continuation(ctx, 3, 3) == [8, 9, 1]
-    assert lookup_continuation([1, 2, 3], 3, 3) == []  # no match
 
 
 def test_baseline_drafters_are_lossless(tiny_model):

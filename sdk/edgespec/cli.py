@@ -186,7 +186,7 @@ LOOKUP = click.option(
     default=0,
     show_default=True,
     type=click.IntRange(min=0, max=8),
-    help="spec: also draft from the context (prompt lookup, n-grams up to this length; 0 = streams only).",
+    help="spec: also draft from the context: what followed the earliest occurrence of the longest repeated suffix, when it is at least this many tokens (0 = streams only).",
 )
 
 

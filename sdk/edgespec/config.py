@@ -229,6 +229,8 @@ class ValidateConfig(_Section):
     suites: built-in suites (see edgespec.harness.suites) or JSONL files of your own.
     reference: ``fp32`` also runs the unquantized base model eagerly on the same prompts (cached
     on disk) for the accuracy gate; ``none`` skips it. runs: repetitions per prompt (median).
+    lookup > 0: also measure context drafting through `spec_step` (a suffix match of at least
+    this many tokens; see edgespec.runtime.generate).
     """
 
     PATH: ClassVar[str] = "validate"

@@ -18,7 +18,8 @@ import torch
 from edgespec.errors import EdgespecError
 from edgespec.runtime.ngram import banned_tokens, block_
 from edgespec.runtime.sampling import sample
-from edgespec.speculative.lookup import lookup_continuation, with_lookup
+from edgespec.speculative.lookup import with_lookup
+from edgespec.speculative.suffix import SuffixMatcher
 from edgespec.speculative.tree import placeholder_draft
 
 StepFn = Callable[[torch.Tensor, int], torch.Tensor]
@@ -94,9 +95,11 @@ def generate(
     sampling (the program's tree rejection sampling, fed uniforms and Gumbel noise from this
     function's seeded generator).
 
-    lookup > 0 (with spec): where the context's last n tokens (n from `lookup` down to 2)
-    occurred before, what followed them goes first into the draft, ahead of the streams'
-    candidates (prompt lookup; verification is exact, so the output does not change).
+    lookup > 0 (with spec): when the longest suffix of the context (prompt and output) that
+    also occurs earlier is at least `lookup` tokens long, what followed its first occurrence
+    goes first into the draft, ahead of the streams' candidates (suffix matching,
+    edgespec.speculative.suffix, updated per emitted token; verification is exact, so the
+    output does not change).
 
     no_repeat_ngram_size n > 0: never emit a token that repeats an n-gram of the context
     (prompt included), greedy or sampled (edgespec.runtime.ngram). With spec and greedy
@@ -114,6 +117,7 @@ def generate(
     max_new_tokens = min(max_new_tokens, max_seq_len - len(prompt_ids))
     gen = torch.Generator().manual_seed(seed)
     ctx = _Context(prompt_ids, max_seq_len, no_repeat_ngram_size)
+    matcher = SuffixMatcher(prompt_ids) if lookup and spec is not None else None
     speculate = spec is not None and not (no_repeat_ngram_size > 0 and temperature > 0)
     if spec is not None:
         R, k = spec.tree_size, spec.topk
@@ -140,6 +144,8 @@ def generate(
                 break
             out.append(tok)
             ctx.push(tok)
+            if matcher is not None:
+                matcher.extend(tok)
             if on_token:
                 on_token(tok)
             if len(out) >= max_new_tokens:
@@ -153,8 +159,8 @@ def generate(
                 gumbel = -torch.log(-torch.log(torch.rand(spec.vocab_size, generator=gen).clamp(1e-20, 1 - 1e-7)))
             else:
                 uniforms, gumbel = half, no_noise
-            if lookup:
-                draft = with_lookup(draft, lookup_continuation(prompt_ids + out, spec.depth, lookup, min_ngram=2))
+            if matcher is not None:
+                draft = with_lookup(draft, matcher.draft(spec.depth, min_match=lookup)[0])
             new, draft = spec.spec_step(x, draft, pos, temperature, uniforms, gumbel)
             if no_repeat_ngram_size > 0:
                 new = _unblock(step, ctx, x, pos, new)
