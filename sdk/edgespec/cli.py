@@ -638,9 +638,16 @@ def _distill_eager(source: str, prompts, out: str, *, batch: int, max_new_tokens
     kept = [r for r in rows if len(r[2]) <= max_prompt]
     model = as_teacher_(build_model(src), torch.bfloat16)
     t0 = time.perf_counter()
-    with tqdm(total=len(kept) * max_new_tokens, desc="distill", unit="tok", file=_err(), unit_scale=True) as bar:
+    tokens = [0]
+    with tqdm(total=len(kept), desc="distill", unit="prompt", file=_err()) as bar:
+
+        def on_tokens(n: int) -> None:
+            tokens[0] += n
+            bar.update(1)
+            bar.set_postfix_str(f"{tokens[0] / max(bar.format_dict['elapsed'], 1e-9) * 60:,.0f} response tok/min", refresh=False)
+
         stats = distill_shards(
-            model, kept, out, batch=batch, max_new_tokens=max_new_tokens, eos_ids=tuple(src.eos_ids), top_k=top_k, shard_size=shard_size, on_tokens=bar.update
+            model, kept, out, batch=batch, max_new_tokens=max_new_tokens, eos_ids=tuple(src.eos_ids), top_k=top_k, shard_size=shard_size, on_tokens=on_tokens
         )
     seconds = time.perf_counter() - t0
     return stats | {
