@@ -334,12 +334,12 @@ def from_dict(cls: type, data: Any, path: str | None = None) -> Any:
 # --- YAML and FIELD=VALUE overrides ---------------------------------------------------------
 
 
-@functools.cache
 def _one_line(e: object) -> str:
     """A parser's message (YAML's span several lines) as one line for an `error:` line."""
     return " ".join(str(e).split())
 
 
+@functools.cache
 def _yaml_loader() -> type:
     """yaml.SafeLoader that also reads ``1e-3`` as a number (YAML 1.1 wants ``1.0e-3``)."""
     import re

@@ -69,7 +69,7 @@ class BatchKV:
 
 class GroupedSDPA(SDPA):
     """Attention as two batched matmuls per layer, grouped query heads over their shared K/V
-    head, with a per-sequence mask [B, 1, T, n] (the `SDPA` contract); softmax in fp32. For a
+    head, with a per-sequence mask [B, 1, T, n] (bool or additive, the `SDPA` contract); softmax in fp32. For a
     few query rows per sequence this is several times faster on CPU than the fused kernel
     with a mask, and it reads `BatchKV`'s keys in place when the mask spans the whole cache.
     Without a mask (a prompt's causal prefill) it is `SDPA`."""
@@ -86,20 +86,18 @@ class GroupedSDPA(SDPA):
         # (k q^T)^T: k in its stored layout as the left operand (q k^T reads k transposed,
         # which CPU bf16 kernels copy first)
         scores = torch.bmm(k, q.transpose(1, 2)).transpose(1, 2).float() * D**-0.5  # [B * Hkv, g*T, n]
-        bias = torch.zeros(mask.shape).masked_fill_(~mask, float("-inf"))  # [B, 1, T, n]
+        bias = mask if mask.is_floating_point() else torch.zeros(mask.shape).masked_fill_(~mask, float("-inf"))  # [B, 1, T, n]
         scores = scores.view(B, Hkv, g, T, n) + bias[:, :, None]
         y = torch.bmm(torch.softmax(scores, -1).to(v.dtype).view(B * Hkv, g * T, n), v)  # [B * Hkv, g*T, D]
         return y.view(B, Hkv, g, T, D).permute(0, 3, 1, 2, 4).reshape(B, T, H, D)
 
 
 def as_teacher_(model: Transformer, dtype: torch.dtype = torch.bfloat16) -> Transformer:
-    """In place: weights in `dtype` (RoPE tables and rotation stay fp32) and `GroupedSDPA` for
-    every attention, ready for `generate_stream`."""
-    model.to(dtype)
-    model.rope_cos, model.rope_sin = model.rope_cos.float(), model.rope_sin.float()
+    """In place: weights in `dtype` (`Transformer.to_half_`: RoPE stays fp32) and `GroupedSDPA`
+    for every attention, ready for `generate_stream`."""
+    model.to_half_(dtype)
     for m in model.modules():
         if isinstance(m, Attention):
-            m.rope_swap = m.rope_swap.float()
             m.sdpa = GroupedSDPA()
     return model
 
@@ -162,9 +160,9 @@ def generate_stream(
     if P:
         _logits(model, torch.tensor([list(prefix)]), 0, model.rope_cos[:P], model.rope_sin[:P], None, shared)
 
-    def emit(b: int, logits: torch.Tensor) -> bool:
-        """Record row b's next token from logits [V]; True when the row is finished."""
-        p, i = torch.softmax(logits, -1).topk(top_k)
+    def emit(b: int, p: torch.Tensor, i: torch.Tensor) -> bool:
+        """Record row b's next token from its top-K probabilities p and ids i [K]; True when
+        the row is finished."""
         tok = int(i[0])
         ids[b].append(tok)
         top[b].append((i.to(torch.int32), p.to(torch.float16)))
@@ -193,16 +191,18 @@ def generate_stream(
                 for kv, g in zip(kvs, grow):
                     kv.load_row_(b, g.k, g.v)
                 key[b], budget[b], pos[b] = k_, max_new_tokens, T
-                if emit(b, logits[0]):
+                p, i = torch.softmax(logits[0], -1).topk(top_k)
+                if emit(b, p, i):
                     yield k_, finish(b)
         live = [b for b in range(batch) if key[b] is not None]
         if not live:
             return
         on_step(len(live))
         # one decode step for every row (free rows compute on stale state, ignored)
-        mask = (slots[None, :] <= pos[:, None])[:, None, None]  # [B, 1, 1, S]
+        mask = torch.zeros(batch, 1, 1, S).masked_fill_((slots[None, :] > pos[:, None])[:, None, None], float("-inf"))  # additive, all layers
         logits = _logits(model, last[:, None], pos, model.rope_cos[pos][:, None], model.rope_sin[pos][:, None], mask, kvs)
+        p, i = torch.softmax(logits, -1).topk(top_k)  # [B, K] each
         for b in live:
-            if emit(b, logits[b]):
+            if emit(b, p[b], i[b]):
                 yield key[b], finish(b)
         pos.add_(1).clamp_(max=S - 1)  # (a free row's stale position stays in range)

@@ -308,9 +308,10 @@ class Transformer(nn.Module):
         h = self.hidden(tokens, input_pos)
         return self.output(h[:, -1, :]).float()  # lm head on the last row only: [1, V], fp32
 
-    def to_half_(self) -> Transformer:
-        """fp16 weights and activations; KV cache, attention and RoPE tables stay fp32."""
-        self.half()
+    def to_half_(self, dtype: torch.dtype = torch.float16) -> Transformer:
+        """Half-precision (fp16, or `dtype`) weights and activations; KV cache, attention and
+        RoPE tables stay fp32."""
+        self.to(dtype)
         self.rope_cos, self.rope_sin = self.rope_cos.float(), self.rope_sin.float()
         for m in self.modules():
             if isinstance(m, Attention):
