@@ -92,3 +92,11 @@ def test_training_reads_a_shard_directory(tiny_model, tmp_path):
     assert all(e.topk_ids.shape == (4, 8) and e.topk_ids[:, 0].tolist() == e.tokens[e.n_prompt :] for e in ex)
     short = load_examples(tmp_path, tokenizer=None, seq_len=min(len(p) for _, _, p in rows) + 2)  # cut into the responses
     assert all(len(e.topk_ids) == max(0, len(e.tokens) - e.n_prompt) for e in short)
+
+
+def test_shards_are_length_sorted_within_windows_of_the_given_order(tiny_model, tmp_path):
+    teacher = as_teacher_(tiny_model, torch.float32)
+    rows = [(f"p{i}", "math", list(range(1, n + 1))) for i, n in enumerate([9, 3, 7, 2, 8, 4])]
+    distill_shards(teacher, rows, tmp_path, batch=2, max_new_tokens=2, eos_ids=(), shard_size=1, sort_window=3)
+    order = [torch.load(p, weights_only=True)["ids"][0] for p in sorted(tmp_path.glob("shard-*.pt"))]
+    assert order == ["p1", "p2", "p0", "p3", "p5", "p4"]  # the first three by length, then the last three

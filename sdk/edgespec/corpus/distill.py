@@ -89,15 +89,18 @@ def distill_shards(
     eos_ids: tuple[int, ...],
     top_k: int = 8,
     shard_size: int = 1024,
+    sort_window: int = 8,
     on_tokens: Callable[[int], None] = lambda n: None,
 ) -> dict:
     """Self-distillation with the eager batched teacher (`edgespec.corpus.teacher`, the model
     prepared by `as_teacher_`): (id, task, prompt ids) -> shards of `shard_size` prompts in
     out_dir, each written atomically with its rows' prompt ids, greedy response ids (EOS
     appended when the model stopped) and top-`top_k` ids [R, K] int32 / probabilities [R, K]
-    fp16 per response position. Prompts are ordered by length (similar lengths share a shard,
-    so its cache is as short as its longest prompt allows); a shard already on disk is kept,
-    so a stopped run resumes at the next shard. Returns counts."""
+    fp16 per response position. Within each window of `sort_window` shards (in the given
+    order) prompts are ordered by length: similar lengths share a shard, so its cache is as
+    short as its longest prompt allows, while the shards finished first are still a sample of
+    the whole mix. A shard already on disk is kept, so a stopped run resumes at the next
+    shard. Returns counts."""
     import torch
 
     from edgespec.corpus.teacher import common_prefix, generate_stream
@@ -105,7 +108,8 @@ def distill_shards(
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    order = sorted(prompts, key=lambda p: (len(p[2]), p[0]))
+    window = shard_size * sort_window
+    order = [p for w in range(0, len(prompts), window) for p in sorted(prompts[w : w + window], key=lambda p: (len(p[2]), p[0]))]
     shards = [order[i : i + shard_size] for i in range(0, len(order), shard_size)]
     stats = {"shards": len(shards), "skipped_shards": 0, "new_sequences": 0, "new_response_tokens": 0}
     for i, shard in enumerate(shards):

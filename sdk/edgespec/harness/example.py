@@ -14,3 +14,4 @@ class Example:
     metric: str
     max_new_tokens: int
     extra: dict = field(default_factory=dict, compare=False)
+    source: str = ""  # the source item (package, question id, generated question): what split exclusion compares

@@ -12,11 +12,17 @@
 Every suite is a deterministic function of (n, seed); Debian and FanOutQA examples come
 from a fixed held-out slice (a hash of the item), so a suite never changes with n except by
 growing. A user suite is a JSONL file: `prompt`, `reference`, optional `context`, `metric`.
+
+The same builders give the stream-training prompts of these task types (`split="train"`,
+and `"heldout"` for measuring drafters; `edgespec.corpus.prompts`): hashed collections are
+cut into disjoint slices by `split_of`, generated ones use disjoint seeds (`SPLIT_SEEDS`),
+and the training mix also drops any item whose source equals a validation or held-out one.
 """
 
 from __future__ import annotations
 
 import glob
+import hashlib
 import json
 import random
 import subprocess
@@ -25,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import Literal
 
 from edgespec.config import SUITE_NAMES
 from edgespec.errors import EdgespecError
@@ -40,9 +47,24 @@ class Suite:
     source: str
 
 
+Split = Literal["validation", "train", "heldout"]
+SPLIT_SEEDS: dict[str, int] = {"validation": 7_000_001, "train": 0, "heldout": 1_000_003}  # generated suites
+
+
 def _heldout(key: str, buckets: int = 5) -> bool:
     """The fixed evaluation slice of a collection: one item in `buckets`, by a hash of its key."""
     return zlib.crc32(key.encode()) % buckets == 0
+
+
+def split_of(key: str, buckets: int | None = 5) -> Split:
+    """Which split an item of a fixed collection belongs to: validation is one item in
+    `buckets` (`_heldout`; None: the collection has no validation slice); of the rest one in
+    ten is held out for measuring drafters, the others are stream-training prompts."""
+    if buckets and _heldout(key, buckets):
+        return "validation"
+    # another hash family than _heldout's: crc32 is affine in its input, so crc32(prefix + key)
+    # would be correlated with crc32(key) for keys of one length
+    return "heldout" if int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big") % 10 == 0 else "train"
 
 
 # --- Debian package descriptions (apt's Translation files) ---------------------------------
@@ -85,11 +107,11 @@ def debian_descriptions(lang: str) -> dict[tuple[str, str], tuple[str, str]]:
     return out
 
 
-def summarization(n: int, seed: int) -> list[Example]:
+def summarization(n: int, seed: int, split: Split = "validation") -> list[Example]:
     items = sorted(
         (pkg, syn, long)
         for (pkg, _), (syn, long) in debian_descriptions("en").items()
-        if 40 <= len(long.split()) <= 120 and len(syn.split()) >= 3 and _heldout(pkg)
+        if 40 <= len(long.split()) <= 120 and len(syn.split()) >= 3 and split_of(pkg) == split
     )
     chosen = random.Random(seed).sample(items, min(n, len(items)))
     return [
@@ -100,6 +122,7 @@ def summarization(n: int, seed: int) -> list[Example]:
             syn,
             "rouge_l",
             24,
+            source=f"debian/{pkg}",
         )
         for pkg, syn, long in chosen
     ]
@@ -108,18 +131,28 @@ def summarization(n: int, seed: int) -> list[Example]:
 LANGUAGES = {"de": "German", "fr": "French"}
 
 
-def translation(n: int, seed: int) -> list[Example]:
+def translation(n: int, seed: int, split: Split = "validation") -> list[Example]:
     en = debian_descriptions("en")
     rng = random.Random(seed)
     per_lang = []
     for lang in LANGUAGES:
         pairs = sorted(
-            (key[0], en[key][0], syn) for key, (syn, _) in debian_descriptions(lang).items() if key in en and len(en[key][0].split()) >= 4 and _heldout(key[0])
+            (key[0], en[key][0], syn)
+            for key, (syn, _) in debian_descriptions(lang).items()
+            if key in en and len(en[key][0].split()) >= 4 and split_of(key[0]) == split
         )
         per_lang.append([(lang, *p) for p in rng.sample(pairs, min(n, len(pairs)))])
     mixed = [x for pair in zip(*per_lang) for x in pair][:n]  # alternate de, fr
     return [
-        Example(f"translation/{lang}/{pkg}", "translation", f"Translate into {LANGUAGES[lang]}. Reply with the translation only.\n\n{src}", ref, "chrf", 32)
+        Example(
+            f"translation/{lang}/{pkg}",
+            "translation",
+            f"Translate into {LANGUAGES[lang]}. Reply with the translation only.\n\n{src}",
+            ref,
+            "chrf",
+            32,
+            source=f"debian/{pkg}/{lang}",
+        )
         for lang, pkg, src, ref in mixed
     ]
 
@@ -140,7 +173,7 @@ def _package_file(package: str, relpath: str, pip_hint: str) -> Path:
     return p
 
 
-def qa(n: int, seed: int) -> list[Example]:
+def qa(n: int, seed: int, split: Split = "validation") -> list[Example]:
     data = json.loads(_package_file("fanoutqa", "data/fanout-final-dev.json", "pip install --no-deps fanoutqa==1.1.1").read_text())
     leaves: dict[str, tuple[str, str]] = {}
 
@@ -153,23 +186,25 @@ def qa(n: int, seed: int) -> list[Example]:
 
     for q in data:
         walk(q)
-    items = sorted((i, q, a) for i, (q, a) in leaves.items() if _heldout(i, 2))
+    items = sorted((i, q, a) for i, (q, a) in leaves.items() if split_of(i, 2) == split)
+    if split != "validation":  # prompts only: the test set's multi-hop questions (no answers shipped)
+        test = json.loads(_package_file("fanoutqa", "data/fanout-final-test.json", "pip install --no-deps fanoutqa==1.1.1").read_text())
+        items += sorted((q["id"], q["question"], "") for q in test if split_of(q["id"], None) == split)
     chosen = random.Random(seed).sample(items, min(n, len(items)))
-    return [Example(f"qa/{i}", "qa", f"Answer in a few words.\nQuestion: {q}", a, "f1", 16) for i, q, a in chosen]
+    return [Example(f"qa/{i}", "qa", f"Answer in a few words.\nQuestion: {q}", a, "f1", 16, source=f"fanoutqa/{i}") for i, q, a in chosen]
 
 
 # --- reasoning-gym: math and retrieval-augmented QA ------------------------------------
 
 MATH_GENERATORS = ("gsm_symbolic", "basic_arithmetic", "chain_sum", "products", "leg_counting")
-EVAL_SEED = 7_000_001  # disjoint from the stream-training seeds (edgespec.corpus.prompts)
 
 
-def _gym(name: str, n: int, seed: int) -> list[dict]:
+def _gym(name: str, n: int, seed: int, split: Split = "validation") -> list[dict]:
     try:
         import reasoning_gym
     except ImportError:
         raise EdgespecError("this suite needs the package 'reasoning-gym' (pip install reasoning-gym)") from None
-    return list(reasoning_gym.create_dataset(name, size=n, seed=EVAL_SEED + seed))
+    return list(reasoning_gym.create_dataset(name, size=n, seed=SPLIT_SEEDS[split] + seed))
 
 
 def math(n: int, seed: int) -> list[Example]:
@@ -177,36 +212,45 @@ def math(n: int, seed: int) -> list[Example]:
     items = [(g, i, it) for g in MATH_GENERATORS for i, it in enumerate(_gym(g, per, seed))]
     random.Random(seed).shuffle(items)
     return [
-        Example(f"math/{g}/{i}", "math", f"{it['question']}\nEnd your reply with 'Answer: <number>'.", str(it["answer"]), "numeric", 96)
+        Example(
+            f"math/{g}/{i}",
+            "math",
+            f"{it['question']}\nEnd your reply with 'Answer: <number>'.",
+            str(it["answer"]),
+            "numeric",
+            96,
+            source=f"gym/{it['question']}",
+        )
         for g, i, it in items[:n]
     ]
 
 
-def rag(n: int, seed: int, k: int = 3) -> list[Example]:
+def rag(n: int, seed: int, split: Split = "validation", k: int = 3) -> list[Example]:
     """Each haystack is the corpus: its sentences are the documents, BM25 retrieves the top k
     for the question, and only those go into the prompt."""
     from edgespec.harness.retrieval import BM25
 
     out = []
-    for i, it in enumerate(_gym("needle_haystack", n, seed)):
+    for i, it in enumerate(_gym("needle_haystack", n, seed + (101 if split != "validation" else 0), split)):
         haystack, question = it["question"].rstrip().rsplit("\n", 1)
         docs = [s.strip() + "." for s in haystack.split(". ") if s.strip()]
         ask = question.split("?")[0] + "?"
         top = BM25(docs).top(ask, k)
         context = "\n".join(f"- {docs[j].rstrip('.')}." for j in sorted(top))
         hit = any(it["answer"] in docs[j] for j in top)
-        out.append(Example(f"rag/{i}", "rag", f"Context:\n{context}\n\n{question.strip()}", str(it["answer"]), "answer_in_output", 12, {"retrieved": hit}))
+        prompt = f"Context:\n{context}\n\n{question.strip()}"
+        out.append(Example(f"rag/{i}", "rag", prompt, str(it["answer"]), "answer_in_output", 12, {"retrieved": hit}, source=f"gym/{prompt}"))
     return out
 
 
 # --- SQL over Chinook -------------------------------------------------------------------
 
 
-def sql(n: int, seed: int) -> list[Example]:
+def sql(n: int, seed: int, split: Split = "validation") -> list[Example]:
     from edgespec.harness.sqldb import SCHEMA, run_query
 
     q = lambda s: s.replace("'", "''")  # noqa: E731  SQL string literal
-    rng = random.Random(seed)
+    rng = random.Random(seed if split == "validation" else SPLIT_SEEDS[split] + seed)
     albums = run_query(
         "SELECT a.title, ar.name FROM album a JOIN artist ar ON ar.id = a.artist_id WHERE a.title IN (SELECT title FROM album GROUP BY title HAVING COUNT(*) = 1) ORDER BY a.id"
     )
@@ -256,7 +300,7 @@ def sql(n: int, seed: int) -> list[Example]:
     for i in range(n):
         question, ref = templates[i % len(templates)]()
         prompt = f"SQLite database:\n{SCHEMA}\n\nWrite one SQL query that answers: {question}\nReply with the SQL only."
-        out.append(Example(f"sql/{i}", "sql", prompt, ref, "sql_execution", 64))
+        out.append(Example(f"sql/{i}", "sql", prompt, ref, "sql_execution", 64, source=f"chinook/{question}"))
     return out
 
 
