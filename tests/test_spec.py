@@ -112,3 +112,29 @@ def test_weights_file_must_match_the_recipe_architecture(tiny_model, tmp_path):
     assert load_streams(tmp_path / "s.pt", tiny_model).cfg.gamma == 2  # no recipe: the file's own architecture
     with pytest.raises(EdgespecError, match=r"streams.lora_rank: recipe 8, file 4"):
         load_streams(tmp_path / "s.pt", tiny_model, expect=StreamsConfig(gamma=2, n_layers=1, lora_rank=8, tree=(1, 1)))
+
+
+@pytest.mark.parametrize("start", [0, 3])
+def test_structured_stream_attention_equals_the_dense_stream_mask(start):
+    """StreamSDPA computes attention under `stream_mask` from its structure (T + g keys per
+    row): the same as dense masked attention over all T + R keys, for rows from `start` on."""
+    from edgespec.models.llama import SDPA
+    from edgespec.speculative.streams import StreamSDPA, stream_mask
+
+    g, T, B, H, Hkv, D = 3, 7, 2, 6, 2, 8
+    R = (T - start) * g
+    q = torch.randn(B, R, H, D)
+    k, v = torch.randn(B, T + R, Hkv, D), torch.randn(B, T + R, Hkv, D)
+    mask = stream_mask(torch.tril(torch.ones(T, T, dtype=torch.bool))[start:], g)
+    torch.testing.assert_close(StreamSDPA(g)(q, k, v, 0, mask), SDPA()(q, k, v, 0, mask), atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="stream mask"):
+        StreamSDPA(g)(q[:, 1:], k, v, 0, mask[1:])  # rows not a whole number of positions
+
+
+def test_stream_rows_from_a_start_position_are_the_full_passes_rows(tiny_model):
+    spec = SpecModel(tiny_model, _noisy_params(tiny_model, StreamsConfig(gamma=3, n_layers=2, lora_rank=4, tree=(1, 1, 1))))
+    tokens = torch.randint(0, 97, (2, 11))
+    m_all, s_all = spec.forward_train(tokens)
+    m_part, s_part = spec.forward_train(tokens, start=4)
+    torch.testing.assert_close(m_part, m_all)
+    torch.testing.assert_close(s_part, s_all[:, 4:], atol=1e-5, rtol=1e-5)

@@ -77,6 +77,34 @@ def test_soft_weight_mixes_in_the_teachers_top_k(tiny_model):
     assert soft == pytest.approx(total, rel=1e-5)
 
 
+def test_draft_vocabulary_loss_is_the_cross_entropy_over_the_slice(tiny_model):
+    """With draft ids the streams' loss is CE over the slice of the lm head, targets outside
+    it are left out of the loss and count as misses; all ids = the full-vocabulary loss."""
+    from edgespec.speculative.train import StreamLoss
+
+    spec = SpecModel(tiny_model, StreamParams(tiny_model, StreamsConfig(gamma=1, n_layers=1, lora_rank=4, tree=(1,))))
+    g = torch.Generator().manual_seed(1)
+    ex = [Example(torch.randint(0, 97, (10,), generator=g).tolist(), 3) for _ in range(3)]
+    batch = make_batch(ex, FeatureCache(spec, ex).h, [0, 1, 2], gamma=1)
+    hp = TrainConfig(stream_weights=(1.0,), bf16=False)
+    with torch.no_grad():
+        full, _, full_acc = StreamLoss(spec, hp)(*batch)
+        same, _, same_acc = StreamLoss(spec, hp, torch.arange(97))(*batch)
+        ids = torch.arange(0, 97, 2)  # even tokens only
+        part, _, part_acc = StreamLoss(spec, hp, ids)(*batch)
+        _, stream_h = spec.forward_train(batch[0], batch[1])
+        keep = batch[3][:, :, 0] != -100
+        tgt = batch[3][:, :, 0][keep]
+        logits = stream_h[:, :, 0][keep] @ tiny_model.output.weight[ids].T
+        inside = tgt % 2 == 0
+        want = torch.nn.functional.cross_entropy(logits[inside], tgt[inside] // 2)
+        want_acc = ((ids[logits.argmax(-1)] == tgt) & inside).float().mean()
+    assert float(same) == pytest.approx(float(full), rel=1e-5) and float(same_acc) == float(full_acc)
+    assert 0 < int(inside.sum()) < len(tgt)
+    assert float(part) == pytest.approx(float(want), rel=1e-5)
+    assert float(part_acc[0]) == pytest.approx(float(want_acc))
+
+
 def _periodic_examples(n=24, period=1, vocab=97):
     g = torch.Generator().manual_seed(0)
     out = []
@@ -176,3 +204,15 @@ def test_torchrun_two_processes_match_single_process(tmp_path):
     ls = json.loads((tmp_path / "single" / "loss.json").read_text())
     ld = json.loads((tmp_path / "ddp" / "loss.json").read_text())  # rank 0's half-batch loss
     assert abs(sum(ls[-4:]) - sum(ld[-4:])) / sum(ls[-4:]) < 0.1
+
+
+def test_epoch_order_is_a_permutation_with_similar_lengths_per_batch():
+    from edgespec.speculative.train import epoch_order
+
+    lengths = [int(x) for x in torch.randint(10, 400, (100,), generator=torch.Generator().manual_seed(0))]
+    order = epoch_order(lengths, 4, 5, torch.Generator().manual_seed(1))
+    assert sorted(order) == list(range(100))
+    assert order == epoch_order(lengths, 4, 5, torch.Generator().manual_seed(1))  # a function of the seed
+    spread = lambda o: sum(max(lengths[i] for i in o[j : j + 4]) - min(lengths[i] for i in o[j : j + 4]) for j in range(0, 100, 4))  # noqa: E731
+    plain = epoch_order(lengths, 4, 1, torch.Generator().manual_seed(1))
+    assert spread(order) < spread(plain) / 2

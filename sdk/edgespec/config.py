@@ -137,8 +137,9 @@ class TrainConfig(_Section):
     ``edgespec distill``) or text pairs (``prompt``/``response``). stream_weights: a_j, the
     loss weight of stream j (paper: 0.1 each); main_weight: a0, the next-token loss weight
     (shared mode only). soft_weight: b in (1 - b) CE(hard) + b CE(teacher's top-K) for each
-    stream (needs data with soft labels: ``edgespec distill --source``). bf16: the lm head
-    runs under bf16 autocast on CPU.
+    stream (needs data with soft labels: ``edgespec distill --source``). bf16: the MSA layers
+    and the lm head run under bf16 autocast. With ``streams.draft_vocab`` set, the streams'
+    loss is taken over that draft vocabulary, as the program drafts.
     """
 
     PATH: ClassVar[str] = "train"
@@ -148,6 +149,7 @@ class TrainConfig(_Section):
     steps: int = 1000
     batch_size: int = 8
     seq_len: int = 384
+    length_window: int = 32  # batches of similar lengths: sorted within windows of this many batches (1 = random)
     lr: float = 5e-4
     warmup_steps: int = 50
     stream_weights: tuple[float, ...] = (1.0, 0.5, 0.25)
@@ -161,6 +163,7 @@ class TrainConfig(_Section):
         _require(self.steps >= 1, self._at("steps"), "must be >= 1")
         _require(self.batch_size >= 1, self._at("batch_size"), "must be >= 1")
         _require(self.seq_len >= 16, self._at("seq_len"), "must be >= 16")
+        _require(self.length_window >= 1, self._at("length_window"), "must be >= 1 (1 = random batches)")
         _require(self.lr > 0, self._at("lr"), "must be > 0")
         _require(0.0 <= self.soft_weight <= 1.0, self._at("soft_weight"), "must be in [0, 1]")
 

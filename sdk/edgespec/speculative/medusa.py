@@ -52,10 +52,11 @@ class MedusaModel(nn.Module):
     def lower_hidden(self, tokens: torch.Tensor) -> torch.Tensor:
         return frozen_layers(self.base, self.base.tok_embeddings(tokens), 0, self.first)
 
-    def forward_train(self, tokens: torch.Tensor, h0: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward_train(self, tokens: torch.Tensor, h0: torch.Tensor, start: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        """(main final hidden [B, T, d], head inputs [B, T - start, g, d]); see `SpecModel`."""
         with torch.no_grad():
             h = self.base.norm(frozen_layers(self.base, h0, self.first, self.base.args.n_layers))
-        return h, self.params(h)
+        return h, self.params(h[:, start:])
 
     def main_lora(self, i: int) -> None:
         return None  # the main stream is the untouched base model

@@ -30,7 +30,7 @@ from torch import nn
 
 from edgespec.config import StreamsConfig
 from edgespec.errors import EdgespecError
-from edgespec.models.llama import GrowingKV, Transformer, TransformerBlock
+from edgespec.models.llama import SDPA, GrowingKV, Transformer, TransformerBlock
 
 # what a weights file fixes; the tree (and the weights path) are decoding choices of the recipe
 ARCHITECTURE = ("mode", "gamma", "n_layers", "lora_rank", "f_rank")
@@ -95,6 +95,43 @@ def stream_mask(main_mask: torch.Tensor, gamma: int) -> torch.Tensor:
     return torch.cat([main_mask.repeat_interleave(gamma, 0), block_diag], 1)
 
 
+class StreamSDPA(SDPA):
+    """The stream rows' attention in teacher forcing, computed from its structure.
+
+    Stream rows (t, j), t-major for positions t = t0 .. T-1 (q [B, R, H, D], R = (T - t0) g),
+    see main keys s <= t and stream rows (t, i <= j): the keys are [B, T + R, Hkv, D], the T
+    main rows first. That is `stream_mask` (the `mask` given, whose shape is checked); a dense
+    masked attention would score all T + R keys per row, this scores T + g. Main rows (mask
+    None) are causal attention as in `SDPA`."""
+
+    def __init__(self, gamma: int):
+        super().__init__()
+        self.gamma = gamma
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start_pos, mask: torch.Tensor | None) -> torch.Tensor:
+        if mask is None:
+            return super().forward(q, k, v, start_pos, None)
+        B, R, H, D = q.shape
+        g, Hkv = self.gamma, k.shape[2]
+        T, Tq = k.shape[1] - R, R // g  # main positions, positions with stream rows
+        if mask.shape[-2:] != (R, T + R) or Tq * g != R or Tq > T:
+            raise ValueError(f"stream attention: mask {tuple(mask.shape)} is not the stream mask of {Tq} positions x {g} streams over {T} main keys")
+        G = H // Hkv
+        qs = q.view(B, Tq, g, Hkv, G, D).permute(0, 3, 4, 1, 2, 5)  # [B, Hkv, G, Tq, g, D]
+        km, vm = (x[:, :T].permute(0, 2, 1, 3) for x in (k, v))  # [B, Hkv, T, D]
+        ks, vs = (x[:, T:].reshape(B, Tq, g, Hkv, D).permute(0, 3, 1, 2, 4) for x in (k, v))  # [B, Hkv, Tq, g, D]
+        scale = D**-0.5
+        s_main = torch.einsum("bhntjd,bhsd->bhntjs", qs, km) * scale  # [B, Hkv, G, Tq, g, T]
+        s_own = torch.einsum("bhntjd,bhtid->bhntji", qs, ks) * scale  # [B, Hkv, G, Tq, g, g]
+        t = torch.arange(T - Tq, T)
+        see_main = (torch.arange(T)[None, :] <= t[:, None])[:, None, :]  # [Tq, 1, T]: s <= t
+        see_own = torch.tril(torch.ones(g, g, dtype=torch.bool))  # [g, g]: i <= j
+        scores = torch.cat([s_main.masked_fill(~see_main, float("-inf")), s_own.masked_fill(~see_own, float("-inf"))], -1)
+        w = torch.softmax(scores.float(), -1).to(q.dtype)
+        y = torch.einsum("bhntjs,bhsd->bhntjd", w[..., :T], vm) + torch.einsum("bhntji,bhtid->bhntjd", w[..., T:], vs)
+        return y.permute(0, 3, 4, 1, 2, 5).reshape(B, R, H, D)
+
+
 def _no_cache(base: Transformer, batch: int) -> GrowingKV:
     return GrowingKV.empty(batch, base.args.n_kv_heads, base.args.head_dim, base.rope_cos.dtype)
 
@@ -126,10 +163,12 @@ class SpecModel(nn.Module):
         """Adapters of layer i on main-stream rows: Shared mode only (Lossless: none)."""
         return self.params.lora[i - self.first] if self.cfg is not None and self.cfg.mode == "shared" and i >= self.first else None
 
-    def forward_train(self, tokens: torch.Tensor, h0: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Teacher-forced pass. tokens [B, T]; h0 optional cached input of layer L0 [B, T, d].
+    def forward_train(self, tokens: torch.Tensor, h0: torch.Tensor | None = None, start: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        """Teacher-forced pass. tokens [B, T]; h0 optional cached input of layer L0 [B, T, d];
+        stream rows only for positions start.. (earlier ones, e.g. prompt positions, have no
+        target; main rows always cover all T, their keys are what the streams attend to).
 
-        Returns (main final hidden [B, T, d], stream final hidden [B, T, g, d]), both
+        Returns (main final hidden [B, T, d], stream final hidden [B, T - start, g, d]), both
         after the final norm; apply `base.output` for logits.
         """
         base = self.base
@@ -139,16 +178,20 @@ class SpecModel(nn.Module):
         g = self.cfg.gamma
         pos = torch.arange(T)
         cos, sin = base.rope_cos[pos], base.rope_sin[pos]
-        spos = (pos[:, None] + torch.arange(1, g + 1)).reshape(-1)  # stream j sits j steps ahead
+        spos = (pos[start:, None] + torch.arange(1, g + 1)).reshape(-1)  # stream j sits j steps ahead
         scos, ssin = base.rope_cos[spos], base.rope_sin[spos]
-        smask = stream_mask(torch.tril(torch.ones(T, T, dtype=torch.bool)), g)  # [T*g, T + T*g]
-        x, h_s = h0, self.params.enter(h0).reshape(B, T * g, -1)
+        smask = stream_mask(torch.tril(torch.ones(T, T, dtype=torch.bool))[start:], g)  # [(T-start)*g, T + (T-start)*g]
+        x, h_s = h0, self.params.enter(h0[:, start:]).reshape(B, (T - start) * g, -1)
         for i in range(self.first, base.args.n_layers):
             block, main_kv = base.layers[i], _no_cache(base, B)
             x_new = block(x, 0, cos, sin, self.main_lora(i), None, main_kv)  # causal; keeps its K/V
-            h_s = block(h_s, 0, scos, ssin, self.params.lora[i - self.first], smask, GrowingKV(main_kv.k, main_kv.v))
+            plain, block.attention.sdpa = block.attention.sdpa, StreamSDPA(g)  # the stream mask's structure, not a dense mask
+            try:
+                h_s = block(h_s, 0, scos, ssin, self.params.lora[i - self.first], smask, GrowingKV(main_kv.k, main_kv.v))
+            finally:
+                block.attention.sdpa = plain
             x = x_new
-        return base.norm(x), base.norm(h_s).view(B, T, g, -1)
+        return base.norm(x), base.norm(h_s).view(B, T - start, g, -1)
 
     @torch.no_grad()
     def lower_hidden(self, tokens: torch.Tensor) -> torch.Tensor:

@@ -61,11 +61,12 @@ def examples_digest(examples: list[Example]) -> str:
     return h.hexdigest()
 
 
-def run_fingerprint(model: SpecModel, examples: list[Example], hp: TrainConfig) -> str:
-    """What decides the trained weights: base model, stream settings, data content and the
-    training settings (not where they are written nor how often)."""
+def run_fingerprint(model: SpecModel, examples: list[Example], hp: TrainConfig, draft_ids: torch.Tensor | None = None) -> str:
+    """What decides the trained weights: base model, stream settings, draft vocabulary, data
+    content and the training settings (not where they are written nor how often)."""
     settings = {k: v for k, v in asdict(hp).items() if k not in ("data", "out_dir", "checkpoint_every")}
-    blob = {"base": tensors_digest(model.base), "streams": repr(model.cfg), "data": examples_digest(examples), "train": settings}
+    vocab = None if draft_ids is None else hashlib.sha256(draft_ids.to(torch.int64).numpy().tobytes()).hexdigest()
+    blob = {"base": tensors_digest(model.base), "streams": repr(model.cfg), "vocab": vocab, "data": examples_digest(examples), "train": settings}
     return hashlib.sha256(json.dumps(blob, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -90,6 +91,23 @@ class FeatureCache:
             tmp = path.with_suffix(".tmp")
             torch.save({"key": key, "h": self.h}, tmp)
             tmp.replace(path)
+
+
+def epoch_order(lengths: list[int], batch_size: int, window: int, gen: torch.Generator) -> list[int]:
+    """One epoch's example order: a random permutation cut into windows of `window` batches,
+    each window sorted by length so that a batch holds similar lengths (padding costs as
+    much as real tokens), the window's batches then shuffled. window 1: plain random order."""
+    perm = torch.randperm(len(lengths), generator=gen).tolist()
+    if window <= 1:
+        return perm
+    out: list[int] = []
+    w = batch_size * window
+    for i in range(0, len(perm), w):
+        chunk = sorted(perm[i : i + w], key=lambda k: lengths[k])
+        batches = [chunk[j : j + batch_size] for j in range(0, len(chunk), batch_size)]
+        for b in torch.randperm(len(batches), generator=gen).tolist():
+            out += batches[b]
+    return out
 
 
 def make_batch(examples: list[Example], feats: list[torch.Tensor], idx: list[int], gamma: int):
@@ -132,38 +150,66 @@ class StreamLoss(nn.Module):
     """forward(batch) -> (loss, per-stream losses, per-stream top-1 accuracy); the module DDP wraps.
 
     A stream's loss is (1 - b) * CE(hard target) + b * CE(teacher's top-K, renormalized),
-    b = `soft_weight`, the second term only where the batch carries soft labels."""
+    b = `soft_weight`, the second term only where the batch carries soft labels. With a draft
+    vocabulary (`draft_ids`, the program's drafting head) the streams' logits cover only those
+    tokens, as in the program: a target outside it is left out of the loss and counts as a
+    miss in the accuracy. bf16: the MSA layers and the lm head run under bf16 autocast."""
 
-    def __init__(self, model: SpecModel, hp: TrainConfig):
+    def __init__(self, model: SpecModel, hp: TrainConfig, draft_ids: torch.Tensor | None = None):
         super().__init__()
         self.model = model
         self.hp = hp
+        self.draft_ids = draft_ids
+        if draft_ids is not None:  # full-vocabulary id -> draft-vocabulary index (-100 outside)
+            local = torch.full((model.base.output.weight.shape[0],), -100, dtype=torch.long)
+            local[draft_ids] = torch.arange(len(draft_ids))
+            self.local = local
 
-    def _ce(self, h: torch.Tensor, targets: torch.Tensor, soft_ids=None, soft_p=None) -> tuple[torch.Tensor, torch.Tensor]:
+    def _autocast(self, device: torch.device):
+        return torch.autocast(device.type, dtype=torch.bfloat16, enabled=self.hp.bf16)
+
+    def _ce(self, h: torch.Tensor, targets: torch.Tensor, soft_ids=None, soft_p=None, head: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Loss and top-1 accuracy of hidden rows h [..., d] against targets [...] (-100:
+        none) through `head` [N, d] (None: the model's lm head; else a draft-vocabulary
+        slice, targets and soft labels mapped into it)."""
         keep = targets != -100
         rows, tgt = h[keep], targets[keep]  # only rows with a target reach the lm head
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.hp.bf16 and rows.device.type == "cpu"):
-            logits = self.model.base.output(rows)
-        logits = logits.float()
-        loss = F.cross_entropy(logits, tgt)
+        with self._autocast(rows.device):
+            logits = (self.model.base.output(rows) if head is None else F.linear(rows, head)).float()
+        if head is not None:
+            tgt = self.local[tgt]
+        inside = tgt != -100
+        acc = ((logits.argmax(-1) == tgt) & inside).float().mean()
+        loss = F.cross_entropy(logits, tgt, ignore_index=-100) if inside.any() else logits.sum() * 0
         if soft_ids is not None and self.hp.soft_weight > 0:
-            p = soft_p[keep]  # [N, K]
+            p, ids = soft_p[keep], soft_ids[keep]  # [N, K]
+            if head is not None:
+                ids = self.local[ids]
+                p = torch.where(ids == -100, torch.zeros_like(p), p)
+                ids = ids.clamp(min=0)
             has = p.sum(-1) > 0
             p = p[has] / p[has].sum(-1, keepdim=True)
-            logq = torch.log_softmax(logits[has], -1).gather(1, soft_ids[keep][has])  # [N', K]
+            logq = torch.log_softmax(logits[has], -1).gather(1, ids[has])  # [N', K]
             soft = -(p * logq).sum(-1).mean() if len(p) else logits.sum() * 0
             loss = (1 - self.hp.soft_weight) * loss + self.hp.soft_weight * soft
-        return loss, (logits.argmax(-1) == tgt).float().mean()
+        return loss, acc
 
     def forward(self, tokens, h0, main_t, stream_t, soft_ids=None, soft_p=None):
-        main_h, stream_h = self.model.forward_train(tokens, h0)
+        # stream rows only from the first position any sequence of the batch has a target at
+        has = (stream_t != -100).any(-1).any(0).nonzero()
+        start = int(has[0]) if len(has) else 0
+        stream_t = stream_t[:, start:]
+        soft_ids, soft_p = (None, None) if soft_ids is None else (soft_ids[:, start:], soft_p[:, start:])
+        with self._autocast(tokens.device):
+            main_h, stream_h = self.model.forward_train(tokens, h0, start)
+        head = None if self.draft_ids is None else self.model.base.output.weight.index_select(0, self.draft_ids)
         g = stream_h.shape[2]
         w = self.hp.stream_weights
         losses, accs = [], []
         total = torch.zeros(())
         for j in range(g):
             sj = (None, None) if soft_ids is None else (soft_ids[:, :, j], soft_p[:, :, j])
-            lj, aj = self._ce(stream_h[:, :, j], stream_t[:, :, j], *sj)
+            lj, aj = self._ce(stream_h[:, :, j], stream_t[:, :, j], *sj, head=head)
             total = total + w[j] * lj
             losses.append(lj.detach())
             accs.append(aj.detach())
@@ -199,10 +245,12 @@ def train_streams(
     hp: TrainConfig,
     out_dir: str | Path,
     on_step: Callable[[int, float], None] = lambda step, loss: None,
+    draft_ids: torch.Tensor | None = None,
 ) -> TrainLog:
     """Train model.params on examples with `hp` (steps, lr, loss weights, ...; its data, out_dir
-    and drafter are the caller's); resumable from out_dir/ckpt.pt when that checkpoint was made
-    with the same `run_fingerprint` (else EdgespecError). Returns the loss log."""
+    and drafter are the caller's); the streams' loss over the draft vocabulary `draft_ids` when
+    given (`StreamLoss`). Resumable from out_dir/ckpt.pt when that checkpoint was made with
+    the same `run_fingerprint` (else EdgespecError). Returns the loss log."""
     from edgespec.errors import EdgespecError
 
     rank, world = _dist()
@@ -215,7 +263,7 @@ def train_streams(
     trainable = [p for p in params.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(trainable, lr=hp.lr, weight_decay=0.0)
     log, step = TrainLog(), 0
-    fingerprint = run_fingerprint(model, examples, hp)
+    fingerprint = run_fingerprint(model, examples, hp, draft_ids)
     if ckpt_path.is_file():
         blob = torch.load(ckpt_path, weights_only=False)
         if blob.get("fingerprint") != fingerprint:
@@ -227,7 +275,7 @@ def train_streams(
         opt.load_state_dict(blob["opt"])
         step, log = blob["step"], TrainLog(**blob["log"])
 
-    loss_mod: nn.Module = StreamLoss(model, hp)
+    loss_mod: nn.Module = StreamLoss(model, hp, draft_ids)
     if world > 1:
         from torch.nn.parallel import DistributedDataParallel
 
@@ -247,7 +295,8 @@ def train_streams(
         # the batch order is a function of (seed, epoch), so resuming replays the same stream
         need = (step + 1) * hp.batch_size * world
         while len(order) < need:
-            order += torch.randperm(len(examples), generator=gen).tolist()
+            # bucketed by the global batch, so the ranks of a step share one batch of similar lengths
+            order += epoch_order([len(e.tokens) for e in examples], hp.batch_size * world, hp.length_window, gen)
             epoch += 1
         start = (step * world + rank) * hp.batch_size
         idx = order[start : start + hp.batch_size]
@@ -339,7 +388,10 @@ def train_from_recipe(recipe, on_status: Callable[[str], None] = lambda s: None,
     on_status(f"features ({len(examples)} sequences)")
     feats = FeatureCache(model, examples, out / "features.pt").h
     on_status("train")
-    log = train_streams(model, examples, feats, t, out, on_step=on_step)
+    from edgespec.speculative.vocab import draft_vocabulary
+
+    draft_ids = draft_vocabulary(src, s.draft_vocab) if t.drafter == "streams" else None
+    log = train_streams(model, examples, feats, t, out, on_step=on_step, draft_ids=draft_ids)
     save_streams(out / f"{t.drafter}.pt", params, model.cfg)
     _plot_log(log, out / "loss.png")
     return {
