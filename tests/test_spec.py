@@ -127,6 +127,12 @@ def test_structured_stream_attention_equals_the_dense_stream_mask(start):
     k, v = torch.randn(B, T + R, Hkv, D), torch.randn(B, T + R, Hkv, D)
     mask = stream_mask(torch.tril(torch.ones(T, T, dtype=torch.bool))[start:], g)
     torch.testing.assert_close(StreamSDPA(g)(q, k, v, 0, mask), SDPA()(q, k, v, 0, mask), atol=1e-5, rtol=1e-5)
+    # one mask per sequence, each seeing its own main keys
+    see = torch.rand(B, 1, T - start, T) < 0.6
+    see[..., 0] = True
+    per_seq = stream_mask(see, g)
+    assert per_seq.shape == (B, 1, R, T + R)
+    torch.testing.assert_close(StreamSDPA(g)(q, k, v, 0, per_seq), SDPA()(q, k, v, 0, per_seq), atol=1e-5, rtol=1e-5)
     with pytest.raises(ValueError, match="stream mask"):
         StreamSDPA(g)(q[:, 1:], k, v, 0, mask[1:])  # rows not a whole number of positions
 
@@ -138,3 +144,7 @@ def test_stream_rows_from_a_start_position_are_the_full_passes_rows(tiny_model):
     m_part, s_part = spec.forward_train(tokens, start=4)
     torch.testing.assert_close(m_part, m_all)
     torch.testing.assert_close(s_part, s_all[:, 4:], atol=1e-5, rtol=1e-5)
+    _, s_each = spec.forward_train(tokens, start=torch.tensor([6, 2]))  # one start per sequence
+    assert s_each.shape[1] == 9
+    torch.testing.assert_close(s_each[0, :5], s_all[0, 6:], atol=1e-5, rtol=1e-5)  # rows past the end repeat the last
+    torch.testing.assert_close(s_each[1], s_all[1, 2:], atol=1e-5, rtol=1e-5)

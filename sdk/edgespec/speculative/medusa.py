@@ -15,7 +15,7 @@ from torch import nn
 
 from edgespec.config import StreamsConfig
 from edgespec.models.llama import Transformer
-from edgespec.speculative.streams import frozen_layers
+from edgespec.speculative.streams import frozen_layers, stream_positions
 
 
 class MedusaHeads(nn.Module):
@@ -52,11 +52,14 @@ class MedusaModel(nn.Module):
     def lower_hidden(self, tokens: torch.Tensor) -> torch.Tensor:
         return frozen_layers(self.base, self.base.tok_embeddings(tokens), 0, self.first)
 
-    def forward_train(self, tokens: torch.Tensor, h0: torch.Tensor, start: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-        """(main final hidden [B, T, d], head inputs [B, T - start, g, d]); see `SpecModel`."""
+    def forward_train(
+        self, tokens: torch.Tensor, h0: torch.Tensor, start: int | torch.Tensor = 0, length: int | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(main final hidden [B, T, d], head inputs [B, L, g, d] at `stream_positions`); see `SpecModel`."""
         with torch.no_grad():
             h = self.base.norm(frozen_layers(self.base, h0, self.first, self.base.args.n_layers))
-        return h, self.params(h[:, start:])
+        rows, _ = stream_positions(start, *tokens.shape, length)
+        return h, self.params(h.gather(1, rows[:, :, None].expand(*rows.shape, h.shape[-1])))
 
     def main_lora(self, i: int) -> None:
         return None  # the main stream is the untouched base model

@@ -85,24 +85,27 @@ class StreamParams(nn.Module):
 
 
 def stream_mask(main_mask: torch.Tensor, gamma: int) -> torch.Tensor:
-    """Mask of stream rows (t, j), flattened t-major: [T*g, Tk + T*g].
+    """Mask of stream rows (t, j), flattened t-major: [T*g, Tk + T*g] from main_mask [T, Tk]
+    (or [B, 1, T*g, Tk + T*g] from one per sequence, [B, 1, T, Tk]).
 
     Row (t, j) sees the main keys row t of main_mask sees, and stream rows (t, i <= j).
     """
-    T = main_mask.shape[0]
+    T = main_mask.shape[-2]
     own = torch.tril(torch.ones(gamma, gamma, dtype=torch.bool))
     block_diag = torch.block_diag(*([own] * T)) if T else torch.zeros(0, 0, dtype=torch.bool)
-    return torch.cat([main_mask.repeat_interleave(gamma, 0), block_diag], 1)
+    main = main_mask.repeat_interleave(gamma, -2)
+    return torch.cat([main, block_diag.expand(*main.shape[:-2], *block_diag.shape)], -1)
 
 
 class StreamSDPA(SDPA):
     """The stream rows' attention in teacher forcing, computed from its structure.
 
-    Stream rows (t, j), t-major for positions t = t0 .. T-1 (q [B, R, H, D], R = (T - t0) g),
-    see main keys s <= t and stream rows (t, i <= j): the keys are [B, T + R, Hkv, D], the T
-    main rows first. That is `stream_mask` (the `mask` given, whose shape is checked); a dense
-    masked attention would score all T + R keys per row, this scores T + g. Main rows (mask
-    None) are causal attention as in `SDPA`."""
+    Stream rows (t, j), t-major (q [B, R, H, D], R = Tq g rows for Tq positions), see some
+    main keys and the stream rows (t, i <= j): keys [B, T + R, Hkv, D], the T main rows first.
+    `mask` is such a stream mask (`stream_mask`; [R, T + R], or per sequence [B, 1, R, T + R]):
+    its main part is read from the rows (t, 0), its stream part must be the block-diagonal
+    lower triangle. A dense masked attention scores all T + R keys per row, this T + g. Main
+    rows (mask None) are causal attention as in `SDPA`."""
 
     def __init__(self, gamma: int):
         super().__init__()
@@ -114,8 +117,9 @@ class StreamSDPA(SDPA):
         B, R, H, D = q.shape
         g, Hkv = self.gamma, k.shape[2]
         T, Tq = k.shape[1] - R, R // g  # main positions, positions with stream rows
-        if mask.shape[-2:] != (R, T + R) or Tq * g != R or Tq > T:
+        if mask.shape[-2:] != (R, T + R) or Tq * g != R:
             raise ValueError(f"stream attention: mask {tuple(mask.shape)} is not the stream mask of {Tq} positions x {g} streams over {T} main keys")
+        see_main = mask[..., ::g, :T].reshape(-1, 1, 1, Tq, 1, T)  # [B or 1, 1, 1, Tq, 1, T]
         G = H // Hkv
         qs = q.view(B, Tq, g, Hkv, G, D).permute(0, 3, 4, 1, 2, 5)  # [B, Hkv, G, Tq, g, D]
         km, vm = (x[:, :T].permute(0, 2, 1, 3) for x in (k, v))  # [B, Hkv, T, D]
@@ -123,13 +127,21 @@ class StreamSDPA(SDPA):
         scale = D**-0.5
         s_main = torch.einsum("bhntjd,bhsd->bhntjs", qs, km) * scale  # [B, Hkv, G, Tq, g, T]
         s_own = torch.einsum("bhntjd,bhtid->bhntji", qs, ks) * scale  # [B, Hkv, G, Tq, g, g]
-        t = torch.arange(T - Tq, T)
-        see_main = (torch.arange(T)[None, :] <= t[:, None])[:, None, :]  # [Tq, 1, T]: s <= t
         see_own = torch.tril(torch.ones(g, g, dtype=torch.bool))  # [g, g]: i <= j
         scores = torch.cat([s_main.masked_fill(~see_main, float("-inf")), s_own.masked_fill(~see_own, float("-inf"))], -1)
         w = torch.softmax(scores.float(), -1).to(q.dtype)
         y = torch.einsum("bhntjs,bhsd->bhntjd", w[..., :T], vm) + torch.einsum("bhntji,bhtid->bhntjd", w[..., T:], vs)
         return y.permute(0, 3, 4, 1, 2, 5).reshape(B, R, H, D)
+
+
+def stream_positions(start: int | torch.Tensor, batch: int, T: int, length: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Positions [B, L] of the stream rows when sequence b's rows start at start_b (an int for
+    all, or [B]), L = `length` or T - min(start), clamped to T - 1; and which of them are not
+    clamped repeats [B, L]."""
+    starts = torch.as_tensor(start).expand(batch)
+    L = length if length is not None else T - int(starts.min())
+    rows = starts[:, None] + torch.arange(L)
+    return rows.clamp(max=T - 1), rows <= T - 1
 
 
 def _no_cache(base: Transformer, batch: int) -> GrowingKV:
@@ -163,25 +175,34 @@ class SpecModel(nn.Module):
         """Adapters of layer i on main-stream rows: Shared mode only (Lossless: none)."""
         return self.params.lora[i - self.first] if self.cfg is not None and self.cfg.mode == "shared" and i >= self.first else None
 
-    def forward_train(self, tokens: torch.Tensor, h0: torch.Tensor | None = None, start: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-        """Teacher-forced pass. tokens [B, T]; h0 optional cached input of layer L0 [B, T, d];
-        stream rows only for positions start.. (earlier ones, e.g. prompt positions, have no
-        target; main rows always cover all T, their keys are what the streams attend to).
+    def forward_train(
+        self, tokens: torch.Tensor, h0: torch.Tensor | None = None, start: int | torch.Tensor = 0, length: int | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Teacher-forced pass. tokens [B, T]; h0 optional cached input of layer L0 [B, T, d].
+        Stream rows only for `length` positions start, start + 1, .. of each sequence (an int,
+        or one per sequence [B]: earlier positions, e.g. the prompt's, have no target; main
+        rows always cover all T, their keys are what the streams attend to).
 
-        Returns (main final hidden [B, T, d], stream final hidden [B, T - start, g, d]), both
-        after the final norm; apply `base.output` for logits.
+        Returns (main final hidden [B, T, d], stream final hidden [B, L, g, d]), both after
+        the final norm (apply `base.output` for logits); stream row i of sequence b is
+        position start_b + i (`stream_positions`: L = length or T - min(start); rows past
+        T - 1 repeat position T - 1).
         """
         base = self.base
         B, T = tokens.shape
         if h0 is None:
             h0 = self.lower_hidden(tokens)
         g = self.cfg.gamma
+        rows, _ = stream_positions(start, B, T, length)  # [B, L]
+        L = rows.shape[1]
         pos = torch.arange(T)
         cos, sin = base.rope_cos[pos], base.rope_sin[pos]
-        spos = (pos[start:, None] + torch.arange(1, g + 1)).reshape(-1)  # stream j sits j steps ahead
-        scos, ssin = base.rope_cos[spos], base.rope_sin[spos]
-        smask = stream_mask(torch.tril(torch.ones(T, T, dtype=torch.bool))[start:], g)  # [(T-start)*g, T + (T-start)*g]
-        x, h_s = h0, self.params.enter(h0[:, start:]).reshape(B, (T - start) * g, -1)
+        spos = (rows[:, :, None] + torch.arange(1, g + 1)).reshape(B, L * g)  # stream j sits j steps ahead
+        scos, ssin = base.rope_cos[spos], base.rope_sin[spos]  # [B, L*g, D]
+        see = pos[None, None, :] <= rows[:, :, None]  # [B, L, T]: main keys s <= t
+        smask = stream_mask(see[:, None], g)  # [B, 1, L*g, T + L*g]
+        h_in = h0.gather(1, rows[:, :, None].expand(B, L, h0.shape[-1]))
+        x, h_s = h0, self.params.enter(h_in).reshape(B, L * g, -1)
         for i in range(self.first, base.args.n_layers):
             block, main_kv = base.layers[i], _no_cache(base, B)
             x_new = block(x, 0, cos, sin, self.main_lora(i), None, main_kv)  # causal; keeps its K/V
@@ -191,7 +212,7 @@ class SpecModel(nn.Module):
             finally:
                 block.attention.sdpa = plain
             x = x_new
-        return base.norm(x), base.norm(h_s).view(B, T - start, g, -1)
+        return base.norm(x), base.norm(h_s).view(B, L, g, -1)
 
     @torch.no_grad()
     def lower_hidden(self, tokens: torch.Tensor) -> torch.Tensor:

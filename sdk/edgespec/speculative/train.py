@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from edgespec.config import TrainConfig
-from edgespec.speculative.streams import SpecModel
+from edgespec.speculative.streams import SpecModel, stream_positions
 
 
 @dataclass
@@ -95,7 +95,7 @@ class FeatureCache:
 
 def epoch_order(lengths: list[int], batch_size: int, window: int, gen: torch.Generator) -> list[int]:
     """One epoch's example order: a random permutation cut into windows of `window` batches,
-    each window sorted by length so that a batch holds similar lengths (padding costs as
+    each window sorted by `lengths` so that a batch holds similar lengths (padding costs as
     much as real tokens), the window's batches then shuffled. window 1: plain random order."""
     perm = torch.randperm(len(lengths), generator=gen).tolist()
     if window <= 1:
@@ -195,13 +195,22 @@ class StreamLoss(nn.Module):
         return loss, acc
 
     def forward(self, tokens, h0, main_t, stream_t, soft_ids=None, soft_p=None):
-        # stream rows only from the first position any sequence of the batch has a target at
-        has = (stream_t != -100).any(-1).any(0).nonzero()
-        start = int(has[0]) if len(has) else 0
-        stream_t = stream_t[:, start:]
-        soft_ids, soft_p = (None, None) if soft_ids is None else (soft_ids[:, start:], soft_p[:, start:])
+        # stream rows only over each sequence's positions with a target (its response)
+        B, T, _ = stream_t.shape
+        has = (stream_t != -100).any(-1)  # [B, T]
+        starts = torch.where(has.any(1), has.float().argmax(1), T - 1)
+        ends = T - has.flip(1).float().argmax(1)  # one past the last position with a target
+        length = max(1, int((ends - starts).max()))
+        rows, fresh = stream_positions(starts, B, T, length)  # [B, L]
+
+        def at_rows(x: torch.Tensor) -> torch.Tensor:
+            return x.gather(1, rows.view(B, -1, *([1] * (x.dim() - 2))).expand(B, rows.shape[1], *x.shape[2:]))
+
+        stream_t = at_rows(stream_t).masked_fill(~fresh[..., None], -100)
+        if soft_ids is not None:
+            soft_ids, soft_p = at_rows(soft_ids), at_rows(soft_p)
         with self._autocast(tokens.device):
-            main_h, stream_h = self.model.forward_train(tokens, h0, start)
+            main_h, stream_h = self.model.forward_train(tokens, h0, starts, length)
         head = None if self.draft_ids is None else self.model.base.output.weight.index_select(0, self.draft_ids)
         g = stream_h.shape[2]
         w = self.hp.stream_weights
@@ -295,8 +304,9 @@ def train_streams(
         # the batch order is a function of (seed, epoch), so resuming replays the same stream
         need = (step + 1) * hp.batch_size * world
         while len(order) < need:
-            # bucketed by the global batch, so the ranks of a step share one batch of similar lengths
-            order += epoch_order([len(e.tokens) for e in examples], hp.batch_size * world, hp.length_window, gen)
+            # bucketed by response length (what the stream rows cover) for the global batch, so
+            # the ranks of a step share one batch of similar lengths
+            order += epoch_order([len(e.tokens) - e.n_prompt for e in examples], hp.batch_size * world, hp.length_window, gen)
             epoch += 1
         start = (step * world + rank) * hp.batch_size
         idx = order[start : start + hp.batch_size]
