@@ -168,6 +168,19 @@ def test_resume_refuses_a_checkpoint_of_another_recipe_or_data(tiny_model, tmp_p
     assert log.steps == [1, 2, 3, 4, 5]
 
 
+def test_feature_cache_batches_give_each_examples_own_features(tiny_model):
+    spec = SpecModel(tiny_model, StreamParams(tiny_model, StreamsConfig(gamma=2, n_layers=1, lora_rank=4, tree=(1, 1))))
+    g = torch.Generator().manual_seed(3)
+    ex = [Example(torch.randint(0, 97, (int(n),), generator=g).tolist(), 2) for n in torch.randint(3, 30, (9,), generator=g)]
+    batched = FeatureCache(spec, ex, batch_tokens=64).h
+    for e, h in zip(ex, batched):
+        alone = spec.lower_hidden(torch.tensor([e.tokens]))[0]
+        assert h.shape == alone.shape and h.dtype == torch.bfloat16
+        torch.testing.assert_close(h.float(), alone.to(torch.bfloat16).float(), atol=2e-2, rtol=2e-2)
+    half = FeatureCache(spec, ex, bf16=True).h
+    assert all(torch.allclose(a.float(), b.float(), atol=0.1, rtol=0.1) for a, b in zip(half, batched))
+
+
 def test_feature_cache_is_rebuilt_for_other_data_or_model(tiny_model, tmp_path):
     spec = SpecModel(tiny_model, StreamParams(tiny_model, StreamsConfig(gamma=2, n_layers=1, lora_rank=4, tree=(1, 1))))
     path = tmp_path / "features.pt"

@@ -73,20 +73,46 @@ def run_fingerprint(model: SpecModel, examples: list[Example], hp: TrainConfig, 
 class FeatureCache:
     """Layer-L0 inputs of every example, computed once (bf16 in memory, optional file).
 
-    The file is reused only when the base model's weights, the layer L0 and the examples'
-    content are the same; otherwise it is rebuilt."""
+    Examples are run in batches of similar lengths (right padding: causal attention keeps
+    real rows exact) of about `batch_tokens` tokens; bf16 runs the frozen layers under bf16
+    autocast (about 3x faster on a CPU with bf16 matrix units; the features are stored in
+    bf16 either way). The file is reused only when the base model's weights, the layer L0,
+    the precision and the examples' content are the same; otherwise it is rebuilt."""
 
-    def __init__(self, model: SpecModel, examples: list[Example], path: Path | None = None, on_progress: Callable[[int], None] = lambda n: None):
-        key = {"base": tensors_digest(model.base), "first": model.first, "data": examples_digest(examples)}
+    def __init__(
+        self,
+        model: SpecModel,
+        examples: list[Example],
+        path: Path | None = None,
+        on_progress: Callable[[int], None] = lambda n: None,
+        bf16: bool = False,
+        batch_tokens: int = 8192,
+    ):
+        key = {"base": tensors_digest(model.base), "first": model.first, "bf16": bf16, "data": examples_digest(examples)}
         if path is not None and path.is_file():
             blob = torch.load(path)
             if blob.get("key") == key:
                 self.h = blob["h"]
                 return
-        self.h = []
-        for e in examples:
-            self.h.append(model.lower_hidden(torch.tensor([e.tokens]))[0].to(torch.bfloat16))
-            on_progress(1)
+        h: list[torch.Tensor | None] = [None] * len(examples)
+        order = sorted(range(len(examples)), key=lambda i: len(examples[i].tokens))
+        i = 0
+        while i < len(order):
+            n = 1
+            while i + n < len(order) and (n + 1) * len(examples[order[i + n]].tokens) <= batch_tokens:
+                n += 1
+            idx = order[i : i + n]
+            T = len(examples[idx[-1]].tokens)  # the longest of the batch (sorted)
+            tokens = torch.zeros(n, T, dtype=torch.long)
+            for b, k in enumerate(idx):
+                tokens[b, : len(examples[k].tokens)] = torch.tensor(examples[k].tokens)
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                out = model.lower_hidden(tokens)
+            for b, k in enumerate(idx):
+                h[k] = out[b, : len(examples[k].tokens)].to(torch.bfloat16).clone()
+                on_progress(1)
+            i += n
+        self.h = h
         if path is not None:
             tmp = path.with_suffix(".tmp")
             torch.save({"key": key, "h": self.h}, tmp)
@@ -396,7 +422,7 @@ def train_from_recipe(recipe, on_status: Callable[[str], None] = lambda s: None,
 
         raise EdgespecError(f"train.soft_weight={t.soft_weight} needs soft labels, and '{t.data}' has none (make it with `edgespec distill --source ...`)")
     on_status(f"features ({len(examples)} sequences)")
-    feats = FeatureCache(model, examples, out / "features.pt").h
+    feats = FeatureCache(model, examples, out / "features.pt", bf16=t.bf16).h
     on_status("train")
     from edgespec.speculative.vocab import draft_vocabulary
 
