@@ -3,6 +3,7 @@
 keep this in seconds."""
 
 import json
+import os
 import string
 
 import pytest
@@ -16,7 +17,11 @@ from edgespec.config import Recipe, apply_overrides, load_recipe
 from edgespec.corpus.prompts import iter_jsonl
 from edgespec.errors import EdgespecError
 
-FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+FAST = settings(
+    max_examples=int(os.environ.get("EDGESPEC_FUZZ_EXAMPLES", "150")),  # bench/fuzz_long.py raises it
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**40), 2**40) | st.floats(allow_nan=False) | st.text(max_size=12),

@@ -167,3 +167,107 @@ def package_zip(bundle_dir: str | Path, out: str | Path) -> Path:
         tmp.unlink(missing_ok=True)
         raise
     return out
+
+
+MAX_UNPACKED_BYTES = 16 << 30  # a bundle is a few hundred MB; refuse archives that claim more
+
+
+def unpack_zip(zip_path: str | Path, outdir: str | Path, overwrite: bool = False, max_bytes: int = MAX_UNPACKED_BYTES) -> dict[str, Any]:
+    """Unpack a zip written by `package_zip` into the bundle directory `outdir` and return its
+    manifest. Refused, with nothing written: members other than the manifest and the files it
+    lists (so no absolute or `..` names, no duplicates), symbolic links or other special
+    entries, encrypted members, archives that declare more than `max_bytes`, members that
+    inflate past their declared size, and files whose SHA-256 differs from the manifest's. The
+    files are staged next to `outdir` and renamed into place when all of them check out."""
+    import stat
+    import zipfile
+
+    src = Path(zip_path)
+    if not src.is_file():
+        raise EdgespecError(f"bundle zip '{src}' not found")
+    try:
+        z = zipfile.ZipFile(src)
+    except (zipfile.BadZipFile, OSError, ValueError, NotImplementedError, EOFError) as e:
+        raise EdgespecError(f"'{src}' is not a readable zip file ({e})") from None
+    with z:
+        infos = z.infolist()
+        names = [i.filename for i in infos]
+        if MANIFEST not in names:
+            raise EdgespecError(f"'{src}' holds no {MANIFEST}: not a bundle zip (make one with `edgespec package`)")
+        if len(set(names)) != len(names):
+            raise EdgespecError(f"'{src}' holds a name twice; refusing an ambiguous archive")
+        for info in infos:
+            mode = info.external_attr >> 16
+            if info.is_dir() or stat.S_IFMT(mode) not in (0, stat.S_IFREG):  # 0: no Unix type recorded
+                raise EdgespecError(f"'{src}': member '{info.filename}' is not a regular file (a link or a directory); refusing it")
+            if info.flag_bits & 0x1:
+                raise EdgespecError(f"'{src}': member '{info.filename}' is encrypted; bundle zips are not")
+        total = sum(i.file_size for i in infos)
+        if total > max_bytes:
+            raise EdgespecError(f"'{src}' declares {total:,} bytes unpacked, more than the limit of {max_bytes:,}")
+        try:
+            manifest = json.loads(_read_member(z, z.getinfo(MANIFEST), 1 << 20).decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise EdgespecError(f"'{src}': {MANIFEST} is not valid JSON ({e})") from None
+        if not isinstance(manifest, dict):
+            raise EdgespecError(f"'{src}': {MANIFEST} must be a JSON object")
+        if manifest.get("schema_version") != SCHEMA_VERSION:
+            raise EdgespecError(f"'{src}': schema_version {manifest.get('schema_version')!r} is not supported (expected {SCHEMA_VERSION})")
+        _check_manifest(manifest, f"'{src}'")
+        listed = set(manifest["files"])
+        extra = [n for n in names if n != MANIFEST and n not in listed]
+        if extra:
+            raise EdgespecError(f"'{src}' holds files its manifest does not list: {', '.join(sorted(extra)[:5])}")
+        missing = sorted(listed - set(names))
+        if missing:
+            raise EdgespecError(f"'{src}' lacks files its manifest lists: {', '.join(missing[:5])}")
+        with staged_bundle(outdir, overwrite=overwrite) as stage:
+            for info in infos:
+                target = stage / info.filename  # names are the manifest's, checked to stay inside
+                if not target.resolve().is_relative_to(stage.resolve()) or target.resolve() == stage.resolve():
+                    raise EdgespecError(f"'{src}': member '{info.filename}' would land outside the bundle; refusing it")
+                target.parent.mkdir(parents=True, exist_ok=True)
+                try:
+                    with open(target, "wb") as f:
+                        _copy_member(z, info, f)
+                except OSError as e:
+                    raise EdgespecError(f"cannot write '{Path(outdir)}': {e.strerror}") from None
+            verify_checksums(stage, manifest)
+    return manifest
+
+
+def _read_member(z, info, limit: int) -> bytes:
+    if info.file_size > limit:
+        raise EdgespecError(f"zip member '{info.filename}' is too large ({info.file_size:,} bytes)")
+    import io
+
+    buf = io.BytesIO()
+    _copy_member(z, info, buf)
+    return buf.getvalue()
+
+
+def _copy_member(z, info, out) -> None:
+    """Copy a member, stopping at its declared size (an archive may lie about it)."""
+    import zipfile
+    import zlib
+
+    def corrupt(e: Exception) -> EdgespecError:
+        return EdgespecError(f"zip member '{info.filename}' is corrupt ({e})")
+
+    left = info.file_size
+    try:
+        f = z.open(info)
+    except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, NotImplementedError) as e:
+        raise corrupt(e) from None
+    with f:
+        while True:
+            try:  # reading errors are the archive's; writing errors (out.write) are the caller's
+                chunk = f.read(min(1 << 20, left + 1))
+            except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, NotImplementedError) as e:
+                raise corrupt(e) from None
+            if not chunk:
+                return
+            left -= len(chunk)
+            if left < 0:
+                raise EdgespecError(f"zip member '{info.filename}' inflates past its declared size {info.file_size:,}; refusing it")
+            out.write(chunk)

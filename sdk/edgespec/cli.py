@@ -740,5 +740,19 @@ def package(bundle: str, out: str) -> None:
     click.echo(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
 
 
+@main.command()
+@click.argument("zip_file", type=click.Path())
+@click.option("-o", "--out", required=True, type=click.Path(file_okay=False), help="Bundle directory to create.")
+@click.option("--overwrite", is_flag=True, help="Replace an existing directory at --out.")
+@_friendly
+def unpack(zip_file: str, out: str, overwrite: bool) -> None:
+    """Unpack a bundle zip made by `edgespec package`, checking every file against the manifest
+    (nothing is written unless all of it checks out)."""
+    from edgespec.bundle import unpack_zip
+
+    m = unpack_zip(zip_file, out, overwrite=overwrite)
+    click.echo(f"unpacked {len(m['files'])} files to {Path(out).resolve()}; their SHA-256 match the manifest")
+
+
 if __name__ == "__main__":
     main()
