@@ -46,7 +46,8 @@ def staged_bundle(outdir: str | Path, overwrite: bool = True) -> Iterator[Path]:
         raise EdgespecError(f"output '{out}' already exists")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
+        _remove_stale_stages(out)
+        stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-{os.getpid()}-", dir=out.parent))
     except OSError as e:
         raise EdgespecError(f"cannot write to output directory '{out.parent}': {e.strerror}") from None
     try:
@@ -61,6 +62,26 @@ def staged_bundle(outdir: str | Path, overwrite: bool = True) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         raise
+
+
+def _remove_stale_stages(out: Path) -> None:
+    """Staging (`.NAME.partial-PID-*`) and replaced (`.NAME.old-PID`) directories of processes
+    that no longer run: what a killed export leaves beside the bundle."""
+    for p in out.parent.glob(f".{out.name}.*"):
+        kind, _, rest = p.name[len(out.name) + 2 :].partition("-")
+        pid = rest.split("-", 1)[0]
+        if kind in ("partial", "old") and pid.isdigit() and p.is_dir() and not _alive(int(pid)):
+            shutil.rmtree(p, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def write_manifest(bundle_dir: Path, fields: dict[str, Any]) -> dict[str, Any]:

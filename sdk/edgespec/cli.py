@@ -31,6 +31,10 @@ def _friendly(fn):
             # one line, whatever the message quotes (user text may hold line breaks)
             click.echo("error: " + str(e).replace("\r", "\\r").replace("\n", "\\n"), file=_err())
             sys.exit(getattr(e, "exit_code", 2))
+        except OSError as e:  # the machine's, not the input's: disk full, read-only, permissions
+            where = f" ('{e.filename}')" if e.filename else ""
+            click.echo(f"error: {e.strerror or e}{where}; nothing was left half-written, free the space or fix the path and run again", file=_err())
+            sys.exit(1)
 
     return wrapper
 
