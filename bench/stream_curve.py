@@ -1,0 +1,151 @@
+"""Drafter quality versus training budget: tokens per call on held-out prompts as training sees
+more self-distilled response tokens.
+
+One training run (`train_streams`, the recipe's settings, `--steps` steps) on `--data`; at
+geometrically spaced steps the drafter is evaluated by exact greedy replay (the decode loop
+call for call, `edgespec.speculative.tune.replay`) over the teacher's greedy continuations of
+held-out prompts (`--heldout`, shards from `edgespec distill --source ... --split heldout`):
+mean tokens per call of a chain of gamma (and of the recipe's tree), overall and per task,
+against response tokens seen. `--drafter medusa` trains Medusa-1 heads on the same data and
+features instead (equal budget). Prints JSON; `--plot` draws the curve(s) of one or more
+JSON files written before.
+
+    python bench/stream_curve.py --data /work/distill-v1/shards --heldout /work/distill-v1/heldout \\
+        --steps 2000 > docs/results/stream_curve_streams.json
+    python bench/stream_curve.py --plot docs/stream_curve.png docs/results/stream_curve_*.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from dataclasses import replace
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sdk"))
+
+
+def evaluate(model, seqs: list[tuple[str, int, list[int]]], gamma: int, vocab, trees: list[tuple[int, ...]]) -> dict:
+    from edgespec.speculative.tune import future_ranks, replay
+
+    was = model.training
+    model.eval()
+    ranks = future_ranks(model, [(n, ids) for _, n, ids in seqs], gamma, vocab)
+    model.train(was)
+    out = {}
+    for tree in trees:
+        name = "x".join(map(str, tree))
+        by_task = defaultdict(list)
+        for (task, _, _), r in zip(seqs, ranks):
+            by_task[task].append(r)
+        out[name] = {"all": round(replay(ranks, tree)[0], 4)} | {t: round(replay(rs, tree)[0], 4) for t, rs in sorted(by_task.items())}
+    return out
+
+
+def plot(path: str, files: list[str]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for f in files:
+        run = json.loads(Path(f).read_text())
+        tree = "x".join(["1"] * run["gamma"])
+        pts = [(p["response_tokens_seen"], p["tokens_per_call"][tree]["all"]) for p in run["points"]]
+        ax.plot(*zip(*pts), marker="o", label=f"{run['drafter']} (chain of {run['gamma']})")
+    ax.set_xscale("log")
+    ax.set_xlabel("self-distilled response tokens seen in training")
+    ax.set_ylabel("tokens per call (held-out, greedy replay)")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data")
+    ap.add_argument("--heldout")
+    ap.add_argument("--recipe", default="recipes/smollm2-135m-spec.yaml")
+    ap.add_argument("--override", action="append", default=[], help="recipe FIELD=VALUE")
+    ap.add_argument("--drafter", choices=["streams", "medusa"], default="streams")
+    ap.add_argument("--steps", type=int, default=2000)
+    ap.add_argument("--evals", type=int, default=6, help="evaluation points, geometrically spaced up to --steps")
+    ap.add_argument("--heldout-sequences", type=int, default=300)
+    ap.add_argument("--plot", help="write this PNG from the JSON files given as arguments")
+    ap.add_argument("files", nargs="*")
+    args = ap.parse_args()
+    if args.plot:
+        plot(args.plot, args.files)
+        return
+
+    from edgespec.config import load_recipe
+    from edgespec.corpus.distill import read_shards
+    from edgespec.models.load import build_model, read_source, tokenizer_of
+    from edgespec.speculative.streams import SpecModel, StreamParams
+    from edgespec.speculative.train import FeatureCache, load_examples, train_streams
+    from edgespec.speculative.vocab import draft_vocabulary
+
+    r = load_recipe(args.recipe, args.override)
+    s, t = r.streams, r.train
+    src = read_source(r.model.source, max(r.model.max_seq_len, t.seq_len + s.gamma + 1))
+    base = build_model(src)
+    if args.drafter == "medusa":
+        from edgespec.speculative.medusa import MedusaHeads, MedusaModel
+
+        model = MedusaModel(base, MedusaHeads(base.args.dim, s.gamma), s.n_layers)
+    else:
+        model = SpecModel(base, StreamParams(base, s))
+    t0 = time.perf_counter()
+    examples = load_examples(args.data, tokenizer_of(src), t.seq_len)
+    feats = FeatureCache(model, examples, bf16=t.bf16).h
+    feature_s = time.perf_counter() - t0
+    rows = list(read_shards(args.heldout))[: args.heldout_sequences]
+    seqs = [(row["task"], len(row["prompt_ids"]), (row["prompt_ids"] + row["response_ids"])[: t.seq_len]) for row in rows]
+    vocab = draft_vocabulary(src, s.draft_vocab) if args.drafter == "streams" else None
+    trees = sorted({(1,) * s.gamma, tuple(s.tree)})
+    eval_at = sorted({max(1, round(args.steps / 2**k)) for k in range(args.evals)})
+    points = [{"step": 0, "tokens_per_call": evaluate(model, seqs, s.gamma, vocab, trees)}]
+
+    def on_step(step: int, loss: float) -> None:
+        if step in eval_at:
+            points.append({"step": step, "loss": round(loss, 4), "tokens_per_call": evaluate(model, seqs, s.gamma, vocab, trees)})
+            print(json.dumps(points[-1]), file=sys.stderr, flush=True)
+
+    hp = replace(t, steps=args.steps, checkpoint_every=10**9)
+    t1 = time.perf_counter()
+    with tempfile.TemporaryDirectory() as out:
+        log = train_streams(model, examples, feats, hp, out, on_step=on_step, draft_ids=vocab)
+    train_s = time.perf_counter() - t1
+    seen = dict(zip(log.steps, log.tokens_seen))
+    for p in points:
+        p["response_tokens_seen"] = seen.get(p["step"], 0)
+    print(
+        json.dumps(
+            {
+                "drafter": args.drafter,
+                "recipe": args.recipe,
+                "overrides": args.override,
+                "gamma": s.gamma,
+                "train_sequences": len(examples),
+                "train_response_tokens": sum(len(e.tokens) - e.n_prompt for e in examples),
+                "heldout_sequences": len(seqs),
+                "heldout_tasks": sorted({x[0] for x in seqs}),
+                "steps": args.steps,
+                "batch_size": t.batch_size,
+                "feature_seconds": round(feature_s, 1),
+                "train_seconds_with_evals": round(train_s, 1),
+                "points": points,
+            },
+            indent=1,
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
