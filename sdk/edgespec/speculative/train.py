@@ -190,6 +190,9 @@ class StreamLoss(nn.Module):
             local = torch.full((model.base.output.weight.shape[0],), -100, dtype=torch.long)
             local[draft_ids] = torch.arange(len(draft_ids))
             self.local = local
+            # the base lm head is frozen in both modes: slice (and cast) it once, not every step
+            head = model.base.output.weight.detach().index_select(0, draft_ids)
+            self.head = head.to(torch.bfloat16) if hp.bf16 else head
 
     def _autocast(self, device: torch.device):
         return torch.autocast(device.type, dtype=torch.bfloat16, enabled=self.hp.bf16)
@@ -237,7 +240,7 @@ class StreamLoss(nn.Module):
             soft_ids, soft_p = at_rows(soft_ids), at_rows(soft_p)
         with self._autocast(tokens.device):
             main_h, stream_h = self.model.forward_train(tokens, h0, starts, length)
-        head = None if self.draft_ids is None else self.model.base.output.weight.index_select(0, self.draft_ids)
+        head = None if self.draft_ids is None else self.head
         g = stream_h.shape[2]
         w = self.hp.stream_weights
         losses, accs = [], []
