@@ -111,10 +111,13 @@ def main() -> None:
     trees = sorted({(1,) * s.gamma, tuple(s.tree)})
     eval_at = sorted({max(1, round(args.steps / 2**k)) for k in range(args.evals)})
     points = [{"step": 0, "tokens_per_call": evaluate(model, seqs, s.gamma, vocab, trees)}]
+    eval_s = [0.0]
 
     def on_step(step: int, loss: float) -> None:
         if step in eval_at:
+            t = time.perf_counter()
             points.append({"step": step, "loss": round(loss, 4), "tokens_per_call": evaluate(model, seqs, s.gamma, vocab, trees)})
+            eval_s[0] += time.perf_counter() - t
             print(json.dumps(points[-1]), file=sys.stderr, flush=True)
 
     hp = replace(t, steps=args.steps, checkpoint_every=10**9)
@@ -139,7 +142,9 @@ def main() -> None:
                 "steps": args.steps,
                 "batch_size": t.batch_size,
                 "feature_seconds": round(feature_s, 1),
-                "train_seconds_with_evals": round(train_s, 1),
+                "train_seconds": round(train_s - eval_s[0], 1),
+                "eval_seconds": round(eval_s[0], 1),
+                "train_response_tokens_per_s": round(log.tokens_seen[-1] / (train_s - eval_s[0]), 1),
                 "points": points,
             },
             indent=1,
