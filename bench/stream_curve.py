@@ -77,6 +77,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=2000)
     ap.add_argument("--evals", type=int, default=6, help="evaluation points, geometrically spaced up to --steps")
     ap.add_argument("--heldout-sequences", type=int, default=300)
+    ap.add_argument("--features", help="feature cache file (shared by a streams and a Medusa run on the same data)")
     ap.add_argument("--plot", help="write this PNG from the JSON files given as arguments")
     ap.add_argument("files", nargs="*")
     args = ap.parse_args()
@@ -103,7 +104,7 @@ def main() -> None:
         model = SpecModel(base, StreamParams(base, s))
     t0 = time.perf_counter()
     examples = load_examples(args.data, tokenizer_of(src), t.seq_len)
-    feats = FeatureCache(model, examples, bf16=t.bf16).h
+    feats = FeatureCache(model, examples, Path(args.features) if args.features else None, bf16=t.bf16).h
     feature_s = time.perf_counter() - t0
     rows = list(read_shards(args.heldout))[: args.heldout_sequences]
     seqs = [(row["task"], len(row["prompt_ids"]), (row["prompt_ids"] + row["response_ids"])[: t.seq_len]) for row in rows]

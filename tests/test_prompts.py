@@ -44,7 +44,7 @@ def _sha(text: str) -> str:
 
 @pytest.mark.slow  # reads apt's Translation files, fanoutqa, Chinook, chitchat-dataset
 def test_training_mix_excludes_every_validation_and_heldout_prompt_by_hash():
-    from edgespec.harness.suites import SUITES as TASKS
+    from edgespec.corpus.tasks import SUITES as TASKS
 
     train = P.mixed_prompts("train", 6000)
     assert {p.task for p in train} == set(P.SUITES)  # the six validation task types, code and chat

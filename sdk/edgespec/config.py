@@ -21,7 +21,7 @@ from edgespec.errors import EdgespecError
 QuantScheme = Literal["fp32", "fp16", "8da4w", "8da8w", "int8wo"]
 EMBEDDED_MODELS = ("smollm2-135m-instruct",)
 SUITE_NAMES = ("summarization", "translation", "qa", "math", "sql", "rag")
-"""The built-in validation suites, in report order (edgespec.harness.suites builds them)."""
+"""The built-in validation suites, in report order (edgespec.corpus.tasks builds them)."""
 
 
 def _require(cond: bool, path: str, msg: str) -> None:
@@ -229,7 +229,7 @@ class GatesConfig(_Section):
 class ValidateConfig(_Section):
     """Host validation of the program (`edgespec validate`; a stage of `edgespec export`).
 
-    suites: built-in suites (see edgespec.harness.suites) or JSONL files of your own.
+    suites: built-in suites (see edgespec.corpus.tasks) or JSONL files of your own.
     reference: ``fp32`` also runs the unquantized base model eagerly on the same prompts (cached
     on disk) for the accuracy gate; ``none`` skips it. runs: repetitions per prompt (median).
     lookup > 0: also measure context drafting through `spec_step` (a suffix match of at least

@@ -17,7 +17,7 @@ Nothing is copied into the repository.
 | chat | chitchat-dataset (BYU Chit Chat Challenge) conversation turns |
 
 The validation task types (summarization, translation, qa, sql, rag) use the harness's own
-builders (`edgespec.harness.suites`), so the training prompts are worded as the prompts the
+builders (`edgespec.corpus.tasks`), so the training prompts are worded as the prompts the
 validated program will see.
 """
 
@@ -136,7 +136,7 @@ def _validation_task(name: str) -> Callable[[str, int], list[Prompt]]:
     """A validation task type's prompts for another split, from the harness's own builder."""
 
     def build(split: str, n: int) -> list[Prompt]:
-        from edgespec.harness.suites import SUITES as TASKS
+        from edgespec.corpus.tasks import SUITES as TASKS
 
         examples = TASKS[name].build(n, 0, split)
         return [Prompt(f"{name}/{split}/{e.id.split('/', 1)[1]}", name, e.prompt, e.reference or None, e.source) for e in examples]
@@ -151,7 +151,7 @@ CHAT_TURNS = 4  # prompts per conversation at most: the opening turn and later o
 def chat_prompts(split: str, n: int) -> list[Prompt]:
     """Turns of open-domain conversations (chitchat-dataset): one speaker's consecutive
     messages as the user message; conversations are split by a hash of their id."""
-    from edgespec.harness.suites import _package_file, split_of
+    from edgespec.corpus.tasks import _package_file, split_of
 
     path = _package_file("chitchat_dataset", "dataset.json", "pip install --no-deps chitchat-dataset==0.9.0")
     data = json.loads(path.read_text(encoding="utf-8"))
@@ -187,7 +187,7 @@ def excluded_keys() -> frozenset[str]:
     suites (seed 0, up to VALIDATION_MAX each; the math suite's questions compare with the
     math prompts' by source although the wording around them differs) and every held-out
     prompt (up to HELDOUT_MAX per suite)."""
-    from edgespec.harness.suites import SUITES as TASKS
+    from edgespec.corpus.tasks import SUITES as TASKS
 
     out = {k for task in TASKS.values() for e in task.build(VALIDATION_MAX, 0) for k in _keys(e.prompt, e.source)}
     out |= {k for build in SUITES.values() for p in build("heldout", HELDOUT_MAX) for k in _keys(p.text, p.source)}

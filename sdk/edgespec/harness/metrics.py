@@ -15,7 +15,7 @@ import string
 from collections import Counter
 from collections.abc import Callable
 
-from edgespec.harness.example import Example
+from edgespec.corpus.example import Example
 
 
 def _lcs(a: list[str], b: list[str]) -> int:
@@ -115,7 +115,7 @@ def contains_answer(prediction: str, reference: str) -> float:
 
 
 def sql_match(prediction: str, example: Example) -> float:
-    from edgespec.harness.sqldb import execution_match, extract_sql
+    from edgespec.corpus.sqldb import execution_match, extract_sql
 
     return float(execution_match(extract_sql(prediction), example.reference))
 
