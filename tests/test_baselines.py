@@ -36,3 +36,15 @@ def test_medusa_heads_train_with_the_stream_trainer(tiny_model, tmp_path):
 def test_medusa_parameter_count():
     assert medusa_parameter_count(576, 49152, 3, own_lm_head=False) == 3 * (576 * 576 + 576)
     assert medusa_parameter_count(576, 49152, 3, own_lm_head=True) == 3 * (576 * 576 + 576 + 576 * 49152)
+
+
+def test_medusa_heads_are_replayed_like_streams(tiny_model):
+    """`edgespec tune`'s acceptance replay takes Medusa heads as it takes streams (features
+    computed when not given)."""
+    from edgespec.speculative.tune import future_ranks, replay
+
+    medusa = MedusaModel(tiny_model, MedusaHeads(tiny_model.args.dim, 3), 1)
+    ranks = future_ranks(medusa, [(3, list(range(1, 12)))], 3)
+    assert ranks[0].shape == (11 - 2 - (3 - 1), 3)  # calls start at rows 2 .. T - 3
+    tokens_per_call, calls = replay(ranks, (1, 1, 1))
+    assert calls >= 1 and 1.0 <= tokens_per_call <= 4.0

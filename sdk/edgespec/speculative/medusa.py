@@ -53,9 +53,11 @@ class MedusaModel(nn.Module):
         return frozen_layers(self.base, self.base.tok_embeddings(tokens), 0, self.first)
 
     def forward_train(
-        self, tokens: torch.Tensor, h0: torch.Tensor, start: int | torch.Tensor = 0, length: int | None = None
+        self, tokens: torch.Tensor, h0: torch.Tensor | None = None, start: int | torch.Tensor = 0, length: int | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """(main final hidden [B, T, d], head inputs [B, L, g, d] at `stream_positions`); see `SpecModel`."""
+        if h0 is None:
+            h0 = self.lower_hidden(tokens)
         with torch.no_grad():
             h = self.base.norm(frozen_layers(self.base, h0, self.first, self.base.args.n_layers))
         rows, _ = stream_positions(start, *tokens.shape, length)
