@@ -108,7 +108,7 @@ def main() -> None:
     feature_s = time.perf_counter() - t0
     rows = list(read_shards(args.heldout))[: args.heldout_sequences]
     seqs = [(row["task"], len(row["prompt_ids"]), (row["prompt_ids"] + row["response_ids"])[: t.seq_len]) for row in rows]
-    vocab = draft_vocabulary(src, s.draft_vocab) if args.drafter == "streams" else None
+    vocab = draft_vocabulary(src, s.draft_vocab)  # the program's drafting head, for streams and heads alike
     trees = sorted({(1,) * s.gamma, tuple(s.tree)})
     eval_at = sorted({max(1, round(args.steps / 2**k)) for k in range(args.evals)})
     points = [{"step": 0, "tokens_per_call": evaluate(model, seqs, s.gamma, vocab, trees)}]

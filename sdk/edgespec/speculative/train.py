@@ -429,7 +429,7 @@ def train_from_recipe(recipe, on_status: Callable[[str], None] = lambda s: None,
     on_status("train")
     from edgespec.speculative.vocab import draft_vocabulary
 
-    draft_ids = draft_vocabulary(src, s.draft_vocab) if t.drafter == "streams" else None
+    draft_ids = draft_vocabulary(src, s.draft_vocab)  # the program drafts through it, streams or heads
     log = train_streams(model, examples, feats, t, out, on_step=on_step, draft_ids=draft_ids)
     save_streams(out / f"{t.drafter}.pt", params, model.cfg)
     _plot_log(log, out / "loss.png")
