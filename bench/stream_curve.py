@@ -78,6 +78,7 @@ def main() -> None:
     ap.add_argument("--evals", type=int, default=6, help="evaluation points, geometrically spaced up to --steps")
     ap.add_argument("--heldout-sequences", type=int, default=300)
     ap.add_argument("--features", help="feature cache file (shared by a streams and a Medusa run on the same data)")
+    ap.add_argument("--save", help="write the trained weights here (edgespec's weights format)")
     ap.add_argument("--plot", help="write this PNG from the JSON files given as arguments")
     ap.add_argument("files", nargs="*")
     args = ap.parse_args()
@@ -126,6 +127,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as out:
         log = train_streams(model, examples, feats, hp, out, on_step=on_step, draft_ids=vocab)
     train_s = time.perf_counter() - t1
+    if args.save:
+        from edgespec.speculative.streams import save_streams
+
+        save_streams(args.save, model.params, model.cfg)
     seen = dict(zip(log.steps, log.tokens_seen))
     for p in points:
         p["response_tokens_seen"] = seen.get(p["step"], 0)
