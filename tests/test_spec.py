@@ -148,3 +148,15 @@ def test_stream_rows_from_a_start_position_are_the_full_passes_rows(tiny_model):
     assert s_each.shape[1] == 9
     torch.testing.assert_close(s_each[0, :5], s_all[0, 6:], atol=1e-5, rtol=1e-5)  # rows past the end repeat the last
     torch.testing.assert_close(s_each[1], s_all[1, 2:], atol=1e-5, rtol=1e-5)
+
+
+def test_stream_weights_carry_the_draft_vocabulary_of_a_bundle(tiny_model, tmp_path):
+    from edgespec.speculative.streams import load_streams, save_streams, saved_draft_ids
+
+    cfg = StreamsConfig(gamma=2, n_layers=1, lora_rank=4, tree=(1, 1))
+    params = StreamParams(tiny_model, cfg)
+    save_streams(tmp_path / "plain.pt", params, cfg)
+    save_streams(tmp_path / "bundle.pt", params, cfg, torch.tensor([2, 5, 9]))
+    assert saved_draft_ids(tmp_path / "plain.pt") is None
+    assert saved_draft_ids(tmp_path / "bundle.pt").tolist() == [2, 5, 9]
+    load_streams(tmp_path / "bundle.pt", tiny_model, expect=cfg)  # still a weights file like any other

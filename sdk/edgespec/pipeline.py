@@ -54,8 +54,9 @@ def export_bundle(
             from edgespec.speculative.vocab import draft_vocabulary
 
             params = load_streams(recipe.streams.weights, model, expect=recipe.streams)  # recipe and file must agree
-            save_streams(stage_dir / B.STREAMS, params, params.cfg)  # the bundle carries them (edgespec tune)
-            spec = SpecProgram(SpecModel(model, params), Tree(recipe.streams.tree), draft_vocabulary(src, recipe.streams.draft_vocab)).eval()
+            draft_ids = draft_vocabulary(src, recipe.streams.draft_vocab)
+            save_streams(stage_dir / B.STREAMS, params, params.cfg, draft_ids)  # the bundle carries them (edgespec tune)
+            spec = SpecProgram(SpecModel(model, params), Tree(recipe.streams.tree), draft_ids).eval()
 
         stage("normsearch")
         report_files: list[str] = []

@@ -31,7 +31,7 @@ def tune_bundle(
     from edgespec.models.load import build_model, read_source
     from edgespec.runtime.generate import generate
     from edgespec.runtime.session import open_bundle, prompt_ids
-    from edgespec.speculative.streams import SpecModel, load_streams
+    from edgespec.speculative.streams import SpecModel, load_streams, saved_draft_ids
     from edgespec.speculative.vocab import draft_vocabulary
 
     weights = stream_weights(bundle_dir, read_manifest(bundle_dir))  # before any slow work
@@ -49,7 +49,9 @@ def tune_bundle(
     src = read_source(manifest["recipe"]["model"]["source"], runner.max_seq_len)
     base = build_model(src)
     spec = SpecModel(base, load_streams(weights, base))
-    vocab = draft_vocabulary(src, (manifest.get("speculative") or {}).get("draft_vocab", 0))
+    vocab = saved_draft_ids(weights)  # the program's own id map; bundles before it was recorded: rebuilt from the corpus
+    if vocab is None:
+        vocab = draft_vocabulary(src, (manifest.get("speculative") or {}).get("draft_vocab", 0))
     ranks = T.future_ranks(spec, seqs, spec.cfg.gamma, vocab)
     on_progress("costs", 0, 1)
     t_1 = T.forward_cost(runner, context)

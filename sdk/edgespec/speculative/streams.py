@@ -241,15 +241,25 @@ def count_parameters(module: nn.Module) -> int:
     return sum(p.numel() for p in module.parameters())
 
 
-def save_streams(path, params: nn.Module, cfg: StreamsConfig) -> None:
-    """Write stream (or Medusa head) weights + their architecture (atomic)."""
+def save_streams(path, params: nn.Module, cfg: StreamsConfig, draft_ids: torch.Tensor | None = None) -> None:
+    """Write stream (or Medusa head) weights + their architecture (atomic); a bundle's copy
+    also records the draft vocabulary its program drafts through (`draft_ids`)."""
     from pathlib import Path
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
-    torch.save({"streams": architecture(cfg), "state_dict": {k: v.detach().clone() for k, v in params.state_dict().items()}}, tmp)
+    blob = {"streams": architecture(cfg), "state_dict": {k: v.detach().clone() for k, v in params.state_dict().items()}}
+    if draft_ids is not None:
+        blob["draft_ids"] = draft_ids.clone()
+    torch.save(blob, tmp)
     tmp.replace(path)
+
+
+def saved_draft_ids(path) -> torch.Tensor | None:
+    """The draft vocabulary recorded beside stream weights (bundles exported since it is
+    recorded), or None."""
+    return torch.load(path, weights_only=True).get("draft_ids")
 
 
 def read_architecture(blob: dict) -> dict:
