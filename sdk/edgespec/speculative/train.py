@@ -189,10 +189,10 @@ class StreamLoss(nn.Module):
         if draft_ids is not None:  # full-vocabulary id -> draft-vocabulary index (-100 outside)
             local = torch.full((model.base.output.weight.shape[0],), -100, dtype=torch.long)
             local[draft_ids] = torch.arange(len(draft_ids))
-            self.local = local
+            self.register_buffer("local", local, persistent=False)
             # the base lm head is frozen in both modes: slice (and cast) it once, not every step
             head = model.base.output.weight.detach().index_select(0, draft_ids)
-            self.head = head.to(torch.bfloat16) if hp.bf16 else head
+            self.register_buffer("head", head.to(torch.bfloat16) if hp.bf16 else head, persistent=False)
 
     def _autocast(self, device: torch.device):
         return torch.autocast(device.type, dtype=torch.bfloat16, enabled=self.hp.bf16)
