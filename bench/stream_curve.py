@@ -26,15 +26,17 @@ from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
 
+import torch
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sdk"))
 
 
-def evaluate(model, seqs: list[tuple[str, int, list[int]]], gamma: int, vocab, trees: list[tuple[int, ...]]) -> dict:
+def evaluate(model, seqs: list[tuple[str, int, list[int]]], feats: list[torch.Tensor], gamma: int, vocab, trees: list[tuple[int, ...]]) -> dict:
     from edgespec.speculative.tune import future_ranks, replay
 
     was = model.training
     model.eval()
-    ranks = future_ranks(model, [(n, ids) for _, n, ids in seqs], gamma, vocab)
+    ranks = future_ranks(model, [(n, ids) for _, n, ids in seqs], gamma, vocab, feats)
     model.train(was)
     out = {}
     for tree in trees:
@@ -110,15 +112,17 @@ def main() -> None:
     rows = list(read_shards(args.heldout))[: args.heldout_sequences]
     seqs = [(row["task"], len(row["prompt_ids"]), (row["prompt_ids"] + row["response_ids"])[: t.seq_len]) for row in rows]
     vocab = draft_vocabulary(src, s.draft_vocab)  # the program's drafting head, for streams and heads alike
+    with torch.no_grad():  # the held-out sequences' frozen features, fp32, once
+        hfeats = [model.lower_hidden(torch.tensor([ids]))[0] for _, _, ids in seqs]
     trees = sorted({(1,) * s.gamma, tuple(s.tree)})
     eval_at = sorted({max(1, round(args.steps / 2**k)) for k in range(args.evals)})
-    points = [{"step": 0, "tokens_per_call": evaluate(model, seqs, s.gamma, vocab, trees)}]
+    points = [{"step": 0, "tokens_per_call": evaluate(model, seqs, hfeats, s.gamma, vocab, trees)}]
     eval_s = [0.0]
 
     def on_step(step: int, loss: float) -> None:
         if step in eval_at:
             t = time.perf_counter()
-            points.append({"step": step, "loss": round(loss, 4), "tokens_per_call": evaluate(model, seqs, s.gamma, vocab, trees)})
+            points.append({"step": step, "loss": round(loss, 4), "tokens_per_call": evaluate(model, seqs, hfeats, s.gamma, vocab, trees)})
             eval_s[0] += time.perf_counter() - t
             print(json.dumps(points[-1]), file=sys.stderr, flush=True)
 

@@ -35,9 +35,11 @@ def test_draft_head_is_the_best_tokens_among_its_ids():
 def test_restricted_ranks_count_only_draft_tokens():
     logits = torch.tensor([[0.0, 5.0, 3.0, 4.0, 1.0]])
     target = torch.tensor([2])
-    assert restrict_ranks(logits, target, None).tolist() == [2]  # 5.0 and 4.0 beat it
-    assert restrict_ranks(logits, target, torch.tensor([0, 2, 3])).tolist() == [1]  # only 4.0 does
-    assert restrict_ranks(logits, target, torch.tensor([0, 1, 3])).tolist() == [10**6]  # not draftable
+    assert restrict_ranks(logits, target, None, 5).tolist() == [2]  # 5.0 and 4.0 beat it
+    ids = torch.tensor([0, 2, 3])
+    assert restrict_ranks(logits[:, ids], target, ids, 5).tolist() == [1]  # only 4.0 does
+    ids = torch.tensor([0, 1, 3])
+    assert restrict_ranks(logits[:, ids], target, ids, 5).tolist() == [10**6]  # not draftable
 
 
 def test_step_drafts_only_draft_vocabulary_tokens(tiny_model):

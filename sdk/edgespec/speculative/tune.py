@@ -28,6 +28,7 @@ import time
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 
 from edgespec.speculative.streams import SpecModel
 from edgespec.speculative.tree import Tree, placeholder_draft
@@ -35,20 +36,33 @@ from edgespec.speculative.vocab import restrict_ranks
 
 
 @torch.no_grad()
-def future_ranks(model: SpecModel, sequences: list[tuple[int, list[int]]], depth: int, vocab: torch.Tensor | None = None) -> list[torch.Tensor]:
+def future_ranks(
+    model: SpecModel,
+    sequences: list[tuple[int, list[int]]],
+    depth: int,
+    vocab: torch.Tensor | None = None,
+    features: list[torch.Tensor] | None = None,
+) -> list[torch.Tensor]:
     """For each (prompt_len, ids): [n_positions, depth] rank of the true token t+1+d in stream d
     at every completion position t (from the last prompt row on); with a draft vocabulary
-    `vocab` [N] the rank counts only its tokens, and a token outside it is never drafted."""
+    `vocab` [N] the rank counts only its tokens (logits over those N only, as the drafting
+    head computes them), and a token outside it is never drafted. features: the sequences'
+    layer-L0 inputs [T, d] when already computed (a `FeatureCache`); streams run only over
+    the completion's rows."""
+    weight = model.base.output.weight
+    head = weight if vocab is None else weight.index_select(0, vocab)
     out = []
-    for prompt_len, ids in sequences:
-        tokens = torch.tensor([ids])
-        _, streams = model.forward_train(tokens)  # [1, T, g, d]
-        logits = model.base.output(streams[0, :, :depth])  # [T, D, V]
+    for i, (prompt_len, ids) in enumerate(sequences):
         T = len(ids)
-        t = torch.arange(prompt_len - 1, max(prompt_len - 1, T - 2))  # a call from row t emits ids[t + 2:]
+        start = prompt_len - 1
+        n = max(0, T - 2 - start)  # a call from row t emits ids[t + 2:]
+        h0 = None if features is None else features[i][None].float()
+        _, streams = model.forward_train(torch.tensor([ids]), h0, start, max(1, n))  # [1, L, g, d], rows t = start..
+        sub = F.linear(streams[0, :n, :depth], head)  # [n, D, N]
+        t = torch.arange(start, start + n)
         j = t[:, None] + 2 + torch.arange(depth)  # stream d (0-based) at t predicts token t + 2 + d
         target = torch.tensor(ids + [0] * (depth + 2))[j]  # [n, D]
-        ranks = restrict_ranks(logits[t], target, vocab)
+        ranks = restrict_ranks(sub, target, vocab, weight.shape[0])
         out.append(ranks.masked_fill(j >= T, 10**6))  # past the end: never accepted
     return out
 

@@ -60,13 +60,14 @@ class DraftHead(nn.Module):
         return self
 
 
-def restrict_ranks(logits: torch.Tensor, target: torch.Tensor, ids: torch.Tensor | None) -> torch.Tensor:
-    """Rank of each target token among logits [..., V] (0 = the argmax), counting only the
-    draft vocabulary `ids` when given; a target outside it gets a rank no tree accepts."""
+def restrict_ranks(sub: torch.Tensor, target: torch.Tensor, ids: torch.Tensor | None, vocab_size: int) -> torch.Tensor:
+    """Rank of each target token (0 = the argmax) among the logits a drafting head computes:
+    sub [..., N] over the draft vocabulary `ids` [N] (or over all `vocab_size` tokens when ids
+    is None); a target outside the draft vocabulary gets a rank no tree accepts."""
     if ids is None:
-        return (logits > logits.gather(-1, target[..., None])).sum(-1)
-    inside = torch.zeros(logits.shape[-1], dtype=torch.bool)
-    inside[ids] = True
-    sub = logits.index_select(-1, ids)
-    own = logits.gather(-1, target[..., None])
-    return torch.where(inside[target], (sub > own).sum(-1), torch.full_like(target, 10**6))
+        return (sub > sub.gather(-1, target[..., None])).sum(-1)
+    local = torch.full((vocab_size,), -1, dtype=torch.long)
+    local[ids] = torch.arange(len(ids))
+    at = local[target]  # the target's index in the draft vocabulary, -1 outside
+    own = sub.gather(-1, at.clamp(min=0)[..., None])  # its own logit, from the same product
+    return torch.where(at >= 0, (sub > own).sum(-1), torch.full_like(target, 10**6))
