@@ -81,6 +81,7 @@ def main() -> None:
     ap.add_argument("--heldout-sequences", type=int, default=300)
     ap.add_argument("--features", help="feature cache file (shared by a streams and a Medusa run on the same data)")
     ap.add_argument("--save", help="write the trained weights here (edgespec's weights format)")
+    ap.add_argument("--init", help="start from these weights (with --steps 0: only evaluate them)")
     ap.add_argument("--plot", help="write this PNG from the JSON files given as arguments")
     ap.add_argument("files", nargs="*")
     args = ap.parse_args()
@@ -105,9 +106,11 @@ def main() -> None:
         model = MedusaModel(base, MedusaHeads(base.args.dim, s.gamma), s.n_layers)
     else:
         model = SpecModel(base, StreamParams(base, s))
+    if args.init:
+        model.params.load_state_dict(torch.load(args.init, weights_only=True)["state_dict"])
     t0 = time.perf_counter()
-    examples = load_examples(args.data, tokenizer_of(src), t.seq_len)
-    feats = FeatureCache(model, examples, Path(args.features) if args.features else None, bf16=t.bf16).h
+    examples = load_examples(args.data, tokenizer_of(src), t.seq_len) if args.steps else []
+    feats = FeatureCache(model, examples, Path(args.features) if args.features else None, bf16=t.bf16).h if args.steps else []
     feature_s = time.perf_counter() - t0
     rows = list(read_shards(args.heldout))[: args.heldout_sequences]
     seqs = [(row["task"], len(row["prompt_ids"]), (row["prompt_ids"] + row["response_ids"])[: t.seq_len]) for row in rows]
@@ -126,16 +129,16 @@ def main() -> None:
             eval_s[0] += time.perf_counter() - t
             print(json.dumps(points[-1]), file=sys.stderr, flush=True)
 
-    hp = replace(t, steps=args.steps, checkpoint_every=10**9)
+    hp = replace(t, steps=max(1, args.steps), checkpoint_every=10**9)
     t1 = time.perf_counter()
     with tempfile.TemporaryDirectory() as out:
-        log = train_streams(model, examples, feats, hp, out, on_step=on_step, draft_ids=vocab)
+        log = train_streams(model, examples, feats, hp, out, on_step=on_step, draft_ids=vocab) if args.steps else None
     train_s = time.perf_counter() - t1
     if args.save:
         from edgespec.speculative.streams import save_streams
 
         save_streams(args.save, model.params, model.cfg)
-    seen = dict(zip(log.steps, log.tokens_seen))
+    seen = dict(zip(log.steps, log.tokens_seen)) if log else {}
     for p in points:
         p["response_tokens_seen"] = seen.get(p["step"], 0)
     print(
@@ -144,6 +147,7 @@ def main() -> None:
                 "drafter": args.drafter,
                 "recipe": args.recipe,
                 "overrides": args.override,
+                "init": args.init,
                 "gamma": s.gamma,
                 "train_sequences": len(examples),
                 "train_response_tokens": sum(len(e.tokens) - e.n_prompt for e in examples),
@@ -154,7 +158,7 @@ def main() -> None:
                 "feature_seconds": round(feature_s, 1),
                 "train_seconds": round(train_s - eval_s[0], 1),
                 "eval_seconds": round(eval_s[0], 1),
-                "train_response_tokens_per_s": round(log.tokens_seen[-1] / (train_s - eval_s[0]), 1),
+                "train_response_tokens_per_s": round(log.tokens_seen[-1] / (train_s - eval_s[0]), 1) if log else None,
                 "points": points,
             },
             indent=1,
