@@ -58,9 +58,10 @@ def plot(path: str, files: list[str]) -> None:
     for f in files:
         run = json.loads(Path(f).read_text())
         tree = "x".join(["1"] * run["gamma"])
-        pts = [(p["response_tokens_seen"], p["tokens_per_call"][tree]["all"]) for p in run["points"]]
+        pts = [(p["response_tokens_seen"], p["tokens_per_call"][tree]["all"]) for p in run["points"] if p["response_tokens_seen"]]  # log axis
         ax.plot(*zip(*pts), marker="o", label=f"{run['drafter']} (chain of {run['gamma']})")
     ax.set_xscale("log")
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax.set_xlabel("self-distilled response tokens seen in training")
     ax.set_ylabel("tokens per call (held-out, greedy replay)")
     ax.grid(alpha=0.3)
