@@ -33,7 +33,10 @@ def _friendly(fn):
             sys.exit(getattr(e, "exit_code", 2))
         except OSError as e:  # the machine's, not the input's: disk full, read-only, permissions
             where = f" ('{e.filename}')" if e.filename else ""
-            click.echo(f"error: {e.strerror or e}{where}; nothing was left half-written, free the space or fix the path and run again", file=_err())
+            click.echo(
+                f"error: {e.strerror or e}{where}; free the space or fix the path, then run again (outputs are written to temporary names and renamed, so no half-written bundle is left)",
+                file=_err(),
+            )
             sys.exit(1)
 
     return wrapper

@@ -151,9 +151,10 @@ CHAT_TURNS = 4  # prompts per conversation at most: the opening turn and later o
 def chat_prompts(split: str, n: int) -> list[Prompt]:
     """Turns of open-domain conversations (chitchat-dataset): one speaker's consecutive
     messages as the user message; conversations are split by a hash of their id."""
-    from edgespec.corpus.tasks import _package_file, split_of
+    from edgespec.corpus.tasks import split_of
+    from edgespec.packages import package_file
 
-    path = _package_file("chitchat_dataset", "dataset.json", "pip install --no-deps chitchat-dataset==0.9.0")
+    path = package_file("chitchat_dataset", "dataset.json", "the chat suite", "pip install chitchat-dataset==0.9.0")
     data = json.loads(path.read_text(encoding="utf-8"))
     out: list[Prompt] = []
     for cid in sorted(data):
@@ -223,14 +224,15 @@ def mixed_prompts(split: str, n: int, suites: tuple[str, ...] = tuple(SUITES)) -
     from itertools import chain, zip_longest
 
     want = dict.fromkeys(suites, -(-n // len(suites)))
+    lists = {s: suite_prompts(s, split, want[s]) for s in suites}
     while True:
-        lists = {s: suite_prompts(s, split, want[s]) for s in suites}
         missing = n - sum(len(v) for v in lists.values())
-        full = [s for s in suites if len(lists[s]) >= want[s]]
+        full = [s for s in suites if len(lists[s]) >= want[s]]  # the others ran out
         if missing <= 0 or not full:
             break
-        for s in full:
+        for s in full:  # only the suites that can give more are built again
             want[s] += -(-missing // len(full))
+            lists[s] = suite_prompts(s, split, want[s])
     return [p for p in chain.from_iterable(zip_longest(*lists.values())) if p is not None][:n]
 
 

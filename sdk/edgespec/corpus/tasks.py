@@ -37,6 +37,7 @@ from typing import Literal
 from edgespec.config import SUITE_NAMES
 from edgespec.corpus.example import Example
 from edgespec.errors import EdgespecError
+from edgespec.packages import package_file
 
 
 @dataclass(frozen=True)
@@ -161,21 +162,11 @@ def translation(n: int, seed: int, split: Split = "validation") -> list[Example]
 # --- FanOutQA (closed-book single-hop questions) ----------------------------------------
 
 
-def _package_file(package: str, relpath: str, pip_hint: str) -> Path:
-    """A data file inside an installed package, found without importing the package."""
-    from edgespec.packages import package_dir
-
-    root = package_dir(package)
-    if root is None:
-        raise EdgespecError(f"this suite needs the package '{package}' ({pip_hint})")
-    p = root / relpath
-    if not p.is_file():
-        raise EdgespecError(f"package '{package}' is installed but has no {relpath}; reinstall it ({pip_hint})")
-    return p
+FANOUTQA_PIP = "pip install --no-deps fanoutqa==1.1.1"
 
 
 def qa(n: int, seed: int, split: Split = "validation") -> list[Example]:
-    data = json.loads(_package_file("fanoutqa", "data/fanout-final-dev.json", "pip install --no-deps fanoutqa==1.1.1").read_text())
+    data = json.loads(package_file("fanoutqa", "data/fanout-final-dev.json", "the qa suite", FANOUTQA_PIP).read_text())
     leaves: dict[str, tuple[str, str]] = {}
 
     def walk(node: dict) -> None:
@@ -189,7 +180,7 @@ def qa(n: int, seed: int, split: Split = "validation") -> list[Example]:
         walk(q)
     items = sorted((i, q, a) for i, (q, a) in leaves.items() if split_of(i, 2) == split)
     if split != "validation":  # prompts only: the test set's multi-hop questions (no answers shipped)
-        test = json.loads(_package_file("fanoutqa", "data/fanout-final-test.json", "pip install --no-deps fanoutqa==1.1.1").read_text())
+        test = json.loads(package_file("fanoutqa", "data/fanout-final-test.json", "the qa suite", FANOUTQA_PIP).read_text())
         items += sorted((q["id"], q["question"], "") for q in test if split_of(q["id"], None) == split)
     chosen = random.Random(seed).sample(items, min(n, len(items)))
     return [Example(f"qa/{i}", "qa", f"Answer in a few words.\nQuestion: {q}", a, "f1", 16, source=f"fanoutqa/{i}") for i, q, a in chosen]

