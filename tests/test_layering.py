@@ -17,7 +17,7 @@ LAYERS = (
     ("bundle",),  # the bundle format on disk
     ("runtime",),  # running a program on the host
     ("harness",),  # measuring bundles: suites, metrics, speed, gates, tuning
-    ("pipeline",),  # the export stages in order
+    ("pipeline", "speech"),  # the export stages in order; speech recognition (audio, CTC, its suite and export)
     ("cli",),  # the command line
 )
 LAYER = {name: i for i, names in enumerate(LAYERS) for name in names}

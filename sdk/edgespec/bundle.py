@@ -131,6 +131,10 @@ def _check_manifest(m: dict[str, Any], where: str) -> None:
         need(safe, f"files.{name}", "a plain relative file name")
         need(isinstance(entry, dict) and isinstance(entry.get("sha256"), str), f"files.{name}", "an object with a sha256 string")
     need(isinstance(m.get("methods", []), list) and all(isinstance(x, str) for x in m.get("methods", [])), "methods", "a list of names")
+    if m.get("task") == "asr":  # a speech bundle: no tokenizer, the phoneme list in tokens.json
+        need(isinstance(m.get("ctc"), dict), "ctc", "an object with temperature and blank_bias")
+        need(isinstance(m.get("model"), dict) and isinstance(m["model"].get("args"), dict), "model.args", "an object")
+        return
     model, tok = m.get("model"), m.get("tokenizer")
     need(isinstance(model, dict) and is_int(model.get("vocab_size")), "model.vocab_size", "an integer")
     need(isinstance(tok, dict) and isinstance(tok.get("file"), str), "tokenizer.file", "a file name")

@@ -133,7 +133,14 @@ def export(recipe_args: tuple[str, ...], outdir: str) -> None:
     _quiet_runtime_logs()
     from tqdm import tqdm
 
-    from edgespec.pipeline import STAGES, export_bundle
+    from edgespec.config import AsrRecipe
+
+    if isinstance(cfg, AsrRecipe):
+        from edgespec.speech.pipeline import STAGES
+        from edgespec.speech.pipeline import export_asr_bundle as run_export
+    else:
+        from edgespec.pipeline import STAGES
+        from edgespec.pipeline import export_bundle as run_export
 
     with tqdm(total=len(STAGES), desc="export", unit="stage", file=_err(), bar_format="{desc}: {n_fmt}/{total_fmt} {bar} [{elapsed}] {postfix}") as bar:
 
@@ -145,7 +152,7 @@ def export(recipe_args: tuple[str, ...], outdir: str) -> None:
         def on_progress(phase: str, done: int, total: int) -> None:
             bar.set_postfix_str(f"validate: {phase} {done}/{total}")
 
-        result = export_bundle(cfg, outdir, on_stage=on_stage, on_progress=on_progress)
+        result = run_export(cfg, outdir, on_stage=on_stage, on_progress=on_progress)
         bar.update(1)
     m = result.manifest
     size_mb = m["files"]["model.pte"]["bytes"] / 1e6
@@ -153,11 +160,53 @@ def export(recipe_args: tuple[str, ...], outdir: str) -> None:
     parts = ", ".join(f"{k} {v:.0f}s" for k, v in result.stage_seconds.items())
     v = m.get("validation")
     checked = ""
-    if v:
+    if v and m.get("task") == "asr":
+        checked = f"; validated on {v['utterances']} utterances: PER {100 * v['per']:.1f}% (fp32 eager {100 * v['per_eager_fp32']:.1f}%), streaming {100 * v['per_chunked']:.1f}%, WER {100 * v['wer']:.1f}%, RTF {v['rtf']:.4f}, gates passed; report {result.bundle_dir}/report.md"
+    elif v:
         spec = f", spec {v['spec']['tokens_per_s']:.1f} tok/s ({v['spec']['speedup']:.2f}x, lossless {v['lossless']})" if v.get("spec") else ""
         ref = f" (fp32 base {v['reference_score']:.3f})" if v.get("reference_score") is not None else ""
         checked = f"; validated on {v['prompts']} prompts: score {v['score']:.3f}{ref}, AR {v['ar_tokens_per_s']:.1f} tok/s{spec}, gates passed; report {result.bundle_dir}/report.md"
     click.echo(f"wrote {result.bundle_dir} ({cfg.quant.scheme}, model.pte {size_mb:.1f} MB) in {total:.0f}s [{parts}]{checked}")
+
+
+@main.command()
+@click.option("--bundle", "-b", required=True, type=click.Path(), help="A speech bundle (edgespec export recipes/conformer-hama.yaml).")
+@click.argument("audio", nargs=-1, required=True, type=click.Path())
+@click.option("--stream", is_flag=True, help="Recognize chunk by chunk with the bundle's streaming settings (any length).")
+@click.option("--resample", is_flag=True, help="Resample audio at another rate to the model's (linear interpolation) instead of refusing it.")
+@click.option("--phonemes", is_flag=True, help="Print the phonemes instead of words (no P2G).")
+@click.option("--threads", type=click.IntRange(min=0), default=0, show_default=True, help="ExecuTorch threads (0: its default, one per core).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per file: text, phonemes, timings.")
+@_friendly
+def transcribe(bundle: str, audio: tuple[str, ...], stream: bool, resample: bool, phonemes: bool, threads: int, as_json: bool) -> None:
+    """Transcribe 16-bit PCM WAV files with a speech bundle: phonemes by the program, words by hama's P2G."""
+    _quiet_runtime_logs()
+    import json
+
+    from edgespec.speech.audio import read_wav
+    from edgespec.speech.librivox import phonemes_to_text
+    from edgespec.speech.recognize import Recognizer
+
+    rec = Recognizer(bundle, threads=threads)
+    s = rec.manifest["streaming"]
+    for path in audio:
+        wave = read_wav(path, rec.sample_rate, resample=resample)
+        r = rec.recognize_streaming(wave, s["chunk_frames"], s["left_frames"], s["right_frames"]) if stream else rec.recognize(wave)
+        text = r.transcript.phoneme_text if phonemes else phonemes_to_text(r.transcript.phoneme_text)
+        if as_json:
+            out = {
+                "file": path,
+                "text": text,
+                "phonemes": r.transcript.phoneme_text,
+                "audio_seconds": round(r.audio_seconds, 3),
+                "compute_seconds": round(r.seconds, 4),
+                "rtf": round(r.rtf, 4),
+            }
+            if stream:
+                out["chunk_ms"] = [round(1000 * t, 2) for t in r.chunk_seconds]
+            click.echo(json.dumps(out, ensure_ascii=False))
+        else:
+            click.echo(text if len(audio) == 1 else f"{path}: {text}")
 
 
 def _load_bundle(bundle: str, verify: bool = False):

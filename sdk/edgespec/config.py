@@ -286,6 +286,121 @@ class Recipe(_Section):
         return from_dict(Recipe, data)
 
 
+# --- speech recognition recipes (task: asr) -------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SpeechModelConfig(_Section):
+    """source: ``hama-asr`` (the hama package's Conformer, read from the installed package)
+    or a path to a ``.hama`` file of the same architecture. frontend: where the log-mel
+    features are computed: ``program`` (the program takes the waveform) or ``host``
+    (the program takes features [1, n_mels, frames])."""
+
+    PATH: ClassVar[str] = "model"
+    source: str = "hama-asr"
+    frontend: Literal["program", "host"] = "program"
+    max_seconds: float = 30.0
+
+    def _check(self) -> None:
+        _require(bool(self.source), self._at("source"), "must not be empty")
+        _require(1.0 <= self.max_seconds <= 600.0, self._at("max_seconds"), f"must be in [1, 600], got {self.max_seconds}")
+
+
+@dataclass(frozen=True)
+class StreamingConfig(_Section):
+    """Chunked recognition: each call encodes `chunk_frames` output frames (20 ms each) with
+    `left_frames` of past and `right_frames` of future (look-ahead) context."""
+
+    PATH: ClassVar[str] = "streaming"
+    chunk_frames: int = 32
+    left_frames: int = 64
+    right_frames: int = 8
+
+    def _check(self) -> None:
+        _require(1 <= self.chunk_frames <= 1000, self._at("chunk_frames"), f"must be in [1, 1000], got {self.chunk_frames}")
+        _require(0 <= self.left_frames <= 1000, self._at("left_frames"), f"must be in [0, 1000], got {self.left_frames}")
+        _require(0 <= self.right_frames <= 100, self._at("right_frames"), f"must be in [0, 100], got {self.right_frames}")
+
+
+@dataclass(frozen=True)
+class CtcConfig(_Section):
+    """Greedy CTC decoding: frame argmax of log_probs / temperature with `blank_bias` added
+    to the blank (hama's defaults: 0.95 and -0.1)."""
+
+    PATH: ClassVar[str] = "ctc"
+    temperature: float = 0.95
+    blank_bias: float = -0.1
+
+    def _check(self) -> None:
+        _require(0.0 < self.temperature <= 10.0, self._at("temperature"), f"must be in (0, 10], got {self.temperature}")
+
+
+@dataclass(frozen=True)
+class AsrGatesConfig(_Section):
+    """What an ASR bundle must show on the `asr` suite. max_per_increase: phoneme error rate
+    above the fp32 eager model's (absolute, 0.01 = one point); max_rtf: real-time factor of
+    whole-utterance recognition (compute seconds per audio second; 0 turns it off)."""
+
+    PATH: ClassVar[str] = "validate.gates"
+    max_per_increase: float = 0.01
+    max_chunked_per_increase: float = 0.01
+    max_rtf: float = 0.05
+
+    def _check(self) -> None:
+        _require(self.max_rtf >= 0.0, self._at("max_rtf"), f"must be >= 0, got {self.max_rtf}")
+
+
+@dataclass(frozen=True)
+class AsrValidateConfig(_Section):
+    """The `asr` suite: the LibriVox sentences of pocketsphinx-testdata; runs per utterance
+    for timing (median); threads of the program."""
+
+    PATH: ClassVar[str] = "validate"
+    enabled: bool = True
+    runs: int = 3
+    threads: int = 1
+    gates: AsrGatesConfig = field(default_factory=AsrGatesConfig)
+
+    def _check(self) -> None:
+        _require(1 <= self.runs <= 100, self._at("runs"), f"must be in [1, 100], got {self.runs}")
+        _require(1 <= self.threads <= 64, self._at("threads"), f"must be in [1, 64], got {self.threads}")
+
+
+def _asr_quant() -> QuantConfig:
+    return QuantConfig(scheme="8da8w")
+
+
+@dataclass(frozen=True)
+class AsrRecipe(_Section):
+    """A speech recognition export (``task: asr``): Conformer CTC -> ExecuTorch program."""
+
+    name: str = "conformer-hama"
+    task: Literal["asr"] = "asr"
+    model: SpeechModelConfig = field(default_factory=SpeechModelConfig)
+    quant: QuantConfig = field(default_factory=_asr_quant)
+    streaming: StreamingConfig = field(default_factory=StreamingConfig)
+    ctc: CtcConfig = field(default_factory=CtcConfig)
+    validate: AsrValidateConfig = field(default_factory=AsrValidateConfig)
+
+    def _check(self) -> None:
+        _require(bool(self.name), "name", "must not be empty")
+        _require(self.quant.scheme in ("fp32", "8da8w", "8da4w"), "quant.scheme", f"an asr recipe takes fp32, 8da8w or 8da4w, got {self.quant.scheme}")
+        _require(self.quant.embedding_bits == 0, "quant.embedding_bits", "a Conformer has no embedding table; leave it 0")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+RECIPE_KINDS: dict[str, type] = {"generate": Recipe, "asr": AsrRecipe}
+"""A recipe's ``task`` field picks its class (absent: a language-model recipe)."""
+
+
+def _recipe_class(data: dict) -> type:
+    task = data.get("task", "generate")
+    _require(task in RECIPE_KINDS, "task", f"must be one of {list(RECIPE_KINDS)}, got {task!r}")
+    return RECIPE_KINDS[task]
+
+
 @functools.cache
 def _field_types(cls: type) -> dict[str, Any]:
     hints = typing.get_type_hints(cls)
@@ -362,9 +477,9 @@ def _yaml(text: str) -> Any:
     return yaml.load(text, Loader=_yaml_loader())
 
 
-def _field_type(path: Sequence[str]) -> Any:
-    """The annotated type of a dotted Recipe field, or None where there is no such field."""
-    tp: Any = Recipe
+def _field_type(path: Sequence[str], root: type = Recipe) -> Any:
+    """The annotated type of a dotted field of a `root` recipe, or None where there is no such field."""
+    tp: Any = root
     for name in path:
         if not dataclasses.is_dataclass(tp):
             return None
@@ -396,7 +511,7 @@ def _merge(into: dict, key: str, value: Any) -> None:
         into[key] = value
 
 
-def _merge_overrides(data: dict, overrides: Sequence[str]) -> dict:
+def _merge_overrides(data: dict, overrides: Sequence[str], root: type = Recipe) -> dict:
     """``data`` (recipe as plain data, changed in place) with every ``a.b=value`` set; a later
     override of the same field wins. Checking is left to `from_dict`."""
     for text in overrides:
@@ -405,20 +520,21 @@ def _merge_overrides(data: dict, overrides: Sequence[str]) -> dict:
         if not eq or not all(path):
             raise EdgespecError(f"override '{text}': expected FIELD=VALUE with a dotted recipe field, e.g. quant.scheme=fp32")
         for i in range(1, len(path)):
-            tp, head = _field_type(path[:i]), ".".join(path[:i])
+            tp, head = _field_type(path[:i], root), ".".join(path[:i])
             if tp is not None and not dataclasses.is_dataclass(tp):
                 raise EdgespecError(f"recipe field '{key.strip()}': unknown field ('{head}' is a value, not a section)")
         node = data
         for i, name in enumerate(path[:-1]):
             node = node.setdefault(name, {})
             _require(isinstance(node, dict), ".".join(path[: i + 1]), f"must be a mapping, got {type(node).__name__}")
-        _merge(node, path[-1], _override_value(text, raw, _field_type(path)))
+        _merge(node, path[-1], _override_value(text, raw, _field_type(path, root)))
     return data
 
 
 def apply_overrides(recipe: Recipe, overrides: Sequence[str]) -> Recipe:
     """``recipe`` with ``FIELD=VALUE`` overrides (e.g. ``quant.scheme=fp32``), checked as a file is."""
-    return from_dict(Recipe, _merge_overrides(recipe.to_dict(), overrides)) if overrides else recipe
+    cls = type(recipe)
+    return from_dict(cls, _merge_overrides(recipe.to_dict(), overrides, cls)) if overrides else recipe
 
 
 def load_recipe(path: str | Path | None, overrides: Sequence[str] = ()) -> Recipe:
@@ -439,7 +555,8 @@ def load_recipe(path: str | Path | None, overrides: Sequence[str] = ()) -> Recip
         except yaml.YAMLError as e:
             raise EdgespecError(f"recipe '{p}' is not valid YAML: {_one_line(e)}") from None
         _require(isinstance(data, dict), "<recipe>", f"must be a mapping, got {type(data).__name__}")
-    return from_dict(Recipe, _merge_overrides(data, overrides))
+    cls = _recipe_class(data)
+    return from_dict(cls, _merge_overrides(data, overrides, cls))
 
 
 def recipe_from_args(args: Sequence[str]) -> Recipe:

@@ -56,3 +56,14 @@ SPEC_METADATA_METHODS = (
     GET_SPEC_N_STREAMS,
     GET_SPEC_LOSSLESS,
 )
+
+# --- speech recognition programs (task: asr) ---
+# forward(waveform fp32 [1, N]) -> log_probs fp32 [1, T, V]        (get_takes_waveform true)
+# forward(features fp32 [1, n_mels, F]) -> log_probs fp32 [1, T, V] (false: log-mel on the host)
+# with F = 1 + N // hop and T = (F - 1) // 2 + 1; N at most get_max_samples.
+GET_SAMPLE_RATE = "get_sample_rate"
+GET_HOP_LENGTH = "get_hop_length"
+GET_N_MELS = "get_n_mels"
+GET_MAX_SAMPLES = "get_max_samples"
+GET_TAKES_WAVEFORM = "get_takes_waveform"
+ASR_METADATA_METHODS = (GET_SAMPLE_RATE, GET_HOP_LENGTH, GET_N_MELS, GET_MAX_SAMPLES, GET_TAKES_WAVEFORM, GET_VOCAB_SIZE)

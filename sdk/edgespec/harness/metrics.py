@@ -6,6 +6,7 @@
 - Numeric accuracy: the last number in the prediction equals the reference number.
 - SQL execution match: both queries run on the suite's SQLite database and return the same rows.
 - Retrieval-QA accuracy: the normalized answer occurs in the normalized prediction.
+- Speech: phoneme and word error rates (edit distance over the reference length).
 """
 
 from __future__ import annotations
@@ -26,6 +27,23 @@ def _lcs(a: list[str], b: list[str]) -> int:
             cur.append(prev[j] + 1 if x == y else max(prev[j + 1], cur[j]))
         prev = cur
     return prev[-1]
+
+
+def edit_distance(a: list[str], b: list[str]) -> int:
+    """Levenshtein distance between two token sequences (substitutions, insertions, deletions)."""
+    prev = list(range(len(b) + 1))
+    for i, x in enumerate(a, 1):
+        cur = [i]
+        for j, y in enumerate(b, 1):
+            cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (x != y)))
+        prev = cur
+    return prev[-1]
+
+
+def error_rate(hypotheses: list[list[str]], references: list[list[str]]) -> float:
+    """Corpus error rate: total edit distance / total reference length (PER on phonemes, WER on words)."""
+    edits = sum(edit_distance(h, r) for h, r in zip(hypotheses, references, strict=True))
+    return edits / max(1, sum(len(r) for r in references))
 
 
 def rouge_tokens(text: str) -> list[str]:

@@ -17,8 +17,8 @@ def load_runtime_kernels() -> None:
     from executorch.kernels import quantized  # noqa: F401
 
 
-class ProgramRunner:
-    """One loaded program: `forward` plus its metadata methods."""
+class Program:
+    """A loaded `.pte`: its methods by name and its metadata (constant) methods."""
 
     def __init__(self, path: str | Path):
         path = Path(path)
@@ -33,6 +33,24 @@ class ProgramRunner:
         except Exception as e:
             raise EdgespecError(f"program '{path}' could not be loaded by ExecuTorch: {e}") from None
         self.path = path
+
+    def constant(self, name: str, many: bool = False):
+        """The value a metadata method returns."""
+        if name not in self.program.method_names:
+            raise EdgespecError(f"program '{self.path}' has no metadata method '{name}'")
+        out = self.program.load_method(name).execute([])
+        return list(out) if many else out[0]
+
+    def call_forward(self, *inputs: torch.Tensor) -> list[torch.Tensor]:
+        """`forward`'s outputs for these inputs."""
+        return list(self._forward.execute(list(inputs)))
+
+
+class ProgramRunner(Program):
+    """A language-model program: `forward` plus its metadata methods."""
+
+    def __init__(self, path: str | Path):
+        super().__init__(path)
         self.max_seq_len = int(self.constant(C.GET_MAX_SEQ_LEN))
         self.vocab_size = int(self.constant(C.GET_VOCAB_SIZE))
         self.eos_ids = tuple(int(x) for x in self.constant(C.GET_EOS_IDS, many=True))
@@ -43,13 +61,6 @@ class ProgramRunner:
             self.tree_size = int(self.constant(C.GET_SPEC_TREE_SIZE))
             self.branching = tuple(int(x) for x in self.constant(C.GET_SPEC_BRANCHING, many=True))
             self._step = None  # loaded on first use: each method holds its own packed weights
-
-    def constant(self, name: str, many: bool = False):
-        """The value a metadata method returns."""
-        if name not in self.program.method_names:
-            raise EdgespecError(f"program '{self.path}' has no metadata method '{name}'")
-        out = self.program.load_method(name).execute([])
-        return list(out) if many else out[0]
 
     def forward(self, tokens: torch.Tensor, start_pos: int) -> torch.Tensor:
         """Logits of the last position, [V], after feeding tokens [1, T] at start_pos."""
