@@ -220,3 +220,71 @@ def test_hama_conformer_matches_hama_engine():
         agree += _agreement(lp, ref) * len(lp)
         frames += len(lp)
     assert agree / frames >= 0.99
+
+
+SMALL = ConformerArgs(n_mels=8, dim=16, ffn_dim=32, kernel=5, n_blocks=2)  # real vocabulary, front end, heads
+
+
+def _small_hama(tmp_path):
+    torch.manual_seed(3)
+    front, model = LogMel(SMALL), Conformer(SMALL)
+    real_front, _ = load_hama_conformer()
+    front.dft_real.copy_(real_front.dft_real), front.dft_imag.copy_(real_front.dft_imag)
+    front.mel.copy_(real_front.mel[:, :: 80 // SMALL.n_mels])
+    for p in model.parameters():
+        p.data = p.data.normal_(0, 0.3).half().float()
+    path = tmp_path / "small.hama"
+    write_hama(path, hama_tensors(front, model))
+    return path
+
+
+@pytest.mark.parametrize("frontend", ["program", "host"])
+def test_export_transcribe_a_small_model(tmp_path, frontend):
+    """`edgespec export` of an asr recipe (a small random model in a .hama file, validation
+    off), then the program against the eager model, whole and streaming, and `transcribe`."""
+    from click.testing import CliRunner
+
+    from edgespec.cli import main
+    from edgespec.speech.audio import read_wav
+    from edgespec.speech.recognize import Recognizer
+
+    src = _small_hama(tmp_path)
+    out = tmp_path / "b"
+    args = [
+        "export",
+        "recipes/conformer-hama.yaml",
+        f"model.source={src}",
+        f"model.frontend={frontend}",
+        "model.max_seconds=4",
+        "quant.scheme=fp32",
+        "validate.enabled=false",
+        "-o",
+        str(out),
+    ]
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 0, r.output
+    front, model = load_hama_conformer(src)
+    wav = tmp_path / "a.wav"
+    rng = np.random.default_rng(0)
+    with wave.open(str(wav), "wb") as f:
+        f.setnchannels(1), f.setsampwidth(2), f.setframerate(16000)
+        f.writeframes((rng.standard_normal(16000 * 3) * 3000).astype("<i2").tobytes())
+    x = read_wav(wav)
+    rec = Recognizer(out, threads=1)
+    got = rec.recognize(x)
+    with torch.no_grad():
+        ref = model(front(torch.from_numpy(x[: len(x) // 320 * 320])[None]))[0]
+    assert got.log_probs.shape == ref.shape and torch.allclose(got.log_probs, ref, atol=1e-3)
+    streamed = rec.recognize_streaming(x, 8, 1000, 1000)  # full context: the same frames
+    assert torch.allclose(streamed.log_probs, got.log_probs, atol=1e-3)
+    r = CliRunner().invoke(main, ["transcribe", "-b", str(out), str(wav), "--phonemes", "--json"])
+    assert r.exit_code == 0, r.output
+    assert '"phonemes"' in r.output
+    long = tmp_path / "long.wav"
+    with wave.open(str(long), "wb") as f:
+        f.setnchannels(1), f.setsampwidth(2), f.setframerate(16000)
+        f.writeframes(b"\x00\x01" * 16000 * 5)
+    r = CliRunner().invoke(main, ["transcribe", "-b", str(out), str(long), "--phonemes"])
+    assert r.exit_code != 0 and "--stream" in r.output
+    r = CliRunner().invoke(main, ["transcribe", "-b", str(out), str(long), "--phonemes", "--stream"])
+    assert r.exit_code == 0, r.output

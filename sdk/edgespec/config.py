@@ -313,7 +313,7 @@ class StreamingConfig(_Section):
 
     PATH: ClassVar[str] = "streaming"
     chunk_frames: int = 32
-    left_frames: int = 64
+    left_frames: int = 128
     right_frames: int = 8
 
     def _check(self) -> None:

@@ -13,6 +13,7 @@ matching hama's own engine on real speech (docs/conformer.md).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -214,19 +215,52 @@ def _load_checked(module: nn.Module, sd: dict[str, torch.Tensor]) -> None:
     module.load_state_dict(sd)
 
 
-def load_hama_conformer(path: str | Path | None = None, args: ConformerArgs = ConformerArgs()) -> tuple[LogMel, Conformer]:
+def args_from_hama(t: dict[str, torch.Tensor], base: ConformerArgs = ConformerArgs()) -> ConformerArgs:
+    """The shapes of a hama Conformer read off its tensors; what they do not show (heads,
+    hop, sample rate, epsilons) comes from `base`."""
+    prefix = "acoustic_model.model."
+    n_blocks = len({k.split(".")[3] for k in t if k.startswith(prefix + "blocks.")})
+    dim = t[prefix + "blocks.0.norm.weight"].shape[0]
+    depthwise = [v for k, v in t.items() if k.startswith("onnx::Conv_") and v.ndim == 3 and v.shape[1] == 1]
+    stem = next(v for k, v in t.items() if k.startswith("onnx::Conv_") and v.ndim == 3 and v.shape[1] != 1)
+    return dataclasses.replace(
+        base,
+        n_mels=stem.shape[1],
+        dim=dim,
+        ffn_dim=t[prefix + "blocks.0.ffn1.fc1.bias"].shape[0],
+        kernel=depthwise[0].shape[2] if depthwise else base.kernel,
+        n_blocks=n_blocks,
+        vocab_size=t[prefix + "proj.bias"].shape[0],
+        n_fft=t["stft_real_kernel"].shape[2],
+    )
+
+
+def load_hama_conformer(path: str | Path | None = None, args: ConformerArgs | None = None) -> tuple[LogMel, Conformer]:
     """hama's phoneme recognizer (default: the installed package's ``asr_waveform.hama``) as
-    (front end, Conformer) in eval mode, fp32."""
+    (front end, Conformer) in eval mode, fp32. args: None reads the shapes off the file."""
     from edgespec.errors import EdgespecError
     from edgespec.models.hama import hama_asset, read_hama
 
     path = Path(path) if path is not None else hama_asset("asr_waveform.hama")
     tensors = read_hama(path)
-    frontend, encoder = LogMel(args), Conformer(args)
     try:
+        args = args or args_from_hama(tensors)
+        frontend, encoder = LogMel(args), Conformer(args)
         front, sd = _state_dict_from_hama(tensors, args)
         _load_checked(frontend, front)
         _load_checked(encoder, sd)
-    except (KeyError, ValueError) as e:
-        raise EdgespecError(f"'{path}' is not a Conformer CTC model edgespec can load ({e})") from None
+    except (KeyError, ValueError, IndexError, StopIteration) as e:
+        raise EdgespecError(f"'{path}' is not a Conformer CTC model edgespec can load ({type(e).__name__}: {e})") from None
     return frontend.eval(), encoder.eval()
+
+
+def load_conformer_source(source: str) -> tuple[LogMel, Conformer]:
+    """A recipe's ``model.source``: ``hama-asr`` (the installed hama package's recognizer) or
+    a path to a ``.hama`` file."""
+    from edgespec.errors import EdgespecError
+
+    if source == "hama-asr":
+        return load_hama_conformer()
+    if not Path(source).is_file():
+        raise EdgespecError(f"model.source '{source}' is neither 'hama-asr' nor an existing .hama file")
+    return load_hama_conformer(source)

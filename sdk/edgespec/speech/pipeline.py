@@ -26,11 +26,11 @@ def export_asr_bundle(
     stage = _StageClock(on_stage)
     with B.staged_bundle(outdir) as stage_dir:
         stage("load")
-        from edgespec.models.conformer import load_hama_conformer
+        from edgespec.models.conformer import load_conformer_source
         from edgespec.models.hama import phoneme_tokens
         from edgespec.speech.recognize import FRONTEND, TOKENS
 
-        frontend, encoder = load_hama_conformer(None if recipe.model.source == "hama-asr" else recipe.model.source)
+        frontend, encoder = load_conformer_source(recipe.model.source)
         args = encoder.args
         tokens = phoneme_tokens()
         if len(tokens) != args.vocab_size:

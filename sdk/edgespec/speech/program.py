@@ -44,17 +44,16 @@ def export_recognizer(module: nn.Module, meta: AsrMeta) -> torch.export.Exported
     memory plan of ExecuTorch 1.5 sizes buffers from the example, not from the Dim's max."""
     a = module.encoder.args if isinstance(module, WaveformConformer) else module.args
     min_samples = 2 * a.samples_per_frame  # two output frames
+    # lengths in whole output frames (2 hops): with a free length torch.export cannot prove the
+    # guards of the frame count; the runtime drops the < 2 hop tail, which keeps the count
+    step = a.samples_per_frame
+    k = torch.export.Dim("output_frames", min=-(-min_samples // step), max=meta.max_samples // step)
     if meta.takes_waveform:
-        # lengths in whole output frames (2 hops): with a free length torch.export cannot prove
-        # the frame count's guards; the runtime drops the < 2 hop tail, which keeps the count
-        step = a.samples_per_frame
-        k = torch.export.Dim("output_frames", min=-(-min_samples // step), max=meta.max_samples // step)
         example = torch.zeros(1, meta.max_samples // step * step)
         shapes = ({1: step * k},)
-    else:
-        frames = a.feature_frames(meta.max_samples)
-        example = torch.zeros(1, a.n_mels, frames)
-        shapes = ({2: torch.export.Dim("frames", min=a.feature_frames(min_samples), max=frames)},)
+    else:  # features of such a waveform: 1 + 2 k frames
+        example = torch.zeros(1, a.n_mels, a.feature_frames(meta.max_samples // step * step))
+        shapes = ({2: 2 * k + 1},)
     with torch.no_grad():
         return torch.export.export(module, (example,), dynamic_shapes=shapes, strict=False)
 

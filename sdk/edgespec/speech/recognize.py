@@ -108,8 +108,7 @@ class Recognizer:
             self.frontend.load_state_dict(torch.load(d / FRONTEND, weights_only=True))
 
     def _run(self, wave: np.ndarray) -> torch.Tensor:
-        if self.frontend is None:
-            wave = wave[: usable_samples(len(wave), self.hop)]
+        wave = wave[: usable_samples(len(wave), self.hop)]
         x = torch.from_numpy(np.ascontiguousarray(wave, dtype=np.float32))[None]
         if self.frontend is not None:
             with torch.no_grad():

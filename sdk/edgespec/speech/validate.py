@@ -60,12 +60,12 @@ def _agreement(a: torch.Tensor, b) -> float:
 
 def validate_asr(bundle_dir: str | Path, recipe: AsrRecipe, on_progress: Callable[[str, int, int], None] = lambda *a: None) -> dict:
     """Run the suite on a (staged) bundle: per-utterance rows, overall numbers, gates."""
-    from edgespec.models.conformer import load_hama_conformer
+    from edgespec.models.conformer import load_conformer_source
     from edgespec.models.hama import phoneme_tokens
     from edgespec.speech.recognize import Recognizer
 
     rec = Recognizer(bundle_dir, threads=recipe.validate.threads)
-    frontend, encoder = load_hama_conformer(None if recipe.model.source == "hama-asr" else recipe.model.source)
+    frontend, encoder = load_conformer_source(recipe.model.source)
     tokens = phoneme_tokens()
     s, c = recipe.streaming, recipe.ctc
     utts = L.librivox_utterances()
