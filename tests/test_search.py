@@ -52,7 +52,7 @@ def test_evaluate_counts_underflow():
 
 
 def test_collect_norm_inputs(tiny_model):
-    rows = collect_norm_inputs(tiny_model, [torch.tensor([[1, 2, 3, 4]])])
+    rows = collect_norm_inputs(tiny_model, [lambda: tiny_model(torch.tensor([[1, 2, 3, 4]]), torch.tensor([0]))])
     assert len(rows) == 2 * tiny_model.args.n_layers + 1
     assert all(v.shape == (4, tiny_model.args.dim) for v in rows.values())
 

@@ -194,7 +194,7 @@ def test_asr_recipe(tmp_path):
     r = load_recipe("recipes/conformer-hama.yaml", ["streaming.chunk_frames=16", "quant.scheme=fp32"])
     assert isinstance(r, AsrRecipe) and r.streaming.chunk_frames == 16 and r.quant.scheme == "fp32"
     with pytest.raises(EdgespecError, match="quant.scheme"):
-        load_recipe("recipes/conformer-hama.yaml", ["quant.scheme=fp16"])
+        load_recipe("recipes/conformer-hama.yaml", ["quant.scheme=int8wo"])
     with pytest.raises(EdgespecError, match="streaming.left_frames"):
         load_recipe("recipes/conformer-hama.yaml", ["streaming.left_frames=-1"])
     with pytest.raises(EdgespecError, match="task"):
@@ -288,3 +288,58 @@ def test_export_transcribe_a_small_model(tmp_path, frontend):
     assert r.exit_code != 0 and "--stream" in r.output
     r = CliRunner().invoke(main, ["transcribe", "-b", str(out), str(long), "--phonemes", "--stream"])
     assert r.exit_code == 0, r.output
+
+
+def test_stress_variants_stay_in_full_scale():
+    from edgespec.speech.numerics import stress_variants
+
+    w = (np.sin(np.arange(4000) / 7) * 0.5).astype(np.float32)
+    v = stress_variants(w)
+    assert set(v) == {"speech", "loud", "quiet", "silence", "noise"}
+    assert all(x.shape == w.shape and np.abs(x).max() <= 1.0 for x in v.values())
+    assert np.abs(v["loud"]).max() == 1.0 and np.abs(v["quiet"]).max() < 1e-3 and not v["silence"].any()
+
+
+def test_half_conformer_takes_and_returns_fp32():
+    front, model = random_tiny(2)
+    wave = torch.randn(1, 800)
+    with torch.no_grad():
+        ref = model(front(wave))
+        half = Conformer(TINY).eval()
+        half.load_state_dict(model.state_dict())
+        got = half.to_half_()(front(wave))
+    assert got.dtype == torch.float32 and got.shape == ref.shape
+    assert (got.argmax(-1) == ref.argmax(-1)).float().mean() > 0.9
+
+
+@pytest.mark.slow
+def test_normsearch_on_speech_chooses_safe_norms():
+    """The search over the real model's 20 LayerNorms: the choices have no events anywhere,
+    plain fp16 norms none on audio (only on the synthetic range-spanning rows)."""
+    from edgespec.config import NumericsConfig
+    from edgespec.speech.numerics import asr_normsearch
+
+    front, model = load_hama_conformer()
+    res = asr_normsearch(front, model, NumericsConfig(calibration_prompts=2, heldout_prompts=1))
+    s = res["summary"]
+    assert s["layers"] == 20 and s["chosen_events_all_sets"] == 0
+    assert s["naive_events"]["calibration"] == 0 and s["naive_events"]["heldout"] == 0 and s["naive_events"]["adversarial"] > 0
+
+
+@pytest.mark.slow
+def test_export_the_recipe_and_transcribe_librivox(tmp_path):
+    """README's speech command on the real model: the export passes its gates, and a real
+    sentence comes back as words."""
+    from click.testing import CliRunner
+
+    from edgespec.cli import main
+    from edgespec.speech.librivox import librivox_utterances
+
+    out = tmp_path / "asr"
+    r = CliRunner().invoke(main, ["export", "recipes/conformer-hama.yaml", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "gates passed" in r.output
+    u = next(u for u in librivox_utterances() if u.id.endswith("0880"))  # "he was not an ill disposed young man"
+    r = CliRunner().invoke(main, ["transcribe", "-b", str(out), str(u.audio)])
+    assert r.exit_code == 0, r.output
+    assert "young man" in r.output

@@ -100,3 +100,55 @@ def test_shards_are_length_sorted_within_windows_of_the_given_order(tiny_model, 
     distill_shards(teacher, rows, tmp_path, batch=2, max_new_tokens=2, eos_ids=(), shard_size=1, sort_window=3)
     order = [torch.load(p, weights_only=True)["ids"][0] for p in sorted(tmp_path.glob("shard-*.pt"))]
     assert order == ["p1", "p2", "p0", "p3", "p5", "p4"]  # the first three by length, then the last three
+
+
+def test_shard_parts_together_equal_one_run(tiny_model, tmp_path):
+    """Workers i of n (shard index mod n) write exactly the shards one process writes."""
+    teacher = as_teacher_(tiny_model, torch.float32)
+    rows = [(k, "math", p) for k, p in _prompts(k=7)]
+    kw = dict(batch=2, max_new_tokens=3, eos_ids=(), top_k=2, shard_size=2)
+    distill_shards(teacher, rows, tmp_path / "one", **kw)
+    parts = [distill_shards(teacher, rows, tmp_path / "split", part=(i, 3), **kw) for i in range(3)]
+    assert [s["new_sequences"] for s in parts] == [3, 2, 2]  # shards 0,3 | 1 | 2 of 2,2,2,1 prompts
+    one = sorted(p.name for p in (tmp_path / "one").glob("shard-*.pt"))
+    assert one == sorted(p.name for p in (tmp_path / "split").glob("shard-*.pt"))
+    for name in one:
+        a, b = (torch.load(tmp_path / d / name, weights_only=True) for d in ("one", "split"))
+        assert a["ids"] == b["ids"] and a["response_ids"] == b["response_ids"]
+
+
+@pytest.mark.slow
+def test_distill_with_two_worker_processes(tmp_path):
+    """`edgespec distill --source ... --workers 2`: two processes, every prompt once, resumable."""
+    import json
+
+    from click.testing import CliRunner
+
+    from edgespec.cli import main
+
+    args = [
+        "distill",
+        "--source",
+        "smollm2-135m-instruct",
+        "--suites",
+        "math",
+        "--n",
+        "6",
+        "--max-new-tokens",
+        "4",
+        "--shard-size",
+        "2",
+        "--workers",
+        "2",
+        "--out",
+        str(tmp_path),
+    ]
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 0, r.output
+    stats = json.loads(r.output[r.output.rindex('{"shards"') :])  # after the progress bar's last \r
+    assert stats["workers"] == 2 and stats["shards"] == 3 and stats["new_sequences"] == 6
+    rows = list(read_shards(tmp_path))
+    assert len({r["id"] for r in rows}) == 6 and all(len(r["response_ids"]) <= 5 for r in rows)
+    out = CliRunner().invoke(main, args).output
+    again = json.loads(out[out.rindex('{"shards"') :])
+    assert again["skipped_shards"] == 3 and again["new_sequences"] == 0

@@ -618,6 +618,13 @@ def train(recipe_args: tuple[str, ...]) -> None:
 @click.option("--top-k", default=8, show_default=True, type=click.IntRange(min=1), help="--source: probabilities kept per response position.")
 @click.option("--shard-size", default=1024, show_default=True, type=click.IntRange(min=1), help="--source: prompts per shard file.")
 @click.option("--max-prompt-tokens", default=448, show_default=True, type=click.IntRange(min=8), help="--source: longer prompts are skipped.")
+@click.option(
+    "--workers",
+    default=1,
+    show_default=True,
+    type=click.IntRange(min=1, max=64),
+    help="--source: processes, each with its own teacher and cores/workers threads (shard i to worker i mod N).",
+)
 @click.option("--out", required=True, type=click.Path(), help="Where the data goes (appended to / resumed).")
 @_friendly
 def distill(
@@ -631,6 +638,7 @@ def distill(
     top_k: int,
     shard_size: int,
     max_prompt_tokens: int,
+    workers: int,
     out: str,
 ) -> None:
     """Self-distillation data: the model's own greedy answers to suite prompts, from a bundle's
@@ -647,7 +655,7 @@ def distill(
     prompts = mixed_prompts(split, n_prompts, names)
     if source is not None:
         stats = _distill_eager(
-            source, prompts, out, batch=batch, max_new_tokens=max_new_tokens, top_k=top_k, shard_size=shard_size, max_prompt=max_prompt_tokens
+            source, prompts, out, batch=batch, max_new_tokens=max_new_tokens, top_k=top_k, shard_size=shard_size, max_prompt=max_prompt_tokens, workers=workers
         )
     else:
         stats = _distill_program(bundle, prompts, out, max_new_tokens)
@@ -678,13 +686,13 @@ def _distill_program(bundle: str, prompts, out: str, max_new_tokens: int) -> dic
         )
 
 
-def _distill_eager(source: str, prompts, out: str, *, batch: int, max_new_tokens: int, top_k: int, shard_size: int, max_prompt: int) -> dict:
+def _distill_eager(source: str, prompts, out: str, *, batch: int, max_new_tokens: int, top_k: int, shard_size: int, max_prompt: int, workers: int) -> dict:
     import time
 
     import torch
     from tqdm import tqdm
 
-    from edgespec.corpus.distill import distill_shards
+    from edgespec.corpus.distill import distill_shards, distill_shards_parallel
     from edgespec.corpus.teacher import as_teacher_
     from edgespec.models.load import build_model, read_source, tokenizer_of
 
@@ -692,7 +700,6 @@ def _distill_eager(source: str, prompts, out: str, *, batch: int, max_new_tokens
     tokenizer = tokenizer_of(src)
     rows = [(p.id, p.task, _prompt_ids(tokenizer, p.text, True)) for p in prompts]
     kept = [r for r in rows if len(r[2]) <= max_prompt]
-    model = as_teacher_(build_model(src), torch.bfloat16)
     t0 = time.perf_counter()
     tokens = [0]
     with tqdm(total=len(kept), desc="distill", unit="prompt", file=_err()) as bar:
@@ -702,9 +709,11 @@ def _distill_eager(source: str, prompts, out: str, *, batch: int, max_new_tokens
             bar.update(1)
             bar.set_postfix_str(f"{tokens[0] / max(bar.format_dict['elapsed'], 1e-9) * 60:,.0f} response tok/min", refresh=False)
 
-        stats = distill_shards(
-            model, kept, out, batch=batch, max_new_tokens=max_new_tokens, eos_ids=tuple(src.eos_ids), top_k=top_k, shard_size=shard_size, on_tokens=on_tokens
-        )
+        kwargs = {"batch": batch, "max_new_tokens": max_new_tokens, "eos_ids": tuple(src.eos_ids), "top_k": top_k, "shard_size": shard_size}
+        if workers > 1:
+            stats = distill_shards_parallel(source, max_prompt + max_new_tokens, kept, out, workers=workers, on_tokens=on_tokens, **kwargs)
+        else:
+            stats = distill_shards(as_teacher_(build_model(src), torch.bfloat16), kept, out, on_tokens=on_tokens, **kwargs)
     seconds = time.perf_counter() - t0
     return stats | {
         "skipped_long_prompts": len(rows) - len(kept),

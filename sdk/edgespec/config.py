@@ -370,6 +370,11 @@ def _asr_quant() -> QuantConfig:
     return QuantConfig(scheme="8da8w")
 
 
+def _asr_numerics() -> NumericsConfig:
+    # "prompts" are utterances here: 3 LibriVox sentences calibrate, the other 2 are held out
+    return NumericsConfig(calibration_prompts=3, heldout_prompts=2)
+
+
 @dataclass(frozen=True)
 class AsrRecipe(_Section):
     """A speech recognition export (``task: asr``): Conformer CTC -> ExecuTorch program."""
@@ -378,13 +383,16 @@ class AsrRecipe(_Section):
     task: Literal["asr"] = "asr"
     model: SpeechModelConfig = field(default_factory=SpeechModelConfig)
     quant: QuantConfig = field(default_factory=_asr_quant)
+    numerics: NumericsConfig = field(default_factory=_asr_numerics)
     streaming: StreamingConfig = field(default_factory=StreamingConfig)
     ctc: CtcConfig = field(default_factory=CtcConfig)
     validate: AsrValidateConfig = field(default_factory=AsrValidateConfig)
 
     def _check(self) -> None:
         _require(bool(self.name), "name", "must not be empty")
-        _require(self.quant.scheme in ("fp32", "8da8w", "8da4w"), "quant.scheme", f"an asr recipe takes fp32, 8da8w or 8da4w, got {self.quant.scheme}")
+        _require(
+            self.quant.scheme in ("fp32", "fp16", "8da8w", "8da4w"), "quant.scheme", f"an asr recipe takes fp32, fp16, 8da8w or 8da4w, got {self.quant.scheme}"
+        )
         _require(self.quant.embedding_bits == 0, "quant.embedding_bits", "a Conformer has no embedding table; leave it 0")
 
     def to_dict(self) -> dict[str, Any]:

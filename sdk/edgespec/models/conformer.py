@@ -149,10 +149,14 @@ class Conformer(nn.Module):
         self.proj = nn.Linear(args.dim, args.vocab_size)
 
     def forward(self, features: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        x = F.silu(self.stem(features)).transpose(1, 2)  # [B, T, d]
+        x = F.silu(self.stem(features.to(self.stem.weight.dtype))).transpose(1, 2)  # [B, T, d]
         for block in self.blocks:
             x = block(x, mask)
-        return torch.log_softmax(self.proj(x), dim=-1)
+        return torch.log_softmax(self.proj(x).float(), dim=-1)
+
+    def to_half_(self) -> Conformer:
+        """fp16 weights and activations (in place); still fp32 features in, fp32 log-probabilities out."""
+        return self.half()
 
 
 class WaveformConformer(nn.Module):

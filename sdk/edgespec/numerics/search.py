@@ -16,6 +16,7 @@ with a feasible plan), otherwise the cheapest one with zero events on the evalua
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 
 import torch
@@ -40,18 +41,23 @@ class Evaluation:
 
 
 @torch.no_grad()
-def collect_norm_inputs(model: nn.Module, token_batches: list[torch.Tensor], max_rows: int = 4096) -> dict[str, torch.Tensor]:
-    """Inputs of every RMSNorm/LayerNorm over the prompts: {name: [rows, d] float64}."""
+def collect_norm_inputs(model: nn.Module, calls: Iterable[Callable[[], object]], max_rows: int = 4096) -> dict[str, torch.Tensor]:
+    """What every RMSNorm/LayerNorm of `model` sums over while `calls` run (each runs the model
+    once): {name: [rows, d] float64}; a LayerNorm's rows are centred (x - mean), as it sums."""
     from edgespec.models.llama import RMSNorm
 
     rows: dict[str, list[torch.Tensor]] = {}
-    hooks = []
-    for name, mod in model.named_modules():
-        if isinstance(mod, (RMSNorm, nn.LayerNorm)):
-            hooks.append(mod.register_forward_pre_hook(lambda m, a, n=name: rows.setdefault(n, []).append(a[0].reshape(-1, a[0].shape[-1]).double())))
+
+    def keep(m: nn.Module, args: tuple, name: str) -> None:
+        x = args[0].reshape(-1, args[0].shape[-1]).double()
+        rows.setdefault(name, []).append(x - x.mean(-1, keepdim=True) if isinstance(m, nn.LayerNorm) else x)
+
+    hooks = [
+        mod.register_forward_pre_hook(lambda m, a, n=name: keep(m, a, n)) for name, mod in model.named_modules() if isinstance(mod, (RMSNorm, nn.LayerNorm))
+    ]
     try:
-        for toks in token_batches:
-            model(toks, torch.tensor([0]))
+        for call in calls:
+            call()
     finally:
         for h in hooks:
             h.remove()
@@ -62,6 +68,21 @@ def collect_norm_inputs(model: nn.Module, token_batches: list[torch.Tensor], max
             x = x[torch.linspace(0, len(x) - 1, max_rows).long()]
         out[n] = x
     return out
+
+
+def search_norms(
+    model: nn.Module, calibration: dict[str, torch.Tensor], heldout: dict[str, torch.Tensor], fmt_name: str, guarantee: bool, on_layer=lambda name: None
+) -> dict:
+    """Per-layer choices from collected norm inputs: {"format", "guarantee", "layers", "summary"}."""
+    from edgespec.numerics.formats import FORMATS
+
+    fmt = FORMATS[fmt_name]
+    mods = dict(model.named_modules())
+    layers = []
+    for name in calibration:
+        on_layer(name)
+        layers.append(search_layer(name, calibration[name], heldout[name], mods[name].weight.detach().float(), mods[name].eps, fmt, guarantee))
+    return {"format": fmt.name, "guarantee": guarantee, "layers": layers, "summary": summarize(layers)}
 
 
 def _emulate(x: torch.Tensor, e: torch.Tensor | None, fmt: FloatFormat, weight: torch.Tensor, eps: float, p: float = 2.0):
@@ -147,23 +168,16 @@ def run_normsearch(model: nn.Module, tokenizer, cfg, on_layer=lambda name: None)
     cfg: a `NumericsConfig`. Returns {"format", "layers": [...], "summary": {...}}.
     """
     from edgespec.corpus.prompts import mixed_prompts
-    from edgespec.numerics.formats import FORMATS
 
-    fmt = FORMATS[cfg.format]
     limit = min(384, model.args.max_seq_len - 1)  # calibration rows per prompt, within the context
 
-    def batches(split: str, n: int) -> list[torch.Tensor]:
+    def calls(split: str, n: int):
         enc = (tokenizer.encode(tokenizer.apply_chat_template(p.text) if tokenizer.chat_template else p.text) for p in mixed_prompts(split, n))
-        return [torch.tensor([ids[:limit]]) for ids in enc]
+        return [lambda ids=ids: model(torch.tensor([ids[:limit]]), torch.tensor([0])) for ids in enc]
 
-    calib = collect_norm_inputs(model, batches("train", cfg.calibration_prompts))
-    held = collect_norm_inputs(model, batches("heldout", cfg.heldout_prompts))
-    mods = dict(model.named_modules())
-    layers = []
-    for name in calib:
-        on_layer(name)
-        layers.append(search_layer(name, calib[name], held[name], mods[name].weight.detach().float(), mods[name].eps, fmt, cfg.guarantee))
-    return {"format": fmt.name, "guarantee": cfg.guarantee, "layers": layers, "summary": summarize(layers)}
+    calib = collect_norm_inputs(model, calls("train", cfg.calibration_prompts))
+    held = collect_norm_inputs(model, calls("heldout", cfg.heldout_prompts))
+    return search_norms(model, calib, held, cfg.format, cfg.guarantee, on_layer)
 
 
 def summarize(layers: list[dict]) -> dict:

@@ -1,5 +1,5 @@
-"""`edgespec export` for a speech recipe (``task: asr``): load -> quantize -> export -> lower
--> validate -> package, into a bundle staged and renamed atomically like a language-model
+"""`edgespec export` for a speech recipe (``task: asr``): load -> normsearch -> quantize ->
+export -> lower -> validate -> package, into a bundle staged and renamed atomically like a language-model
 bundle. A failed gate leaves the report in `<outdir>.rejected/` and writes no bundle."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import torch
 
 from edgespec.config import AsrRecipe, recipe_to_yaml
 
-STAGES = ("load", "quantize", "export", "lower", "validate", "package")
+STAGES = ("load", "normsearch", "quantize", "export", "lower", "validate", "package")
 
 
 def export_asr_bundle(
@@ -37,6 +37,19 @@ def export_asr_bundle(
             from edgespec.errors import EdgespecError
 
             raise EdgespecError(f"the model has {args.vocab_size} outputs but hama's phoneme vocabulary {len(tokens)} tokens")
+
+        stage("normsearch")
+        report_files: list[str] = []
+        if recipe.numerics.search:
+            from edgespec.numerics.search import choices_of, write_report
+            from edgespec.speech.numerics import asr_normsearch
+
+            search = asr_normsearch(frontend, encoder, recipe.numerics)
+            report_files = write_report(search, stage_dir)
+            if recipe.quant.scheme == recipe.numerics.format:
+                from edgespec.numerics.stable_norm import stabilize_norms_
+
+                stabilize_norms_(encoder, choices_of(search))
 
         stage("quantize")
         from edgespec.quant import quantize_model_
@@ -66,7 +79,7 @@ def export_asr_bundle(
             "methods": sorted(["forward", *meta.constant_methods()]),
             "ctc": {"temperature": recipe.ctc.temperature, "blank_bias": recipe.ctc.blank_bias},
             "streaming": asdict(recipe.streaming),
-            "reports": [],
+            "reports": report_files,
         }
         B.write_manifest(stage_dir, fields)  # provisional: the suite opens the staged bundle
 
@@ -74,7 +87,7 @@ def export_asr_bundle(
         validation = None
         if recipe.validate.enabled:
             validation = _validate(stage_dir, recipe, Path(outdir), on_progress)
-            fields["reports"] = ["report.md", "asr_report.json"]
+            fields["reports"] = [*report_files, "report.md", "asr_report.json"]
 
         stage("package")
         manifest = B.write_manifest(stage_dir, {**fields, "validation": validation})
