@@ -288,6 +288,14 @@ def test_export_transcribe_a_small_model(tmp_path, frontend):
     assert r.exit_code != 0 and "--stream" in r.output
     r = CliRunner().invoke(main, ["transcribe", "-b", str(out), str(long), "--phonemes", "--stream"])
     assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(main, ["verify", "--bundle", str(out)])
+    assert r.exit_code == 0 and "speech program answers 6 metadata methods" in r.output, r.output
+    r = CliRunner().invoke(main, ["info", "--bundle", str(out)])
+    assert r.exit_code == 0 and "speech recognition, 2 Conformer blocks" in r.output, r.output
+    r = CliRunner().invoke(main, ["generate", "--bundle", str(out), "--prompt", "hi"])
+    assert r.exit_code != 0 and "speech recognition bundle" in r.output
+    r = CliRunner().invoke(main, ["validate", "--bundle", str(out), "--suite", "math"])
+    assert r.exit_code != 0 and "asr suite only" in r.output
 
 
 def test_stress_variants_stay_in_full_scale():

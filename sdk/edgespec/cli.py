@@ -453,6 +453,17 @@ def validate(
     from edgespec.config import Recipe, from_dict
 
     manifest = read_manifest(bundle)
+    if manifest.get("task") == "asr":
+        return _validate_asr(
+            bundle,
+            manifest,
+            out,
+            as_json,
+            speech_only=not (
+                suites or prompts_per_suite or seed is not None or lookup is not None or reference or min_speedup is not None or max_accuracy_drop is not None
+            ),
+            runs=runs,
+        )
     recipe = from_dict(Recipe, manifest["recipe"])
     fields = {
         k: v
@@ -480,6 +491,34 @@ def validate(
         click.echo(json.dumps(report, indent=1))
     else:
         click.echo(_validation_summary(report))
+    if not report["passed"]:
+        sys.exit(1)
+
+
+def _validate_asr(bundle: str, manifest: dict, out: str | None, as_json: bool, speech_only: bool, runs: int | None) -> None:
+    """`edgespec validate` of a speech bundle: the asr suite with the bundle's own recipe."""
+    from edgespec.config import AsrRecipe, from_dict
+
+    if not speech_only:
+        raise EdgespecError(f"bundle '{bundle}' is a speech bundle: it takes the asr suite only (options: --runs, --out, --json)")
+    recipe = from_dict(AsrRecipe, manifest["recipe"])
+    if runs is not None:
+        recipe = from_dict(AsrRecipe, {**recipe.to_dict(), "validate": {**recipe.to_dict()["validate"], "runs": runs}})
+    _quiet_runtime_logs()
+    from edgespec.speech.pipeline import write_asr_report
+    from edgespec.speech.validate import validate_asr
+
+    report = validate_asr(bundle, recipe)
+    if out:
+        write_asr_report(report, Path(out))
+    o = report["overall"]
+    if as_json:
+        click.echo(json.dumps(report, indent=1, ensure_ascii=False))
+    else:
+        gates = ", ".join(f"{g['name']} {'ok' if g['passed'] else 'FAILED'} ({g['message']})" for g in report["gates"])
+        click.echo(
+            f"asr: {o['utterances']} utterances, PER {100 * o['per']:.1f}% (fp32 eager {100 * o['per_eager_fp32']:.1f}%), streaming {100 * o['per_chunked']:.1f}%, WER {100 * o['wer']:.1f}%, RTF {o['rtf']:.4f}; {gates}"
+        )
     if not report["passed"]:
         sys.exit(1)
 
@@ -761,9 +800,16 @@ def info(bundle: str, verify: bool) -> None:
         verify_checksums(bundle, m)
     model = m["model"]
     click.echo(f"bundle      {Path(bundle).resolve()} (schema {m['schema_version']}{', checksums ok' if verify else ''})")
-    click.echo(
-        f"model       {model['name']} from {model['source']}: {model['n_layers']} layers, dim {model['dim']}, vocab {model['vocab_size']}, context {model['max_seq_len']}"
-    )
+    if m.get("task") == "asr":
+        a = model["args"]
+        click.echo(
+            f"model       {model['name']} from {model['source']}: speech recognition, {a['n_blocks']} Conformer blocks, dim {a['dim']}, {a['vocab_size']} phoneme tokens, {a['sample_rate']} Hz"
+        )
+        click.echo(f"front end   {m['recipe']['model']['frontend']}; streaming {m['streaming']}")
+    else:
+        click.echo(
+            f"model       {model['name']} from {model['source']}: {model['n_layers']} layers, dim {model['dim']}, vocab {model['vocab_size']}, context {model['max_seq_len']}"
+        )
     click.echo(f"precision   {m['precision']} (group size {m['recipe']['quant']['group_size']})")
     click.echo(f"methods     {', '.join(m['methods'])}")
     for name, f in m["files"].items():
@@ -783,6 +829,13 @@ def verify(bundle: str, as_json: bool) -> None:
     m = read_manifest(bundle)
     verify_checksums(bundle, m)
     _quiet_runtime_logs()
+    if m.get("task") == "asr":
+        from edgespec.speech.recognize import verify_asr_program
+
+        meta = verify_asr_program(bundle, m)
+        line = f"ok: {Path(bundle).resolve()} schema {m['schema_version']}, {len(m['files'])} files match their SHA-256, speech program answers {len(meta)} metadata methods ({meta['get_sample_rate']} Hz, up to {meta['get_max_samples'] / meta['get_sample_rate']:.0f} s, {meta['get_vocab_size']} tokens)"
+        click.echo(json.dumps(meta, indent=1) if as_json else line)
+        return
     meta = verify_program(bundle, m)
     if as_json:
         click.echo(json.dumps(meta, indent=1))

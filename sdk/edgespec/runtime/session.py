@@ -20,6 +20,8 @@ def open_bundle(bundle: str | Path, verify: bool = False) -> tuple[dict, Tokeniz
     from edgespec.bundle import PROGRAM, read_manifest, verify_checksums
 
     manifest = read_manifest(bundle)
+    if manifest.get("task") == "asr":
+        raise EdgespecError(f"bundle '{bundle}' is a speech recognition bundle: use `edgespec transcribe --bundle {bundle} AUDIO.wav`")
     if verify:
         verify_checksums(bundle, manifest)
     tk = manifest["tokenizer"]

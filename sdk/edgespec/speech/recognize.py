@@ -144,3 +144,26 @@ class Recognizer:
 
     def _decode(self, lp: torch.Tensor) -> Transcript:
         return decode(lp, self.tokens, self.temperature, self.blank_bias)
+
+
+def verify_asr_program(bundle_dir: str | Path, manifest: dict) -> dict:
+    """Load a speech bundle's program and check it against the manifest: every method the
+    manifest lists, the metadata of the contract, as many outputs as tokens.json has tokens.
+    Returns the metadata it read; EdgespecError naming the first difference."""
+    from edgespec.bundle import PROGRAM
+    from edgespec.runtime.program import Program
+
+    d = Path(bundle_dir)
+    prog = Program(d / PROGRAM)
+    missing = sorted(set(manifest.get("methods", [])) - set(prog.program.method_names))
+    if missing:
+        raise EdgespecError(f"bundle '{d}': the program lacks methods the manifest lists: {missing}")
+    meta = {name: prog.constant(name) for name in C.ASR_METADATA_METHODS}
+    n_tokens = len(json.loads((d / TOKENS).read_text(encoding="utf-8")))
+    if int(meta[C.GET_VOCAB_SIZE]) != n_tokens:
+        raise EdgespecError(f"bundle '{d}': the program has {meta[C.GET_VOCAB_SIZE]} outputs but {TOKENS} {n_tokens} tokens")
+    if bool(meta[C.GET_TAKES_WAVEFORM]) != (manifest["recipe"]["model"]["frontend"] == "program"):
+        raise EdgespecError(
+            f"bundle '{d}': the program's input ({'waveform' if meta[C.GET_TAKES_WAVEFORM] else 'features'}) differs from the recipe's front end"
+        )
+    return meta
