@@ -34,6 +34,13 @@ public final class ProgramContract {
   public static final String GET_SPEC_N_STREAMS = "get_spec_n_streams";
   public static final String GET_SPEC_LOSSLESS = "get_spec_lossless";
 
+  // speech recognition programs (task: asr): forward(waveform [1, N]) or forward(features)
+  public static final String GET_SAMPLE_RATE = "get_sample_rate";
+  public static final String GET_HOP_LENGTH = "get_hop_length";
+  public static final String GET_N_MELS = "get_n_mels";
+  public static final String GET_MAX_SAMPLES = "get_max_samples";
+  public static final String GET_TAKES_WAVEFORM = "get_takes_waveform";
+
   /** Bundle manifest schema this core reads (sdk/edgespec/bundle.py SCHEMA_VERSION). */
   public static final int SCHEMA_VERSION = 1;
 }
