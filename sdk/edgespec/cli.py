@@ -116,7 +116,8 @@ def _overrides_help(cmd: str, example: str) -> str:
 @click.version_option(package_name="edgespec")
 @click.option("-v", "--verbose", is_flag=True, help="Also show ExecuTorch's and torch's own log lines and warnings.")
 def main(verbose: bool) -> None:
-    """edgespec: export a pretrained LM to a fast, verified ExecuTorch bundle for phones."""
+    """edgespec: export a pretrained LM (or the Conformer speech recognizer of
+    recipes/conformer-hama.yaml) to a fast, verified ExecuTorch bundle for phones."""
 
 
 @main.command(epilog=_overrides_help("export", "quant.scheme=fp32 validate.enabled=false -o bundles/fp32"))
