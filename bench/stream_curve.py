@@ -55,11 +55,13 @@ def plot(path: str, files: list[str]) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4))
-    for f in files:
-        run = json.loads(Path(f).read_text())
+    runs = [json.loads(Path(f).read_text()) for f in files]
+    shared = set.intersection(*(set(r.get("overrides", [])) for r in runs))  # label runs by what differs
+    for run in runs:
         tree = "x".join(["1"] * run["gamma"])
         pts = [(p["response_tokens_seen"], p["tokens_per_call"][tree]["all"]) for p in run["points"] if p["response_tokens_seen"]]  # log axis
-        ax.plot(*zip(*pts), marker="o", label=f"{run['drafter']} (chain of {run['gamma']})")
+        own = ", ".join(o for o in run.get("overrides", []) if o not in shared)
+        ax.plot(*zip(*pts), marker="o", label=f"{run['drafter']} (chain of {run['gamma']}{', ' + own if own else ''})")
     ax.set_xscale("log")
     ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax.set_xlabel("self-distilled response tokens seen in training")
