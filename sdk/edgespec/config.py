@@ -51,6 +51,9 @@ class _Section:
         """The dotted path of one of this section's fields."""
         return _join(self.PATH, name)
 
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
 
 @dataclass(frozen=True)
 class ModelConfig(_Section):
@@ -272,9 +275,6 @@ class Recipe(_Section):
         _require(bool(self.name), "name", "must not be empty")
         _require(len(self.train.stream_weights) >= self.streams.gamma, "train.stream_weights", f"needs one weight per stream ({self.streams.gamma})")
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
     def replace(self, **sections: Any) -> Recipe:
         """A copy with whole sections or fields changed, e.g. ``replace(quant={"scheme": "fp32"})``."""
         data = self.to_dict()
@@ -394,9 +394,6 @@ class AsrRecipe(_Section):
             self.quant.scheme in ("fp32", "fp16", "8da8w", "8da4w"), "quant.scheme", f"an asr recipe takes fp32, fp16, 8da8w or 8da4w, got {self.quant.scheme}"
         )
         _require(self.quant.embedding_bits == 0, "quant.embedding_bits", "a Conformer has no embedding table; leave it 0")
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
 
 RECIPE_KINDS: dict[str, type] = {"generate": Recipe, "asr": AsrRecipe}

@@ -9,6 +9,7 @@ model and with hama's engine.
 
 from __future__ import annotations
 
+import functools
 import statistics
 from collections.abc import Callable
 from pathlib import Path
@@ -41,15 +42,11 @@ def _engine_log_probs(wave: np.ndarray) -> np.ndarray | None:
     return np.asarray(lp)[0]
 
 
-_ENGINE: list = []
-
-
+@functools.cache
 def _engine_model():
-    if not _ENGINE:
-        from hama.asr import ASRModel
+    from hama.asr import ASRModel
 
-        _ENGINE.append(ASRModel())
-    return _ENGINE[0]
+    return ASRModel()
 
 
 def _agreement(a: torch.Tensor, b) -> float:
@@ -148,31 +145,26 @@ def validate_asr(bundle_dir: str | Path, recipe: AsrRecipe, on_progress: Callabl
     }
 
 
+def _at_most(name: str, measured: float, allowed: float, message: str) -> GateResult:
+    return GateResult(name, measured <= allowed + 1e-12, round(measured, 4), allowed, message)
+
+
 def check_asr_gates(o: dict, recipe: AsrRecipe) -> list[GateResult]:
     g = recipe.validate.gates
-    out = []
-    per_up = o["per"] - o["per_eager_fp32"]
-    out.append(
-        GateResult(
-            "per",
-            per_up <= g.max_per_increase + 1e-12,
-            round(per_up, 4),
-            g.max_per_increase,
-            f"PER {o['per']:.3f} vs fp32 eager {o['per_eager_fp32']:.3f} (+{per_up:.3f}, allowed +{g.max_per_increase})",
-        )
-    )
-    ch_up = o["per_chunked"] - o["per"]
-    out.append(
-        GateResult(
+    per_up, ch_up = o["per"] - o["per_eager_fp32"], o["per_chunked"] - o["per"]
+    out = [
+        _at_most(
+            "per", per_up, g.max_per_increase, f"PER {o['per']:.3f} vs fp32 eager {o['per_eager_fp32']:.3f} (+{per_up:.3f}, allowed +{g.max_per_increase})"
+        ),
+        _at_most(
             "chunked_per",
-            ch_up <= g.max_chunked_per_increase + 1e-12,
-            round(ch_up, 4),
+            ch_up,
             g.max_chunked_per_increase,
             f"streaming PER {o['per_chunked']:.3f} vs whole {o['per']:.3f} (allowed +{g.max_chunked_per_increase})",
-        )
-    )
+        ),
+    ]
     if g.max_rtf > 0:
-        out.append(GateResult("rtf", o["rtf"] <= g.max_rtf, round(o["rtf"], 4), g.max_rtf, f"real-time factor {o['rtf']:.4f} (allowed {g.max_rtf})"))
+        out.append(_at_most("rtf", o["rtf"], g.max_rtf, f"real-time factor {o['rtf']:.4f} (allowed {g.max_rtf})"))
     return out
 
 
