@@ -21,7 +21,7 @@ from edgespec.models.load import build_model, read_source
 from edgespec.runtime.generate import generate
 from edgespec.runtime.session import open_bundle, prompt_ids
 from edgespec.speculative import tune as T
-from edgespec.speculative.streams import SpecModel, load_streams
+from edgespec.speculative.drafters import load_drafter
 from edgespec.speculative.vocab import draft_vocabulary
 
 
@@ -42,7 +42,7 @@ def main() -> None:
         print(f"[draft_vocab] continuation {i + 1}/{args.prompts}", file=sys.stderr)
     src = read_source(manifest["recipe"]["model"]["source"], runner.max_seq_len)
     base = build_model(src)
-    spec = SpecModel(base, load_streams(weights, base))
+    spec = load_drafter(weights, base)
     trees = sorted({tuple(runner.branching), (1,) * spec.cfg.gamma})
     rows = []
     for n in args.sizes:

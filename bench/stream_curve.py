@@ -6,7 +6,7 @@ geometrically spaced steps the drafter is evaluated by exact greedy replay (the 
 call for call, `edgespec.speculative.tune.replay`) over the teacher's greedy continuations of
 held-out prompts (`--heldout`, shards from `edgespec distill --source ... --split heldout`):
 mean tokens per call of a chain of gamma (and of the recipe's tree), overall and per task,
-against response tokens seen. `--drafter medusa` trains Medusa-1 heads on the same data and
+against response tokens seen. `--override streams.drafter=medusa` trains Medusa-1 heads on the same data and
 features instead (equal budget). Prints JSON; `--plot` draws the curve(s) of one or more
 JSON files written before.
 
@@ -78,7 +78,6 @@ def main() -> None:
     ap.add_argument("--heldout")
     ap.add_argument("--recipe", default="recipes/smollm2-135m-spec.yaml")
     ap.add_argument("--override", action="append", default=[], help="recipe FIELD=VALUE")
-    ap.add_argument("--drafter", choices=["streams", "medusa"], default="streams")
     ap.add_argument("--steps", type=int, default=2000)
     ap.add_argument("--evals", type=int, default=6, help="evaluation points, geometrically spaced up to --steps")
     ap.add_argument("--heldout-sequences", type=int, default=300)
@@ -95,7 +94,7 @@ def main() -> None:
     from edgespec.config import load_recipe
     from edgespec.corpus.distill import read_shards
     from edgespec.models.load import build_model, read_source, tokenizer_of
-    from edgespec.speculative.streams import SpecModel, StreamParams
+    from edgespec.speculative.drafters import new_drafter
     from edgespec.speculative.train import FeatureCache, load_examples, train_streams
     from edgespec.speculative.vocab import draft_vocabulary
 
@@ -103,12 +102,7 @@ def main() -> None:
     s, t = r.streams, r.train
     src = read_source(r.model.source, max(r.model.max_seq_len, t.seq_len + s.gamma + 1))
     base = build_model(src)
-    if args.drafter == "medusa":
-        from edgespec.speculative.medusa import MedusaHeads, MedusaModel
-
-        model = MedusaModel(base, MedusaHeads(base.args.dim, s.gamma), s.n_layers)
-    else:
-        model = SpecModel(base, StreamParams(base, s))
+    model = new_drafter(base, s)
     if args.init:
         model.params.load_state_dict(torch.load(args.init, weights_only=True)["state_dict"])
     t0 = time.perf_counter()
@@ -138,16 +132,16 @@ def main() -> None:
         log = train_streams(model, examples, feats, hp, out, on_step=on_step, draft_ids=vocab) if args.steps else None
     train_s = time.perf_counter() - t1
     if args.save:
-        from edgespec.speculative.streams import save_streams
+        from edgespec.speculative.drafters import save_drafter
 
-        save_streams(args.save, model.params, model.cfg)
+        save_drafter(args.save, model.params, model.cfg)
     seen = dict(zip(log.steps, log.tokens_seen)) if log else {}
     for p in points:
         p["response_tokens_seen"] = seen.get(p["step"], 0)
     print(
         json.dumps(
             {
-                "drafter": args.drafter,
+                "drafter": s.drafter,
                 "recipe": args.recipe,
                 "overrides": args.override,
                 "init": args.init,

@@ -106,3 +106,11 @@ def test_every_shipped_recipe_loads_and_names_existing_stream_weights():
         if getattr(recipe, "task", "generate") == "generate" and recipe.streams.weights:
             shipped = ROOT / "sdk" / "edgespec" / "weights" / recipe.streams.weights
             assert shipped.is_file() or (ROOT / recipe.streams.weights).is_file(), path
+
+
+def test_medusa_heads_are_lossless_only():
+    from edgespec.config import StreamsConfig
+
+    assert StreamsConfig(drafter="medusa", tree=(1, 1, 1)).drafter == "medusa"
+    with pytest.raises(EdgespecError, match=r"streams.mode.*draft heads leave the base model untouched"):
+        StreamsConfig(drafter="medusa", mode="shared", tree=(1, 1, 1))

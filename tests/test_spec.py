@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from edgespec.config import StreamsConfig
+from edgespec.errors import EdgespecError
 from edgespec.speculative.accept import accept_tree
 from edgespec.speculative.streams import SpecModel, StreamParams, count_parameters
 from edgespec.speculative.tree import Tree
@@ -101,17 +102,39 @@ def test_extra_parameters_are_tiny(tiny_model):
 
 
 def test_weights_file_must_match_the_recipe_architecture(tiny_model, tmp_path):
-    from edgespec.errors import EdgespecError
-    from edgespec.speculative.streams import load_streams, save_streams
+    from edgespec.speculative.drafters import load_drafter, save_drafter
 
     cfg = StreamsConfig(gamma=2, n_layers=1, lora_rank=4, tree=(1, 1))
     params = _noisy_params(tiny_model, cfg)
-    save_streams(tmp_path / "s.pt", params, cfg)
-    back = load_streams(tmp_path / "s.pt", tiny_model, expect=StreamsConfig(gamma=2, n_layers=1, lora_rank=4, tree=(2, 1)))
-    assert back.cfg.tree == (2, 1) and torch.equal(back.stream_emb, params.stream_emb)
-    assert load_streams(tmp_path / "s.pt", tiny_model).cfg.gamma == 2  # no recipe: the file's own architecture
+    save_drafter(tmp_path / "s.pt", params, cfg)
+    back = load_drafter(tmp_path / "s.pt", tiny_model, expect=StreamsConfig(gamma=2, n_layers=1, lora_rank=4, tree=(2, 1)))
+    assert isinstance(back, SpecModel) and back.cfg.tree == (2, 1) and torch.equal(back.params.stream_emb, params.stream_emb)
+    assert load_drafter(tmp_path / "s.pt", tiny_model).cfg.gamma == 2  # no recipe: the file's own architecture
     with pytest.raises(EdgespecError, match=r"streams.lora_rank: recipe 8, file 4"):
-        load_streams(tmp_path / "s.pt", tiny_model, expect=StreamsConfig(gamma=2, n_layers=1, lora_rank=8, tree=(1, 1)))
+        load_drafter(tmp_path / "s.pt", tiny_model, expect=StreamsConfig(gamma=2, n_layers=1, lora_rank=8, tree=(1, 1)))
+    with pytest.raises(EdgespecError, match=r"streams.drafter: recipe 'medusa', file 'streams'"):
+        load_drafter(tmp_path / "s.pt", tiny_model, expect=StreamsConfig(drafter="medusa", gamma=2, n_layers=1, tree=(1, 1)))
+
+
+def test_medusa_weights_load_as_medusa_heads(tiny_model, tmp_path):
+    """A weights file says which drafter it holds: Medusa heads come back as a MedusaModel
+    whatever the recipe's (irrelevant) stream ranks, and draft what they drafted."""
+    from edgespec.speculative.drafters import load_drafter, new_drafter, save_drafter
+    from edgespec.speculative.medusa import MedusaModel
+
+    cfg = StreamsConfig(drafter="medusa", gamma=2, n_layers=1, tree=(1, 1))
+    heads = new_drafter(tiny_model, cfg)
+    with torch.no_grad():
+        for p in heads.params.parameters():
+            p.normal_(0, 0.3)
+    save_drafter(tmp_path / "m.pt", heads.params, heads.cfg)
+    back = load_drafter(tmp_path / "m.pt", tiny_model, expect=StreamsConfig(drafter="medusa", gamma=2, n_layers=1, lora_rank=64, tree=(2, 1)))
+    assert isinstance(back, MedusaModel) and back.draft_layers == 0
+    h = torch.randn(3, tiny_model.args.dim)
+    torch.testing.assert_close(back.draft_hidden(h, h, torch.tensor([1]), 5, 2), heads.draft_hidden(h, h, torch.tensor([1]), 5, 2))
+    assert isinstance(load_drafter(tmp_path / "m.pt", tiny_model), MedusaModel)  # no recipe: the file's own drafter
+    with pytest.raises(EdgespecError, match=r"streams.gamma: recipe 3, file 2"):
+        load_drafter(tmp_path / "m.pt", tiny_model, expect=StreamsConfig(drafter="medusa", gamma=3, n_layers=1, tree=(1, 1)))
 
 
 @pytest.mark.parametrize("start", [0, 3])
@@ -151,12 +174,12 @@ def test_stream_rows_from_a_start_position_are_the_full_passes_rows(tiny_model):
 
 
 def test_stream_weights_carry_the_draft_vocabulary_of_a_bundle(tiny_model, tmp_path):
-    from edgespec.speculative.streams import load_streams, save_streams, saved_draft_ids
+    from edgespec.speculative.drafters import load_drafter, save_drafter, saved_draft_ids
 
     cfg = StreamsConfig(gamma=2, n_layers=1, lora_rank=4, tree=(1, 1))
     params = StreamParams(tiny_model, cfg)
-    save_streams(tmp_path / "plain.pt", params, cfg)
-    save_streams(tmp_path / "bundle.pt", params, cfg, torch.tensor([2, 5, 9]))
+    save_drafter(tmp_path / "plain.pt", params, cfg)
+    save_drafter(tmp_path / "bundle.pt", params, cfg, torch.tensor([2, 5, 9]))
     assert saved_draft_ids(tmp_path / "plain.pt") is None
     assert saved_draft_ids(tmp_path / "bundle.pt").tolist() == [2, 5, 9]
-    load_streams(tmp_path / "bundle.pt", tiny_model, expect=cfg)  # still a weights file like any other
+    load_drafter(tmp_path / "bundle.pt", tiny_model, expect=cfg)  # still a weights file like any other

@@ -47,7 +47,8 @@ def test_long_accepted_paths_compact_the_cache(tiny_model, branching, monkeypatc
     program = SpecProgram(_spec_model(tiny_model, len(branching)), Tree(branching)).eval()
     V = tiny_model.args.vocab_size
 
-    def oracle(h0, h, last, start_pos):  # `last`: the row at start_pos - 1; the next root sits at start_pos
+    def oracle(h0, h, last, bonus, start_pos):  # `last`: the row at start_pos - 1; the next root sits at start_pos
+        assert int(bonus) == full[int(start_pos)]  # the call's last emitted token, next call's root
         s = int(start_pos) + 1
         nxt = full[s : s + program.depth]
         # with two candidates the right one is the second: the walk must look past the first

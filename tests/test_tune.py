@@ -45,6 +45,34 @@ def test_replay_equals_greedy_tree_decoding(tiny_model, branching):
         assert T.replay_calls(ranks[0][real[0] :], branching)[:-1] == real[1:-1]
 
 
+def test_replay_equals_chain_decoding_with_hydra_heads(tiny_model):
+    """Hydra heads draft from their own previous drafts, replay conditions on the true tokens:
+    for a chain the two agree, since a depth is only reached when every draft before it was
+    the true token."""
+    from edgespec.speculative.medusa import HydraHeads, HydraModel
+
+    torch.manual_seed(2)
+    heads = HydraHeads(tiny_model.args.dim, 3)
+    with torch.no_grad():
+        for p in heads.parameters():
+            p.normal_(0, 0.2)
+        tiny_model.output.weight.mul_(0.3)
+    hydra = HydraModel(tiny_model, heads, 1)
+    gen = torch.Generator().manual_seed(0)
+    accepted = 0
+    for _ in range(3):
+        prompt = torch.randint(0, 97, (5,), generator=gen).tolist()
+        ar = generate(eager_step(tiny_model), prompt, max_new_tokens=30, max_seq_len=64, eos_ids=()).completion_ids
+        ranks = T.future_ranks(hydra, [(len(prompt), prompt + ar)], 3)
+        m = EagerSpecMethods(SpecProgram(hydra, Tree((1, 1, 1))))
+        out = generate(m.forward, prompt, max_new_tokens=30, max_seq_len=64, eos_ids=(), spec=m)
+        assert out.completion_ids == ar
+        real = out.tokens_per_call
+        assert T.replay_calls(ranks[0][real[0] :], (1, 1, 1))[:-1] == real[1:-1]
+        accepted += sum(n > 1 for n in real)
+    assert accepted > 0  # the heads' drafts were tested, not only the bonus tokens
+
+
 def test_candidates_and_estimates():
     trees = T.candidate_trees(3, 16)
     assert (1,) in trees and (1, 1, 1) in trees and (3, 2, 1) in trees and (2, 3) not in trees

@@ -618,7 +618,7 @@ def tune(bundle: str, n_prompts: int, max_new_tokens: int, max_size: int, contex
 @_friendly
 def train(recipe_args: tuple[str, ...]) -> None:
     """Train the speculative streams of RECIPE with FIELD=VALUE overrides (the train section;
-    train.drafter=medusa for the baseline heads); resumes from train.out_dir/ckpt.pt.
+    streams.drafter=medusa for Medusa-1 heads); resumes from train.out_dir/ckpt.pt.
 
     \b
     Multi-process:

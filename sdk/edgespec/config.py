@@ -101,7 +101,12 @@ class QuantConfig(_Section):
 
 @dataclass(frozen=True)
 class StreamsConfig(_Section):
-    """Speculative Streaming: gamma streams over the top n_layers (multi-stream attention).
+    """The drafter of the speculative program and how it drafts.
+
+    drafter: ``streams`` (Speculative Streaming: gamma streams over the top n_layers,
+    multi-stream attention), ``medusa`` (gamma Medusa-1 heads on the final hidden state) or
+    ``hydra`` (heads that also see the token before their target); for heads n_layers is
+    only where training caches its features, and the mode is lossless.
 
     mode: ``lossless`` (main stream = untouched base model) or ``shared`` (adapters shared
     with the main stream, fine-tuned). tree: branching per depth (top-k of stream d).
@@ -111,6 +116,7 @@ class StreamsConfig(_Section):
     """
 
     PATH: ClassVar[str] = "streams"
+    drafter: Literal["streams", "medusa", "hydra"] = "streams"
     mode: Literal["lossless", "shared"] = "lossless"
     gamma: int = 3
     n_layers: int = 4
@@ -121,6 +127,7 @@ class StreamsConfig(_Section):
     draft_vocab: int = 0
 
     def _check(self) -> None:
+        _require(self.drafter == "streams" or self.mode == "lossless", self._at("mode"), "draft heads leave the base model untouched: mode must be lossless")
         _require(self.draft_vocab >= 0, self._at("draft_vocab"), f"must be >= 0 (0 = the full vocabulary), got {self.draft_vocab}")
         _require(1 <= self.gamma <= 8, self._at("gamma"), f"must be in [1, 8], got {self.gamma}")
         _require(self.n_layers >= 1, self._at("n_layers"), f"must be >= 1, got {self.n_layers}")
@@ -148,7 +155,6 @@ class TrainConfig(_Section):
     PATH: ClassVar[str] = "train"
     data: str = "data/distill/train.jsonl"
     out_dir: str = "runs/streams"
-    drafter: Literal["streams", "medusa"] = "streams"  # medusa: the Medusa-1 baseline heads
     steps: int = 1000
     batch_size: int = 8
     seq_len: int = 384

@@ -49,14 +49,14 @@ def export_bundle(
         spec = None
         if recipe.streams.weights:
             from edgespec.speculative.step import SpecProgram
-            from edgespec.speculative.streams import SpecModel, load_streams, save_streams
+            from edgespec.speculative.drafters import load_drafter, save_drafter
             from edgespec.speculative.tree import Tree
             from edgespec.speculative.vocab import draft_vocabulary
 
-            params = load_streams(recipe.streams.weights, model, expect=recipe.streams)  # recipe and file must agree
+            drafter = load_drafter(recipe.streams.weights, model, expect=recipe.streams)  # recipe and file must agree
             draft_ids = draft_vocabulary(src, recipe.streams.draft_vocab)
-            save_streams(stage_dir / B.STREAMS, params, params.cfg, draft_ids)  # the bundle carries them (edgespec tune)
-            spec = SpecProgram(SpecModel(model, params), Tree(recipe.streams.tree), draft_ids).eval()
+            save_drafter(stage_dir / B.STREAMS, drafter.params, recipe.streams, draft_ids)  # the bundle carries them (edgespec tune)
+            spec = SpecProgram(drafter, Tree(recipe.streams.tree), draft_ids).eval()
 
         stage("normsearch")
         report_files: list[str] = []

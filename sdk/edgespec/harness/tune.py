@@ -31,7 +31,7 @@ def tune_bundle(
     from edgespec.models.load import build_model, read_source
     from edgespec.runtime.generate import generate
     from edgespec.runtime.session import open_bundle, prompt_ids
-    from edgespec.speculative.streams import SpecModel, load_streams, saved_draft_ids
+    from edgespec.speculative.drafters import load_drafter, saved_draft_ids
     from edgespec.speculative.vocab import draft_vocabulary
 
     weights = stream_weights(bundle_dir, read_manifest(bundle_dir))  # before any slow work
@@ -48,7 +48,7 @@ def tune_bundle(
     on_progress("acceptance", 0, 1)
     src = read_source(manifest["recipe"]["model"]["source"], runner.max_seq_len)
     base = build_model(src)
-    spec = SpecModel(base, load_streams(weights, base))
+    spec = load_drafter(weights, base)
     vocab = saved_draft_ids(weights)  # the program's own id map; bundles before it was recorded: rebuilt from the corpus
     if vocab is None:
         vocab = draft_vocabulary(src, (manifest.get("speculative") or {}).get("draft_vocab", 0))
@@ -56,7 +56,7 @@ def tune_bundle(
     on_progress("costs", 0, 1)
     t_1 = T.forward_cost(runner, context)
     t_own = T.step_cost(runner, context)
-    cost = T.StepCostModel.calibrate(t_1, t_own, Tree(runner.branching), spec.cfg.n_layers / base.args.n_layers)
+    cost = T.StepCostModel.calibrate(t_1, t_own, Tree(runner.branching), spec.draft_layers / base.args.n_layers)
     table = T.estimate(ranks, cost, T.candidate_trees(spec.cfg.gamma, max_size))
     ar_tps = 1.0 / t_1
     return {

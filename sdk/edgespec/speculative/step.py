@@ -11,20 +11,22 @@ step(last, draft, input_pos, temperature, uniforms, gumbel) -> (tokens, n, next 
  2. the lm head on the R rows only, acceptance inside the step (`accept_tree`).
  3. KV compaction: the accepted path's K/V moved to consecutive slots (index copy; a chain
     tree needs none).
- 4. the next draft from the last accepted node only (`draft_hidden` of the model: the
+ 4. the next draft from the last accepted node only (`draft` of the drafting model: the
     streams' D rows through the top MSA layers at the slots right after the accepted
-    prefix, or Medusa heads on its final hidden state), lm head on D rows (over the draft
-    vocabulary when one is given: `speculative/vocab.py`), top-k.
+    prefix, Medusa heads on its final hidden state, or Hydra heads one depth after the
+    other from it and the emitted token), through the drafting head: the lm head over the
+    draft vocabulary when one is given (`speculative/vocab.py`), top-k.
 Outputs are a few ids: never full-vocabulary logits per tree node.
 
 The drafting model is any object with `base`, `first` (the layer whose input is kept as
 h0), `cfg.gamma`, `params` (None: nothing drafted, the host fills the draft, e.g. prompt
-lookup), `main_lora(i)` and `draft_hidden(h0, h, last, start_pos, depth)`: `SpecModel` (streams)
-and `MedusaModel` (baseline heads).
+lookup), `main_lora(i)` and `draft(h0, h, last, bonus, start_pos, depth, head)`: `SpecModel`
+(streams), `MedusaModel` and `HydraModel` (heads; `edgespec.speculative.drafters`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 import torch
@@ -44,7 +46,9 @@ class Drafting(Protocol):
 
     def main_lora(self, i: int) -> nn.ModuleDict | None: ...
 
-    def draft_hidden(self, h0: torch.Tensor, h: torch.Tensor, last: torch.Tensor, start_pos, depth: int) -> torch.Tensor | None: ...
+    def draft(
+        self, h0: torch.Tensor, h: torch.Tensor, last: torch.Tensor, bonus: torch.Tensor, start_pos, depth: int, head: Callable[[torch.Tensor], torch.Tensor]
+    ) -> torch.Tensor | None: ...
 
 
 class SpecProgram(nn.Module):
@@ -62,7 +66,7 @@ class SpecProgram(nn.Module):
         # model's behaviour as bound methods, not as a second owner of the same modules (a
         # mutated KV cache reachable under two names does not export)
         self.base, self.streams, self.cfg = model.base, model.params, model.cfg
-        self.main_lora, self.draft_hidden = model.main_lora, model.draft_hidden
+        self.main_lora, self.draft_with = model.main_lora, model.draft
         self.first = model.first
         self.draft_head = None if draft_ids is None else DraftHead(model.base.output.weight, draft_ids)
         self.tree, self.depth, self.k = tree, len(tree.branching), tree.k_max
@@ -90,19 +94,22 @@ class SpecProgram(nn.Module):
             x = layer(x, start_pos, cos, sin, self.main_lora(i), mask)
         return h0[0], base.norm(x)[0]
 
-    def _draft(self, h0: torch.Tensor, h: torch.Tensor, last: torch.Tensor, start_pos) -> torch.Tensor:
-        """The next draft [D, k] from tree row `last` [1], the last accepted node (its
-        position is start_pos - 1), given every row's layer-L0 input h0 [R, d] and final
-        hidden h [R, d]; the placeholder when the model drafts nothing."""
-        hidden = self.draft_hidden(h0, h, last, start_pos, self.depth)  # [D, d] or None
-        if hidden is None:
-            return placeholder_draft(self.depth, self.k)
+    def _head(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The drafting head: top-k token ids [m, k] of drafting rows hidden [m, d]."""
         if self.draft_head is not None:
             return self.draft_head.topk(hidden, self.k)
-        logits = self.base.output(hidden)  # [D, V]
+        logits = self.base.output(hidden)  # [m, V]
         if self.k == 1:  # a chain: argmax is a cheaper scan than top-k
             return logits.argmax(-1, keepdim=True)
         return logits.topk(self.k, -1).indices
+
+    def _draft(self, h0: torch.Tensor, h: torch.Tensor, last: torch.Tensor, bonus: torch.Tensor, start_pos) -> torch.Tensor:
+        """The next draft [D, k] from tree row `last` [1], the last accepted node (its
+        position is start_pos - 1), given every row's layer-L0 input h0 [R, d], final
+        hidden h [R, d] and the token `bonus` [1] the call emits last (it goes to position
+        start_pos next call); the placeholder when the model drafts nothing."""
+        draft = self.draft_with(h0, h, last, bonus, start_pos, self.depth, self._head)  # [D, k] or None
+        return placeholder_draft(self.depth, self.k) if draft is None else draft
 
     def _check_pos(self, start_pos, rows: int) -> None:
         torch._check(start_pos >= 0)
@@ -157,7 +164,7 @@ class SpecProgram(nn.Module):
         torch._check(accepted >= 1)
         torch._check(accepted <= self.depth + 1)
         nxt = pos + accepted
-        return tokens, n, self._draft(h0, h, last_node, nxt)
+        return tokens, n, self._draft(h0, h, last_node, tokens.index_select(0, n - 1), nxt)
 
 
 class EagerSpecMethods:

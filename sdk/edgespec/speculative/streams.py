@@ -32,14 +32,6 @@ from edgespec.config import StreamsConfig
 from edgespec.errors import EdgespecError
 from edgespec.models.llama import SDPA, GrowingKV, Transformer, TransformerBlock
 
-# what a weights file fixes; the tree (and the weights path) are decoding choices of the recipe
-ARCHITECTURE = ("mode", "gamma", "n_layers", "lora_rank", "f_rank")
-
-
-def architecture(cfg: StreamsConfig) -> dict:
-    return {k: getattr(cfg, k) for k in ARCHITECTURE}
-
-
 class LoRA(nn.Module):
     """x -> B(A x) * scale; B starts at zero so an untrained adapter is the identity map."""
 
@@ -170,6 +162,7 @@ class SpecModel(nn.Module):
         self.params = params  # None: plain tree verification, no streams (prompt lookup)
         self.cfg = params.cfg if params is not None else None
         self.first = base.args.n_layers - (self.cfg.n_layers if self.cfg is not None else 0)
+        self.draft_layers = base.args.n_layers - self.first  # layers a drafting row runs through
 
     def main_lora(self, i: int) -> nn.ModuleDict | None:
         """Adapters of layer i on main-stream rows: Shared mode only (Lossless: none)."""
@@ -219,6 +212,11 @@ class SpecModel(nn.Module):
         """Input of layer L0 for teacher forcing (the frozen part; cacheable). [B, T, d]."""
         return frozen_layers(self.base, self.base.tok_embeddings(tokens), 0, self.first)
 
+    def draft(self, h0: torch.Tensor, h: torch.Tensor, last: torch.Tensor, bonus: torch.Tensor, start_pos, depth: int, head) -> torch.Tensor | None:
+        """The next draft [depth, k]: `head` (the program's drafting head) over `draft_hidden`."""
+        hidden = self.draft_hidden(h0, h, last, start_pos, depth)
+        return None if hidden is None else head(hidden)
+
     def draft_hidden(self, h0: torch.Tensor, h: torch.Tensor | None, last: torch.Tensor, start_pos, depth: int) -> torch.Tensor | None:
         """Final-norm hidden states [depth, d] of the drafting rows after main row `last` [1]
         of h0 [R, d] (layer-L0 inputs; the row's position is start_pos - 1; the final hidden
@@ -239,64 +237,3 @@ class SpecModel(nn.Module):
 
 def count_parameters(module: nn.Module) -> int:
     return sum(p.numel() for p in module.parameters())
-
-
-def save_streams(path, params: nn.Module, cfg: StreamsConfig, draft_ids: torch.Tensor | None = None) -> None:
-    """Write stream (or Medusa head) weights + their architecture (atomic); a bundle's copy
-    also records the draft vocabulary its program drafts through (`draft_ids`)."""
-    from pathlib import Path
-
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    blob = {"streams": architecture(cfg), "state_dict": {k: v.detach().clone() for k, v in params.state_dict().items()}}
-    if draft_ids is not None:
-        blob["draft_ids"] = draft_ids.clone()
-    torch.save(blob, tmp)
-    tmp.replace(path)
-
-
-def saved_draft_ids(path) -> torch.Tensor | None:
-    """The draft vocabulary recorded beside stream weights (bundles exported since it is
-    recorded), or None."""
-    return torch.load(path, weights_only=True).get("draft_ids")
-
-
-def read_architecture(blob: dict) -> dict:
-    """The architecture a weights file was trained with (files before 0.2 call it msa_config)."""
-    return dict(blob["streams"] if "streams" in blob else blob["msa_config"])
-
-
-def load_streams(path, base: Transformer, expect: StreamsConfig | None = None) -> StreamParams:
-    """Stream weights written by `save_streams` (or `edgespec train`) for this base model.
-
-    `path` is a file, or the bare name of a weights file shipped in `edgespec/weights`.
-    expect: the recipe's streams section; the file must have been trained with the same
-    architecture (mode, gamma, n_layers, ranks), else an error names what differs."""
-    from pathlib import Path
-
-    path = Path(path)
-    packaged = Path(__file__).resolve().parent.parent / "weights" / path.name
-    if not path.is_file() and path.parent == Path(".") and packaged.is_file():
-        path = packaged  # a file name alone may name weights shipped with edgespec
-    if not path.is_file():
-        raise EdgespecError(f"stream weights '{path}' not found (train them with `edgespec train`, or name a file shipped in edgespec/weights)")
-    try:
-        blob = torch.load(path, weights_only=True)
-        arch = read_architecture(blob)
-    except Exception as e:
-        raise EdgespecError(f"stream weights '{path}' are not a weights file of edgespec: {e}") from None
-    if expect is not None:
-        differ = {k: (getattr(expect, k), arch.get(k)) for k in ARCHITECTURE if getattr(expect, k) != arch.get(k)}
-        if differ:
-            said = ", ".join(f"streams.{k}: recipe {r!r}, file {f!r}" for k, (r, f) in differ.items())
-            raise EdgespecError(f"stream weights '{path}' were trained with another architecture ({said}); set the recipe to match or retrain")
-        cfg = expect
-    else:
-        cfg = StreamsConfig(**arch, tree=(1,) * arch["gamma"])
-    try:
-        params = StreamParams(base, cfg)
-        params.load_state_dict(blob["state_dict"])
-    except Exception as e:
-        raise EdgespecError(f"stream weights '{path}' do not fit this model: {e}") from None
-    return params.requires_grad_(False)

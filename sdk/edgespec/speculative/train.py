@@ -401,21 +401,16 @@ def load_examples(path: str | Path, tokenizer, seq_len: int) -> list[Example]:
 def train_from_recipe(recipe, on_status: Callable[[str], None] = lambda s: None, on_step: Callable[[int, float], None] = lambda s, l: None) -> dict:
     """`edgespec train`: base model -> features -> stream training -> streams.pt in out_dir."""
     from edgespec.models.load import build_model, read_source, tokenizer_of
-    from edgespec.speculative.streams import StreamParams, count_parameters, save_streams
+    from edgespec.speculative.drafters import new_drafter, save_drafter
+    from edgespec.speculative.streams import count_parameters
 
     s, t = recipe.streams, recipe.train
     torch.manual_seed(t.seed)
     src = read_source(recipe.model.source, max(recipe.model.max_seq_len, t.seq_len + s.gamma + 1))
     base = build_model(src)
     tok = tokenizer_of(src)
-    if t.drafter == "medusa":
-        from edgespec.speculative.medusa import MedusaHeads, MedusaModel
-
-        params = MedusaHeads(base.args.dim, s.gamma)
-        model = MedusaModel(base, params)
-    else:
-        params = StreamParams(base, s)
-        model = SpecModel(base, params)
+    model = new_drafter(base, s)
+    params = model.params
     out = Path(t.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     on_status("data")
@@ -431,10 +426,10 @@ def train_from_recipe(recipe, on_status: Callable[[str], None] = lambda s: None,
 
     draft_ids = draft_vocabulary(src, s.draft_vocab)  # the program drafts through it, streams or heads
     log = train_streams(model, examples, feats, t, out, on_step=on_step, draft_ids=draft_ids)
-    save_streams(out / f"{t.drafter}.pt", params, model.cfg)
+    save_drafter(out / f"{s.drafter}.pt", params, model.cfg)
     _plot_log(log, out / "loss.png")
     return {
-        "weights": str(out / f"{t.drafter}.pt"),
+        "weights": str(out / f"{s.drafter}.pt"),
         "sequences": len(examples),
         "response_tokens_seen": log.tokens_seen[-1] if log.tokens_seen else 0,
         "steps": log.steps[-1] if log.steps else 0,
