@@ -48,7 +48,10 @@ def test_hydra_heads_learn_what_medusa_heads_cannot(tiny_model, tmp_path):
         ex.append(Example(torch.cat([torch.randint(3, 97, (4,), generator=gen), pairs]).tolist(), 4))
     hp = TrainConfig(steps=60, batch_size=16, lr=2e-2, warmup_steps=5, checkpoint_every=1000, stream_weights=(1.0, 1.0), bf16=False)
     accs = {}
-    for name, model in {"medusa": MedusaModel(tiny_model, MedusaHeads(tiny_model.args.dim, 2)), "hydra": HydraModel(tiny_model, HydraHeads(tiny_model.args.dim, 2))}.items():
+    for name, model in {
+        "medusa": MedusaModel(tiny_model, MedusaHeads(tiny_model.args.dim, 2)),
+        "hydra": HydraModel(tiny_model, HydraHeads(tiny_model.args.dim, 2)),
+    }.items():
         torch.manual_seed(0)
         log = train_streams(model, ex, FeatureCache(model, ex).h, hp, tmp_path / name)
         accs[name] = sum(a[0] for a in log.stream_acc[-5:]) / 5

@@ -92,10 +92,22 @@ def test_decoding_finishes_autoregressively_near_the_end_of_the_context(tiny_mod
     assert len(got.completion_ids) == 64 - 40
 
 
-@pytest.fixture(scope="module", params=["block+draft_vocab", "rows"])
+def _hydra_model(model, gamma: int):
+    from edgespec.speculative.medusa import HydraHeads, HydraModel
+
+    torch.manual_seed(1)
+    heads = HydraHeads(model.args.dim, gamma)
+    with torch.no_grad():
+        for p in heads.parameters():
+            p.normal_(0, 0.2)
+    return HydraModel(model, heads, 1)
+
+
+@pytest.fixture(scope="module", params=["block+draft_vocab", "rows", "hydra"])
 def spec_pte(tmp_path_factory, request):
-    """A tiny two-method program (forward, spec_step) run by ExecuTorch: the step's attention
-    in one call with a 40-token draft vocabulary, or one row per call with the full head."""
+    """A tiny two-method program (forward, spec_step) run by ExecuTorch: streams with the
+    step's attention in one call and a 40-token draft vocabulary, or one row per call with the
+    full head; or Hydra heads drafting a chain depth after depth through the draft vocabulary."""
     from edgespec.export.program import ProgramMeta, lower_to_executorch
     from edgespec.export.spec_program import export_spec_methods, spec_meta
     from edgespec.models.llama import LlamaArgs, Transformer
@@ -106,9 +118,12 @@ def spec_pte(tmp_path_factory, request):
     with torch.no_grad():
         for p in model.parameters():
             p.normal_(0, 0.2)
-    rows = request.param == "rows"
-    draft_ids = None if rows else torch.arange(0, 97, 2)[:40]
-    program = SpecProgram(_spec_model(model.eval(), 3), Tree((2, 2, 1)), draft_ids).eval()
+    rows = request.param != "block+draft_vocab"
+    draft_ids = None if request.param == "rows" else torch.arange(0, 97, 2)[:40]
+    if request.param == "hydra":
+        program = SpecProgram(_hydra_model(model.eval(), 3), Tree((1, 1, 1)), draft_ids).eval()
+    else:
+        program = SpecProgram(_spec_model(model.eval(), 3), Tree((2, 2, 1)), draft_ids).eval()
     path = tmp_path_factory.mktemp("spec") / "model.pte"
     path.write_bytes(lower_to_executorch(export_spec_methods(program, rows_per_call=rows), ProgramMeta(64, 97, 2, 1, (2,), spec_meta(program))))
     return path, program
@@ -120,7 +135,7 @@ def test_program_spec_greedy_equals_program_autoregressive(spec_pte):
 
     path, program = spec_pte
     runner = ProgramRunner(path)
-    assert runner.has_spec and runner.branching == (2, 2, 1) and runner.tree_size == program.tree.size
+    assert runner.has_spec and runner.branching == program.tree.branching and runner.tree_size == program.tree.size
     eager = EagerSpecMethods(program)
     for prompt in _prompts(4, 97):
         ar = generate(runner.forward, prompt, max_new_tokens=40, max_seq_len=64, eos_ids=())
@@ -142,7 +157,7 @@ def test_program_methods_share_one_kv_cache(spec_pte):
     runner.forward(torch.tensor([prompt[:-1]]), 0)
     half, noise = torch.full((runner.tree_size, runner.topk), 0.5), torch.zeros(97)
     toks, draft = runner.spec_step(prompt[-1], placeholder_draft(runner.depth, runner.topk), len(prompt) - 1, 0.0, half, noise)
-    assert toks[0] == greedy and draft.shape == (3, 2)  # the step read the prompt's K/V
+    assert toks[0] == greedy and draft.shape == (3, runner.topk)  # the step read the prompt's K/V
     # the step wrote the K/V of the root; forward continues from what the step accepted
     full = runner.forward(torch.tensor([prompt + toks]), 0)
     runner.forward(torch.tensor([prompt[:-1]]), 0)

@@ -48,8 +48,8 @@ def export_bundle(
         stage("streams")
         spec = None
         if recipe.streams.weights:
-            from edgespec.speculative.step import SpecProgram
             from edgespec.speculative.drafters import load_drafter, save_drafter
+            from edgespec.speculative.step import SpecProgram
             from edgespec.speculative.tree import Tree
             from edgespec.speculative.vocab import draft_vocabulary
 
@@ -187,6 +187,7 @@ def _spec_manifest(recipe: Recipe, meta) -> dict | None:
         return None
     s = recipe.streams
     return {
+        "drafter": s.drafter,
         "mode": s.mode,
         "n_streams": meta.spec.n_streams,
         "msa_layers": s.n_layers,

@@ -57,7 +57,8 @@ def tune_bundle(
     t_1 = T.forward_cost(runner, context)
     t_own = T.step_cost(runner, context)
     cost = T.StepCostModel.calibrate(t_1, t_own, Tree(runner.branching), spec.draft_layers / base.args.n_layers)
-    table = T.estimate(ranks, cost, T.candidate_trees(spec.cfg.gamma, max_size))
+    # drafts that continue earlier drafts (Hydra) are replayed exactly for chains only
+    table = T.estimate(ranks, cost, T.candidate_trees(spec.cfg.gamma, max_size, max_k=1 if spec.chains_only else 4))
     ar_tps = 1.0 / t_1
     return {
         "device_costs_ms": {

@@ -77,6 +77,7 @@ class MedusaModel(nn.Module):
     """
 
     DRAFTER = "medusa"
+    chains_only = False  # tune: every tree's acceptance is replayed exactly
 
     def __init__(self, base: Transformer, heads: nn.Module, n_top_layers: int = 4):
         super().__init__()
@@ -123,6 +124,7 @@ class HydraModel(MedusaModel):
     fed the token before its target (`HydraHeads`)."""
 
     DRAFTER = "hydra"
+    chains_only = True  # a depth's draft continues the top-1 of the depth before
 
     def head_inputs(self, h_rows: torch.Tensor, tokens: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         # head j at row t continues x_1..x_{j+1} = tokens t+1..t+1+j (past the end: the last

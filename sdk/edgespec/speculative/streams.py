@@ -29,8 +29,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from edgespec.config import StreamsConfig
-from edgespec.errors import EdgespecError
 from edgespec.models.llama import SDPA, GrowingKV, Transformer, TransformerBlock
+
 
 class LoRA(nn.Module):
     """x -> B(A x) * scale; B starts at zero so an untrained adapter is the identity map."""
@@ -163,6 +163,7 @@ class SpecModel(nn.Module):
         self.cfg = params.cfg if params is not None else None
         self.first = base.args.n_layers - (self.cfg.n_layers if self.cfg is not None else 0)
         self.draft_layers = base.args.n_layers - self.first  # layers a drafting row runs through
+        self.chains_only = False  # tune: every tree's acceptance is replayed exactly
 
     def main_lora(self, i: int) -> nn.ModuleDict | None:
         """Adapters of layer i on main-stream rows: Shared mode only (Lossless: none)."""
