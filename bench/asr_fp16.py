@@ -55,7 +55,8 @@ def main() -> None:
     from edgespec.models.conformer import load_hama_conformer
     from edgespec.models.hama import phoneme_tokens
     from edgespec.numerics.search import choices_of
-    from edgespec.speech.recognize import Recognizer, set_threads
+    from edgespec.runtime.program import set_threads
+    from edgespec.speech.recognize import Recognizer
 
     set_threads(args.threads)
     recs = {"stable": Recognizer(args.stable), "naive": Recognizer(args.naive)}

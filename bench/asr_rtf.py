@@ -30,7 +30,8 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5)
     args = ap.parse_args()
 
-    from edgespec.speech.recognize import Recognizer, set_threads
+    from edgespec.runtime.program import set_threads
+    from edgespec.speech.recognize import Recognizer
 
     set_threads(args.threads)
     utts = L.librivox_utterances()

@@ -10,6 +10,9 @@ docs/benchmarks.md.
 Optional, each in its own fresh process (so peak RSS is the decoder's own):
   --stock PTE     ExecuTorch's TextLLMRunner on a program from ExecuTorch's export_llm, same prompts
   --ar-bundle DIR peak RSS of AR decoding on an autoregressive-only bundle vs spec decoding here
+  --against DIR   AR decoding of another bundle (e.g. the default 8da4w one) timed in the same
+                  rounds: every decoder's speedup over it (median of per-prompt ratios)
+  --lookup N      a third decoder, spec_lookup: suffix-match drafts of >= N tokens first
 
     python bench/spec_vs_ar.py --bundle bundles/spec --prompts 100 --max-new-tokens 64 \\
         --stock /tmp/edgespec-bench/stock-8da4w.pte --ar-bundle bundles/default > docs/results/spec_vs_ar_8da4w.json
@@ -44,25 +47,56 @@ def _margin(runner, ids: list[int]) -> float:
     return float(top[0] - top[1])
 
 
-def run_suite(bundle: str, n: int, max_new_tokens: int, lookup: int, runs: int = 1) -> tuple[list[dict], object, object]:
+AGAINST = "ar_against"  # autoregressive decoding of another bundle (--against), timed in the same rounds
+
+
+def run_suite(bundle: str, n: int, max_new_tokens: int, lookup: int, runs: int = 1, against: str | None = None) -> tuple[list[dict], object, object]:
     _, tokenizer, runner = open_bundle(bundle)
     if not runner.has_spec:
         raise SystemExit(f"{bundle}: the program has no speculative methods")
-    decoders = {"ar": decoder(runner, "ar")[1], "spec": decoder(runner, "spec", lookup)[1]}
+    decoders = {"ar": decoder(runner, "ar")[1], "spec": decoder(runner, "spec")[1]}
+    if lookup:
+        decoders["spec_lookup"] = decoder(runner, "spec", lookup)[1]
+    if against:
+        other = open_bundle(against)[2]
+        if other.max_seq_len != runner.max_seq_len:
+            raise SystemExit(f"{against}: context {other.max_seq_len}, {bundle}: {runner.max_seq_len}; compare bundles of one context length")
+        decoders[AGAINST] = decoder(other, "ar")[1]
     prompts = _prompts(n, tokenizer)
     measured = measure(
         decoders, [ids for _, _, ids in prompts], max_new_tokens=max_new_tokens, max_seq_len=runner.max_seq_len, eos_ids=runner.eos_ids, warmup=1, runs=runs
     )
     rows = []
     for i, ((task, _, ids), res) in enumerate(zip(prompts, measured)):
+        ref = res.pop(AGAINST, None)  # another program's output: not judged for losslessness
         row = {"task": task, **row_stats(res, len(ids))}
-        if not row["lossless"]:
-            a, s = res["ar"].completion_ids, res["spec"].completion_ids
+        if ref is not None:
+            row[AGAINST] = row_stats({AGAINST: ref}, len(ids))[AGAINST]
+        a = res["ar"].completion_ids
+        for name in (n for n in res if n != "ar" and res[n].completion_ids != a):  # where it left AR's output
+            s = res[name].completion_ids
             j = next(k for k, (x, y) in enumerate(zip(a + [-1], s + [-2])) if x != y)
-            row["divergence"] = {"index": j, "ar_top2_margin": _margin(runner, ids + a[:j])}
+            row.setdefault("divergence", {})[name] = {"index": j, "ar_top2_margin": _margin(runner, ids + a[:j])}
         rows.append(row)
         print(f"[{i + 1}/{n}] {task}: ar {row['ar']['tokens_per_s']} spec {row['spec']['tokens_per_s']} tok/s, lossless {row['lossless']}", file=sys.stderr)
     return rows, tokenizer, runner
+
+
+def _over_against(rows: list[dict]) -> dict:
+    """Per decoder of this bundle: the median over prompts of its tokens/s over the other
+    bundle's autoregressive tokens/s in the same round, overall and per task."""
+    import statistics
+
+    def ratios(rs: list[dict]) -> dict:
+        names = [k for k, v in rs[0].items() if isinstance(v, dict) and "calls" in v and k != AGAINST]
+        ok = [r for r in rs if r[AGAINST]["tokens_per_s"] and all(r[n]["tokens_per_s"] for n in names)]
+        return {n: round(statistics.median(r[n]["tokens_per_s"] / r[AGAINST]["tokens_per_s"] for r in ok), 3) for n in names} if ok else {}
+
+    return {
+        "ar_tokens_per_s": round(statistics.median(r[AGAINST]["tokens_per_s"] for r in rows if r[AGAINST]["tokens_per_s"]), 2),
+        "speedup_over_it": ratios(rows),
+        "per_task": {t: ratios([r for r in rows if r["task"] == t]) for t in sorted({r["task"] for r in rows})},
+    }
 
 
 def _stock_worker(pte: str, tokenizer_json: str, texts: list[str], max_new_tokens: int) -> dict:
@@ -86,17 +120,17 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=100)
     ap.add_argument("--max-new-tokens", type=int, default=96)
     ap.add_argument("--runs", type=int, default=1, help="runs per prompt and decoder (the median one is kept)")
-    ap.add_argument("--lookup", type=int, default=0, help="also draft by prompt lookup (max n-gram; 0 = streams only)")
+    ap.add_argument("--lookup", type=int, default=0, help="also decode with suffix-match drafts of at least N tokens (decoder spec_lookup; 0 = off)")
+    ap.add_argument("--against", help="also time autoregressive decoding of this bundle (e.g. the default 8da4w one) in the same rounds")
     ap.add_argument("--stock", help="a .pte made by ExecuTorch's export_llm for the same model and quantization")
     ap.add_argument("--ar-bundle", help="an autoregressive-only bundle of the same model, for the memory/size ratio")
     ap.add_argument("--threads", type=int, default=0, help="ExecuTorch threadpool size (0 = its default, one per core)")
     args = ap.parse_args()
-    if args.threads:  # before any program is loaded: XNNPACK keeps the pool it was loaded with
-        from executorch.extension.pybindings.portable_lib import _unsafe_reset_threadpool
+    from edgespec.runtime.program import set_threads
 
-        _unsafe_reset_threadpool(args.threads)
+    set_threads(args.threads)  # before any program is loaded
 
-    rows, tokenizer, runner = run_suite(args.bundle, args.prompts, args.max_new_tokens, args.lookup, args.runs)
+    rows, tokenizer, runner = run_suite(args.bundle, args.prompts, args.max_new_tokens, args.lookup, args.runs, args.against)
     report = {
         "bundle": args.bundle,
         "branching": list(runner.branching),
@@ -107,8 +141,12 @@ def main() -> None:
         "runs": args.runs,
         "overall": summarize(rows),
         "per_task": {t: summarize([r for r in rows if r["task"] == t]) for t in sorted({r["task"] for r in rows})},
-        "divergence_margins": [round(r["divergence"]["ar_top2_margin"], 4) for r in rows if "divergence" in r],
+        "divergence_margins": {
+            n: [round(r["divergence"][n]["ar_top2_margin"], 4) for r in rows if n in r.get("divergence", {})] for n in rows[0] if n.startswith("spec")
+        },
     }
+    if args.against:
+        report["against"] = {"bundle": args.against, **_over_against(rows)}
     prepared = _prompts(min(args.prompts, 30), tokenizer)
     if args.stock:
         texts = [tokenizer.apply_chat_template(t) for _, t, _ in prepared]

@@ -60,7 +60,7 @@ def plot(path: str, files: list[str]) -> None:
     for run in runs:
         tree = "x".join(["1"] * run["gamma"])
         pts = [(p["response_tokens_seen"], p["tokens_per_call"][tree]["all"]) for p in run["points"] if p["response_tokens_seen"]]  # log axis
-        own = ", ".join(o for o in run.get("overrides", []) if o not in shared)
+        own = ", ".join(o for o in run.get("overrides", []) if o not in shared and not o.startswith("streams.drafter="))  # named already
         ax.plot(*zip(*pts), marker="o", label=f"{run['drafter']} (chain of {run['gamma']}{', ' + own if own else ''})")
     ax.set_xscale("log")
     ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())

@@ -50,6 +50,21 @@ def _err():
     return _TERMINAL[-1] if _TERMINAL else sys.stderr
 
 
+THREADS = click.option(
+    "--threads",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="ExecuTorch threads (0: its default, one per core); set before the program loads.",
+)
+
+
+def _set_threads(n: int) -> None:
+    from edgespec.runtime.program import set_threads
+
+    set_threads(n)
+
+
 def _quiet_runtime_logs() -> None:
     """Keep the terminal to edgespec's own lines for the rest of the command.
 
@@ -176,7 +191,7 @@ def export(recipe_args: tuple[str, ...], outdir: str) -> None:
 @click.option("--stream", is_flag=True, help="Recognize chunk by chunk with the bundle's streaming settings (any length).")
 @click.option("--resample", is_flag=True, help="Resample audio at another rate to the model's (linear interpolation) instead of refusing it.")
 @click.option("--phonemes", is_flag=True, help="Print the phonemes instead of words (no P2G).")
-@click.option("--threads", type=click.IntRange(min=0), default=0, show_default=True, help="ExecuTorch threads (0: its default, one per core).")
+@THREADS
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per file: text, phonemes, timings.")
 @_friendly
 def transcribe(bundle: str, audio: tuple[str, ...], stream: bool, resample: bool, phonemes: bool, threads: int, as_json: bool) -> None:
@@ -394,11 +409,13 @@ def _generate_batch(run, tokenizer, input_path: str, output_path: str, kwargs: d
     help="both: autoregressive and speculative side by side (interleaved runs, alternating order).",
 )
 @LOOKUP
+@THREADS
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (fields: docs/benchmarks.md).")
 @_friendly
-def bench(bundle: str, prompts: tuple[str, ...], max_new_tokens: int, warmup: int, runs: int, mode: str, lookup: int, as_json: bool) -> None:
+def bench(bundle: str, prompts: tuple[str, ...], max_new_tokens: int, warmup: int, runs: int, mode: str, lookup: int, threads: int, as_json: bool) -> None:
     """Decode and prefill tokens/s, speedup, tokens per call, peak RSS and program size."""
     _quiet_runtime_logs()
+    _set_threads(threads)
     from edgespec.runtime.bench import bench_generation
 
     _, tokenizer, runner = _load_bundle(bundle)
@@ -585,9 +602,10 @@ def _validation_summary(report: dict) -> str:
 @click.option("--max-size", default=24, show_default=True, type=click.IntRange(min=2, max=64), help="Largest tree (nodes) to consider.")
 @click.option("--context", default=256, show_default=True, type=click.IntRange(min=1), help="Context position at which call costs are measured.")
 @click.option("--top", default=10, show_default=True, type=click.IntRange(min=1), help="Rows to print.")
+@THREADS
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @_friendly
-def tune(bundle: str, n_prompts: int, max_new_tokens: int, max_size: int, context: int, top: int, as_json: bool) -> None:
+def tune(bundle: str, n_prompts: int, max_new_tokens: int, max_size: int, context: int, top: int, threads: int, as_json: bool) -> None:
     """Pick the draft tree with the highest expected tokens/s on this device.
 
     Measures the program's cost per call for every tree size and the streams' acceptance on
@@ -595,6 +613,7 @@ def tune(bundle: str, n_prompts: int, max_new_tokens: int, max_size: int, contex
     docs/speculative-streaming.md). Re-export with the winner as `streams.tree`.
     """
     _quiet_runtime_logs()
+    _set_threads(threads)
     from edgespec.harness.tune import tune_bundle
 
     with _phase_bars("tune") as on_progress:

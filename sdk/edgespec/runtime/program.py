@@ -17,6 +17,16 @@ def load_runtime_kernels() -> None:
     from executorch.kernels import quantized  # noqa: F401
 
 
+def set_threads(n: int) -> None:
+    """ExecuTorch's threadpool size (0: leave its default, one thread per core). Call it
+    before loading a program: XNNPACK keeps the pool it was loaded with, and resizing
+    afterwards frees that pool under it (use after free)."""
+    if n > 0:
+        from executorch.extension.pybindings.portable_lib import _unsafe_reset_threadpool
+
+        _unsafe_reset_threadpool(n)
+
+
 class Program:
     """A loaded `.pte`: its methods by name and its metadata (constant) methods."""
 

@@ -19,20 +19,12 @@ import torch
 
 from edgespec.errors import EdgespecError
 from edgespec.export import constants as C
+from edgespec.runtime.program import set_threads
 from edgespec.speech.ctc import Transcript, decode
 from edgespec.speech.program import usable_samples
 
 TOKENS = "tokens.json"
 FRONTEND = "frontend.pt"
-
-
-def set_threads(n: int) -> None:
-    """ExecuTorch's threadpool size. Call it before loading a program: XNNPACK keeps the pool
-    it was loaded with, and resizing afterwards frees that pool under it (use after free)."""
-    if n > 0:
-        from executorch.extension.pybindings.portable_lib import _unsafe_reset_threadpool
-
-        _unsafe_reset_threadpool(n)
 
 
 @dataclass(frozen=True)
