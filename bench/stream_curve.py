@@ -11,7 +11,7 @@ features instead (equal budget). Prints JSON; `--plot` draws the curve(s) of one
 JSON files written before.
 
     python bench/stream_curve.py --data /work/distill-v1/shards --heldout /work/distill-v1/heldout \\
-        --steps 2000 > docs/results/stream_curve_streams.json
+        --steps 2000 --override streams.drafter=streams > docs/results/stream_curve_streams.json
     python bench/stream_curve.py --plot docs/stream_curve.png docs/results/stream_curve_*.json
 """
 
