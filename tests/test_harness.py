@@ -226,3 +226,30 @@ def test_report_files(tmp_path):
     assert "| rag | m | 1.000 | 1.000 | 100.0 | 150.0 | 1.500 | 1.500 | 1/1 |" in md
     assert "**Gates: PASSED**" in md and "![accepted_length.png](accepted_length.png)" in md
     assert json.loads((tmp_path / "r" / "report.json").read_text())["passed"] is True
+
+
+def test_report_shows_the_hybrid_draft_beside_the_programs_own(tmp_path):
+    """validate.lookup > 0 adds the `lookup` decoder (suffix matches first): the report gets
+    a hybrid column group and the plot a second bar per suite."""
+    from edgespec.harness.report import render_markdown, write_plots
+    from edgespec.runtime.speed import summarize
+
+    row = _row(100, 150, [1, 2], suite="rag")
+    row["lookup"] = {**row["spec"], "tokens_per_s": 240.0, "tokens_per_call": [3, 3], "calls": 2, "decode_tokens": 6}
+    s = summarize([row])
+    report = {
+        "bundle": "b",
+        "model": "tiny",
+        "precision": "fp32",
+        "config": {"runs": 1},
+        "program_bytes": 1_000_000,
+        "peak_rss_mb": {"ar": 100.0},
+        "suites": {"rag": {"metric": "m", "score": 1.0, **s}},
+        "overall": {**s, "score": 1.0},
+        "examples": [row],
+        "gates": [],
+        "passed": True,
+    }
+    md = render_markdown(report, write_plots(report, tmp_path))
+    assert "| spec tok/s | speedup | tokens/call | hybrid tok/s | speedup | tokens/call | lossless |" in md
+    assert "| rag | m | 1.000 | — | 100.0 | 150.0 | 1.500 | 1.500 | 240.0 | 2.400 | 3.000 | 1/1 |" in md

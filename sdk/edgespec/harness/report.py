@@ -15,8 +15,17 @@ def _fmt(x, nd: int = 2) -> str:
     return f"{x:.{nd}f}" if isinstance(x, (int, float)) and not isinstance(x, bool) else str(x)
 
 
+# speculative decoders a report may hold, with their column labels: the program's own draft,
+# and the hybrid (context suffix matches first, validate.lookup > 0)
+DRAFTS = {"spec": "spec", "lookup": "hybrid"}
+
+
+def _drafts(report: dict) -> list[str]:
+    return [n for n in DRAFTS if report["overall"].get(n) is not None]
+
+
 def render_markdown(report: dict, plots: list[str]) -> str:
-    spec = report["overall"].get("spec") is not None
+    drafts = _drafts(report)
     o = report["overall"]
     lines = [
         f"# Validation report: {report['model']} ({report['precision']})",
@@ -32,15 +41,20 @@ def render_markdown(report: dict, plots: list[str]) -> str:
     lines += ["", "## Suites", ""]
     head = "| suite | metric | score | fp32 base | AR tok/s |"
     sep = "|---|---|---:|---:|---:|"
-    if spec:
-        head += " spec tok/s | speedup | tokens/call | lossless |"
-        sep += "---:|---:|---:|---:|"
+    for n in drafts:
+        head += f" {DRAFTS[n]} tok/s | speedup | tokens/call |"
+        sep += "---:|---:|---:|"
+    if drafts:
+        head += " lossless |"
+        sep += "---:|"
     lines += [head, sep]
     for name, s in [*report["suites"].items(), ("**all**", {**o, "metric": "mean"})]:
         row = f"| {name} | {s['metric']} | {_fmt(s['score'], 3)} | {_fmt(s.get('reference_score'), 3)} | {_fmt(s['ar']['tokens_per_s'], 1)} |"
-        if spec:
-            sp = s.get("spec") or {}
-            row += f" {_fmt(sp.get('tokens_per_s'), 1)} | {_fmt(sp.get('speedup'), 3)} | {_fmt(sp.get('tokens_per_call'), 3)} | {s['lossless']} |"
+        for n in drafts:
+            sp = s.get(n) or {}
+            row += f" {_fmt(sp.get('tokens_per_s'), 1)} | {_fmt(sp.get('speedup'), 3)} | {_fmt(sp.get('tokens_per_call'), 3)} |"
+        if drafts:
+            row += f" {s['lossless']} |"
         lines.append(row)
     lines.append("")
     if "accuracy_drop" in o:
@@ -67,15 +81,21 @@ def write_plots(report: dict, out: Path) -> list[str]:
 
     files = []
     names = list(report["suites"])
-    spec = report["overall"].get("spec") is not None
+    drafts = _drafts(report)
+    spec = "spec" in drafts
 
     fig, ax = plt.subplots(figsize=(7, 3.2))
-    if spec:
-        vals = [report["suites"][n]["spec"]["speedup"] if report["suites"][n].get("spec") else 0 for n in names]
-        ax.bar(names, vals, color="tab:blue")
+    if drafts:
+        width = 0.8 / len(drafts)
+        for i, d in enumerate(drafts):
+            vals = [(report["suites"][n].get(d) or {}).get("speedup") or 0 for n in names]
+            ax.bar([x + (i - (len(drafts) - 1) / 2) * width for x in range(len(names))], vals, width, label=DRAFTS[d])
+        ax.set_xticks(range(len(names)), names)
         ax.axhline(1.0, color="k", lw=1, ls="--")
         ax.set_ylabel("spec / AR decode tok/s")
         ax.set_title("Speculative speedup per task (median of per-prompt ratios)")
+        if len(drafts) > 1:
+            ax.legend()
     else:
         ax.bar(names, [report["suites"][n]["ar"]["tokens_per_s"] for n in names], color="tab:gray")
         ax.set_ylabel("decode tok/s")
