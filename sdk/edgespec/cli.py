@@ -283,6 +283,7 @@ LOOKUP = click.option(
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of streaming text.")
 @click.option("--verify", is_flag=True, help="Check every bundle file's SHA-256 against the manifest before loading.")
+@THREADS
 @_friendly
 def generate(
     bundle: str,
@@ -300,6 +301,7 @@ def generate(
     reuse_prefix: bool,
     as_json: bool,
     verify: bool,
+    threads: int,
 ) -> None:
     """Generate a completion with the bundle's program, streaming text; or, with --input and
     --output, a whole JSONL batch through an asynchronous pipeline."""
@@ -308,6 +310,7 @@ def generate(
     if input_path is not None and output_path is None:
         raise EdgespecError("--input needs --output (the JSONL file results are appended to)")
     _quiet_runtime_logs()
+    _set_threads(threads)
     from edgespec.models.tokenizer import StreamDecoder
 
     _, tokenizer, runner = _load_bundle(bundle, verify)
