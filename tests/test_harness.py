@@ -196,6 +196,24 @@ def test_speed_summary_medians_ratios_and_histogram():
     assert s["spec"]["tokens_per_call_histogram"] == {1: 3, 2: 1, 3: 1, 4: 1}
 
 
+def _validation_report(suites: dict, overall: dict, examples: list, **fields) -> dict:
+    """A report as `edgespec validate` writes it, around the given suites and rows."""
+    return {
+        "bundle": "b",
+        "model": "tiny",
+        "precision": "fp32",
+        "config": {"runs": 1},
+        "program_bytes": 1_000_000,
+        "peak_rss_mb": {"ar": 100.0},
+        "suites": suites,
+        "overall": overall,
+        "examples": examples,
+        "gates": [],
+        "passed": True,
+        **fields,
+    }
+
+
 def test_report_files(tmp_path):
     from edgespec.harness.report import write_report
     from edgespec.runtime.speed import summarize
@@ -204,20 +222,14 @@ def test_report_files(tmp_path):
     suites = {
         n: {"metric": "m", "source": "s", "score": r["score"], "reference_score": 1.0, **summarize([r])} for n, r in (("rag", rows[0]), ("math", rows[1]))
     }
-    report = {
-        "bundle": "b",
-        "model": "tiny",
-        "precision": "fp32",
-        "config": {"runs": 1},
-        "program_bytes": 1_000_000,
-        "peak_rss_mb": {"ar": 100.0, "spec": 110.0},
-        "normalizer_events": None,
-        "suites": suites,
-        "overall": {**summarize(rows), "score": 0.5, "reference_score": 1.0, "accuracy_drop": 0.5},
-        "examples": rows,
-        "gates": [{"name": "lossless", "passed": True, "measured": "2/2", "threshold": "all", "message": "ok"}],
-        "passed": True,
-    }
+    report = _validation_report(
+        suites,
+        {**summarize(rows), "score": 0.5, "reference_score": 1.0, "accuracy_drop": 0.5},
+        rows,
+        peak_rss_mb={"ar": 100.0, "spec": 110.0},
+        normalizer_events=None,
+        gates=[{"name": "lossless", "passed": True, "measured": "2/2", "threshold": "all", "message": "ok"}],
+    )
     files = write_report(report, tmp_path / "r")
     assert files == ["report.json", "report.md", "speedup_per_task.png", "accepted_length.png", "accuracy_vs_precision.png"]
     for f in files:
@@ -237,19 +249,7 @@ def test_report_shows_the_hybrid_draft_beside_the_programs_own(tmp_path):
     row = _row(100, 150, [1, 2], suite="rag")
     row["lookup"] = {**row["spec"], "tokens_per_s": 240.0, "tokens_per_call": [3, 3], "calls": 2, "decode_tokens": 6}
     s = summarize([row])
-    report = {
-        "bundle": "b",
-        "model": "tiny",
-        "precision": "fp32",
-        "config": {"runs": 1},
-        "program_bytes": 1_000_000,
-        "peak_rss_mb": {"ar": 100.0},
-        "suites": {"rag": {"metric": "m", "score": 1.0, **s}},
-        "overall": {**s, "score": 1.0},
-        "examples": [row],
-        "gates": [],
-        "passed": True,
-    }
+    report = _validation_report({"rag": {"metric": "m", "score": 1.0, **s}}, {**s, "score": 1.0}, [row])
     md = render_markdown(report, write_plots(report, tmp_path))
     assert "| spec tok/s | speedup | tokens/call | hybrid tok/s | speedup | tokens/call | lossless |" in md
     assert "| rag | m | 1.000 | — | 100.0 | 150.0 | 1.500 | 1.500 | 240.0 | 2.400 | 3.000 | 1/1 |" in md

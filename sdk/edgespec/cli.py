@@ -639,8 +639,8 @@ def tune(bundle: str, n_prompts: int, max_new_tokens: int, max_size: int, contex
 @RECIPE_ARGS
 @_friendly
 def train(recipe_args: tuple[str, ...]) -> None:
-    """Train the speculative streams of RECIPE with FIELD=VALUE overrides (the train section;
-    streams.drafter=medusa for Medusa-1 heads); resumes from train.out_dir/ckpt.pt.
+    """Train the drafter of RECIPE with FIELD=VALUE overrides (the train section;
+    streams.drafter=medusa|hydra for heads instead of streams); resumes from train.out_dir/ckpt.pt.
 
     \b
     Multi-process:

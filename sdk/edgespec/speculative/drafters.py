@@ -5,7 +5,7 @@ through the top MSA layers, `SpecModel`), ``medusa`` (Medusa-1 heads on the fina
 state, `MedusaModel`) or ``hydra`` (heads that also see the token before their target,
 `HydraModel`). All present the same training interface (`forward_train`,
 `lower_hidden`) and the same drafting interface of `edgespec.speculative.step.SpecProgram`
-(`draft`), so one trainer, one replay and one program serve both.
+(`draft`), so one trainer, one replay and one program serve all three.
 
 A weights file (`save_drafter`) records the drafter and the architecture it was trained
 with; a recipe that names it must agree on those fields (`load_drafter`).
@@ -32,14 +32,16 @@ ARCHITECTURE = {
 }
 
 
+_BUILD = {
+    "streams": lambda base, cfg: SpecModel(base, StreamParams(base, cfg)),
+    "medusa": lambda base, cfg: MedusaModel(base, MedusaHeads(base.args.dim, cfg.gamma), cfg.n_layers),
+    "hydra": lambda base, cfg: HydraModel(base, HydraHeads(base.args.dim, cfg.gamma), cfg.n_layers),
+}
+
+
 def new_drafter(base: Transformer, cfg: StreamsConfig) -> SpecModel | MedusaModel | HydraModel:
     """Untrained drafting parameters of `cfg.drafter` over the frozen base model."""
-    build = {
-        "streams": lambda: SpecModel(base, StreamParams(base, cfg)),
-        "medusa": lambda: MedusaModel(base, MedusaHeads(base.args.dim, cfg.gamma), cfg.n_layers),
-        "hydra": lambda: HydraModel(base, HydraHeads(base.args.dim, cfg.gamma), cfg.n_layers),
-    }
-    return build[cfg.drafter]()
+    return _BUILD[cfg.drafter](base, cfg)
 
 
 def architecture(cfg: StreamsConfig) -> dict:
@@ -55,7 +57,7 @@ def read_architecture(blob: dict) -> dict:
 
 
 def save_drafter(path, params: nn.Module, cfg: StreamsConfig, draft_ids: torch.Tensor | None = None) -> None:
-    """Write stream (or Medusa head) weights + their architecture (atomic); a bundle's copy
+    """Write a drafter's weights + their architecture (atomic); a bundle's copy
     also records the draft vocabulary its program drafts through (`draft_ids`)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
