@@ -82,7 +82,7 @@ def main() -> None:
     ap.add_argument("--evals", type=int, default=6, help="evaluation points, geometrically spaced up to --steps")
     ap.add_argument("--heldout-sequences", type=int, default=300)
     ap.add_argument("--features", help="feature cache file (shared by a streams and a Medusa run on the same data)")
-    ap.add_argument("--save", help="write the trained weights here (edgespec's weights format)")
+    ap.add_argument("--save", help="write the trained weights here (edgespec's weights format), also at each evaluation")
     ap.add_argument("--init", help="start from these weights (with --steps 0: only evaluate them)")
     ap.add_argument("--plot", help="write this PNG from the JSON files given as arguments")
     ap.add_argument("files", nargs="*")
@@ -94,7 +94,7 @@ def main() -> None:
     from edgespec.config import load_recipe
     from edgespec.corpus.distill import read_shards
     from edgespec.models.load import build_model, read_source, tokenizer_of
-    from edgespec.speculative.drafters import new_drafter
+    from edgespec.speculative.drafters import new_drafter, save_drafter
     from edgespec.speculative.train import FeatureCache, load_examples, train_streams
     from edgespec.speculative.vocab import draft_vocabulary
 
@@ -125,6 +125,8 @@ def main() -> None:
             points.append({"step": step, "loss": round(loss, 4), "tokens_per_call": evaluate(model, seqs, hfeats, s.gamma, vocab, trees)})
             eval_s[0] += time.perf_counter() - t
             print(json.dumps(points[-1]), file=sys.stderr, flush=True)
+            if args.save:  # a stopped long run keeps its latest evaluated weights
+                save_drafter(args.save, model.params, model.cfg)
 
     hp = replace(t, steps=max(1, args.steps), checkpoint_every=10**9)
     t1 = time.perf_counter()
@@ -132,8 +134,6 @@ def main() -> None:
         log = train_streams(model, examples, feats, hp, out, on_step=on_step, draft_ids=vocab) if args.steps else None
     train_s = time.perf_counter() - t1
     if args.save:
-        from edgespec.speculative.drafters import save_drafter
-
         save_drafter(args.save, model.params, model.cfg)
     seen = dict(zip(log.steps, log.tokens_seen)) if log else {}
     for p in points:

@@ -58,3 +58,36 @@ def test_training_mix_excludes_every_validation_and_heldout_prompt_by_hash():
     # the hashed collections' held-out slices are disjoint from validation by construction
     hashed = {"summarization", "translation", "qa"}
     assert not {p.source for p in heldout if p.task in hashed} & {e.source for e in validation if e.suite in hashed}
+
+
+_DIGEST = """
+import hashlib
+from edgespec.corpus.prompts import SUITES, suite_prompts
+from edgespec.harness.suites import load_suite
+from edgespec.config import SUITE_NAMES
+h = hashlib.sha256()
+for task in SUITES:
+    for split in ("train", "heldout"):
+        for p in suite_prompts(task, split, 40):
+            h.update(f"{p.id}|{p.text}|{p.reference}".encode())
+for name in SUITE_NAMES:
+    for ex in load_suite(name, 4):
+        h.update(f"{ex.id}|{ex.prompt}|{ex.reference}".encode())
+print(h.hexdigest())
+"""
+
+
+def test_prompts_and_suites_do_not_depend_on_the_hash_seed():
+    """Every process must see the same prompts (the draft vocabulary, data fingerprints and
+    resumed training depend on them): Python's string-hash seed must not change any."""
+    import os
+    import subprocess
+    import sys
+
+    def digest(seed: str) -> str:
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        return subprocess.run([sys.executable, "-c", _DIGEST], env=env, capture_output=True, text=True, check=True).stdout.strip()
+
+    first = digest("1")
+    assert len(first) == 64
+    assert digest("2") == first

@@ -36,12 +36,13 @@ def test_soft_labels_align_with_stream_targets():
     p = torch.tensor([[0.75, 0.25]] * 3, dtype=torch.float16)
     ex = [Example([10, 11, 12, *resp], n_prompt=3, topk_ids=ids, topk_p=p), Example([20, 21, 22, 23], n_prompt=2)]
     tokens, h0, main_t, stream_t, soft_ids, soft_p = make_batch(ex, [torch.zeros(6, 4), torch.zeros(4, 4)], [0, 1], gamma=2)
-    assert soft_ids.shape == (2, 6, 2, 2)
+    assert soft_ids.shape == (2, 6, 3, 2)  # index 0: the main target, 1 + j: stream j
+    targets = torch.cat([main_t[..., None], stream_t], -1)
     has = soft_p.sum(-1) > 0
-    assert not (has & (stream_t == -100)).any()  # soft labels only where there is a target
-    assert torch.equal(has[0], stream_t[0] != -100)  # and every target of an example with them has one
+    assert not (has & (targets == -100)).any()  # soft labels only where there is a target
+    assert torch.equal(has[0], targets[0] != -100)  # and every target of an example with them has one
     assert not has[1].any()  # the second example has none
-    assert torch.equal(soft_ids[0][has[0]][:, 0], stream_t[0][has[0]])
+    assert torch.equal(soft_ids[0][has[0]][:, 0], targets[0][has[0]])
     torch.testing.assert_close(soft_p[0][has[0]], torch.tensor([[0.75, 0.25]]).expand(int(has[0].sum()), 2))
 
 
@@ -72,9 +73,39 @@ def test_soft_weight_mixes_in_the_teachers_top_k(tiny_model):
         total = 0.0
         for j in range(2):
             keep = batch[3][:, :, j] != -100
-            logq = torch.log_softmax(tiny_model.output(stream_h[:, :, j][keep]).float(), -1).gather(1, batch[4][:, :, j][keep])
+            logq = torch.log_softmax(tiny_model.output(stream_h[:, :, j][keep]).float(), -1).gather(1, batch[4][:, :, 1 + j][keep])
             total += float(-(0.5 * logq).sum(-1).mean())
     assert soft == pytest.approx(total, rel=1e-5)
+
+
+def test_shared_mode_main_loss_keeps_the_original_models_distribution(tiny_model):
+    """In shared mode the main stream's loss mixes the teacher's top-K (the original model's
+    distribution: the KL term) with the hard next token, like each stream's."""
+    from edgespec.speculative.train import StreamLoss
+
+    spec = SpecModel(tiny_model, StreamParams(tiny_model, StreamsConfig(gamma=1, n_layers=1, lora_rank=4, mode="shared", tree=(1,))))
+    g = torch.Generator().manual_seed(2)
+    ex = []
+    for _ in range(3):
+        toks = torch.randint(0, 97, (11,), generator=g).tolist()
+        ids = torch.stack([torch.tensor(toks[4:]), torch.randint(0, 97, (7,), generator=g)], 1).to(torch.int32)
+        ex.append(Example(toks, 4, ids, torch.tensor([[0.25, 0.75]] * 7, dtype=torch.float16)))
+    batch = make_batch(ex, FeatureCache(spec, ex).h, [0, 1, 2], gamma=1)
+
+    def main_term(b):  # total minus the stream's term (stream weight 1)
+        with torch.no_grad():
+            total, per_stream, _ = StreamLoss(spec, TrainConfig(stream_weights=(1.0,), main_weight=1.0, soft_weight=b, bf16=False))(*batch)
+        return float(total - per_stream.sum())
+
+    with torch.no_grad():
+        main_h, _ = spec.forward_train(batch[0], batch[1])
+        keep = batch[2] != -100
+        logq = torch.log_softmax(tiny_model.output(main_h[keep]).float(), -1)
+        hard = float(torch.nn.functional.cross_entropy(logq, batch[2][keep]))
+        soft = float(-(torch.tensor([0.25, 0.75]) * logq.gather(1, batch[4][:, :, 0][keep])).sum(-1).mean())
+    assert main_term(0.0) == pytest.approx(hard, rel=1e-5)
+    assert main_term(1.0) == pytest.approx(soft, rel=1e-5)
+    assert main_term(0.5) == pytest.approx((hard + soft) / 2, rel=1e-5)
 
 
 def test_draft_vocabulary_loss_is_the_cross_entropy_over_the_slice(tiny_model):

@@ -77,6 +77,9 @@ REASONING_GENERATORS = (
     "dice",
     "palindrome_generation",
 )
+# generators whose items depend on Python's string-hash seed (they draw from sets), so every
+# process would see other prompts: left out, keeping their places so the others' seeds stay
+HASH_SEEDED = frozenset({"isomorphic_strings", "ransom_note"})
 
 
 @dataclass(frozen=True)
@@ -93,9 +96,11 @@ def _reasoning_gym(task: str, generators: tuple[str, ...], split: str, n: int) -
         import reasoning_gym
     except ImportError:
         raise EdgespecError("the math/reasoning suites need the package 'reasoning-gym' (pip install reasoning-gym)") from None
-    per = -(-n // len(generators))
+    per = -(-n // len([g for g in generators if g not in HASH_SEEDED]))
     out: list[Prompt] = []
     for gi, name in enumerate(generators):
+        if name in HASH_SEEDED:
+            continue
         ds = reasoning_gym.create_dataset(name, size=per, seed=SPLIT_SEED[split] + gi)
         for i, item in enumerate(ds):
             out.append(Prompt(f"{task}/{split}/{name}/{i}", task, item["question"], str(item["answer"]), f"gym/{item['question']}"))

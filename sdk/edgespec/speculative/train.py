@@ -138,9 +138,9 @@ def epoch_order(lengths: list[int], batch_size: int, window: int, gen: torch.Gen
 
 def make_batch(examples: list[Example], feats: list[torch.Tensor], idx: list[int], gamma: int):
     """Right-padded tokens [B, T], features [B, T, d], main targets [B, T], stream targets
-    [B, T, g] (-100 = ignore), and the teacher's top-K for each stream target: ids and
-    probabilities [B, T, g, K] (probability 0 where there is none), or None, None when no
-    example carries soft labels."""
+    [B, T, g] (-100 = ignore), and the teacher's top-K for the main target (index 0) and each
+    stream target (index 1 + j): ids and probabilities [B, T, 1 + g, K] (probability 0 where
+    there is none), or None, None when no example carries soft labels."""
     T = max(len(examples[i].tokens) for i in idx)
     d = feats[idx[0]].shape[-1]
     B = len(idx)
@@ -149,8 +149,8 @@ def make_batch(examples: list[Example], feats: list[torch.Tensor], idx: list[int
     main_t = torch.full((B, T), -100, dtype=torch.long)
     stream_t = torch.full((B, T, gamma), -100, dtype=torch.long)
     K = next((examples[i].topk_ids.shape[1] for i in idx if examples[i].topk_ids is not None), 0)
-    soft_ids = torch.zeros(B, T, gamma, K, dtype=torch.long)
-    soft_p = torch.zeros(B, T, gamma, K)
+    soft_ids = torch.zeros(B, T, 1 + gamma, K, dtype=torch.long)
+    soft_p = torch.zeros(B, T, 1 + gamma, K)
     for b, i in enumerate(idx):
         e = examples[i]
         n = len(e.tokens)
@@ -163,10 +163,10 @@ def make_batch(examples: list[Example], feats: list[torch.Tensor], idx: list[int
             if n - 1 - j > lo:
                 tgt = seq[lo + 1 + j : n]
                 (main_t[b, lo : n - 1 - j] if j == 0 else stream_t[b, lo : n - 1 - j, j - 1]).copy_(tgt)
-                if j and K and e.topk_ids is not None:  # target s = t + 1 + j is response row s - n_prompt
+                if K and e.topk_ids is not None:  # target s = t + 1 + j is response row s - n_prompt
                     r0, r1 = lo + 1 + j - e.n_prompt, n - e.n_prompt
-                    soft_ids[b, lo : n - 1 - j, j - 1] = e.topk_ids[r0:r1].long()
-                    soft_p[b, lo : n - 1 - j, j - 1] = e.topk_p[r0:r1].float()
+                    soft_ids[b, lo : n - 1 - j, j] = e.topk_ids[r0:r1].long()
+                    soft_p[b, lo : n - 1 - j, j] = e.topk_p[r0:r1].float()
     if not K:
         return tokens, h0, main_t, stream_t, None, None
     return tokens, h0, main_t, stream_t, soft_ids, soft_p
@@ -176,7 +176,9 @@ class StreamLoss(nn.Module):
     """forward(batch) -> (loss, per-stream losses, per-stream top-1 accuracy); the module DDP wraps.
 
     A stream's loss is (1 - b) * CE(hard target) + b * CE(teacher's top-K, renormalized),
-    b = `soft_weight`, the second term only where the batch carries soft labels. With a draft
+    b = `soft_weight`, the second term only where the batch carries soft labels; in shared mode
+    the main stream's next-token loss (weight a0) is mixed the same way, its top-K term being
+    the KL to the original model. With a draft
     vocabulary (`draft_ids`, the program's drafting head) the streams' logits cover only those
     tokens, as in the program: a target outside it is left out of the loss and counts as a
     miss in the accuracy. bf16: the MSA layers and the lm head run under bf16 autocast."""
@@ -236,8 +238,10 @@ class StreamLoss(nn.Module):
             return x.gather(1, rows.view(B, -1, *([1] * (x.dim() - 2))).expand(B, rows.shape[1], *x.shape[2:]))
 
         stream_t = at_rows(stream_t).masked_fill(~fresh[..., None], -100)
-        if soft_ids is not None:
-            soft_ids, soft_p = at_rows(soft_ids), at_rows(soft_p)
+        main_soft = (None, None)
+        if soft_ids is not None:  # index 0: the main target (every position); 1 + j: stream j (at the stream rows)
+            main_soft = (soft_ids[:, :, 0], soft_p[:, :, 0])
+            soft_ids, soft_p = at_rows(soft_ids[:, :, 1:]), at_rows(soft_p[:, :, 1:])
         with self._autocast(tokens.device):
             main_h, stream_h = self.model.forward_train(tokens, h0, starts, length)
         head = None if self.draft_ids is None else self.head
@@ -252,7 +256,9 @@ class StreamLoss(nn.Module):
             losses.append(lj.detach())
             accs.append(aj.detach())
         if self.model.cfg.mode == "shared":
-            l0, _ = self._ce(main_h, main_t)
+            # the teacher's top-K is the original model's distribution: its CE term is the KL to
+            # the original model (up to a constant), which keeps the adapted main stream close
+            l0, _ = self._ce(main_h, main_t, *main_soft)
             total = total + self.hp.main_weight * l0
         return total, torch.stack(losses), torch.stack(accs)
 
