@@ -126,7 +126,7 @@ def main() -> None:
             eval_s[0] += time.perf_counter() - t
             print(json.dumps(points[-1]), file=sys.stderr, flush=True)
             if args.save:  # a stopped long run keeps its latest evaluated weights
-                save_drafter(args.save, model.params, model.cfg)
+                save_drafter(args.save, model.params, model.cfg, vocab)
 
     hp = replace(t, steps=max(1, args.steps), checkpoint_every=10**9)
     t1 = time.perf_counter()
@@ -134,7 +134,7 @@ def main() -> None:
         log = train_streams(model, examples, feats, hp, out, on_step=on_step, draft_ids=vocab) if args.steps else None
     train_s = time.perf_counter() - t1
     if args.save:
-        save_drafter(args.save, model.params, model.cfg)
+        save_drafter(args.save, model.params, model.cfg, vocab)
     seen = dict(zip(log.steps, log.tokens_seen)) if log else {}
     for p in points:
         p["response_tokens_seen"] = seen.get(p["step"], 0)

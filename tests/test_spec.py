@@ -183,3 +183,20 @@ def test_stream_weights_carry_the_draft_vocabulary_of_a_bundle(tiny_model, tmp_p
     assert saved_draft_ids(tmp_path / "plain.pt") is None
     assert saved_draft_ids(tmp_path / "bundle.pt").tolist() == [2, 5, 9]
     load_drafter(tmp_path / "bundle.pt", tiny_model, expect=cfg)  # still a weights file like any other
+
+
+def test_a_drafter_drafts_through_the_vocabulary_it_was_trained_over(tiny_model, tmp_path, monkeypatch):
+    """Export and tune take the draft vocabulary recorded in the weights file when it has the
+    size the recipe asks for; otherwise (none recorded, another size) the corpus's."""
+    from edgespec.speculative import vocab
+    from edgespec.speculative.drafters import drafting_vocabulary, save_drafter
+
+    monkeypatch.setattr(vocab, "draft_vocabulary", lambda src, n: torch.arange(n) * 10)  # "the corpus's"
+    cfg = StreamsConfig(gamma=2, n_layers=1, lora_rank=4, tree=(1, 1))
+    params = StreamParams(tiny_model, cfg)
+    save_drafter(tmp_path / "trained.pt", params, cfg, torch.tensor([2, 5, 9]))
+    save_drafter(tmp_path / "plain.pt", params, cfg)
+    assert drafting_vocabulary(tmp_path / "trained.pt", None, 3).tolist() == [2, 5, 9]
+    assert drafting_vocabulary(tmp_path / "trained.pt", None, 4).tolist() == [0, 10, 20, 30]
+    assert drafting_vocabulary(tmp_path / "plain.pt", None, 2).tolist() == [0, 10]
+    assert drafting_vocabulary(tmp_path / "trained.pt", None, 0) is None  # the full vocabulary

@@ -48,13 +48,12 @@ def export_bundle(
         stage("streams")
         spec = None
         if recipe.streams.weights:
-            from edgespec.speculative.drafters import load_drafter, save_drafter
+            from edgespec.speculative.drafters import drafting_vocabulary, load_drafter, save_drafter
             from edgespec.speculative.step import SpecProgram
             from edgespec.speculative.tree import Tree
-            from edgespec.speculative.vocab import draft_vocabulary
 
             drafter = load_drafter(recipe.streams.weights, model, expect=recipe.streams)  # recipe and file must agree
-            draft_ids = draft_vocabulary(src, recipe.streams.draft_vocab)
+            draft_ids = drafting_vocabulary(recipe.streams.weights, src, recipe.streams.draft_vocab)
             save_drafter(stage_dir / B.STREAMS, drafter.params, recipe.streams, draft_ids)  # the bundle carries them (edgespec tune)
             spec = SpecProgram(drafter, Tree(recipe.streams.tree), draft_ids).eval()
 

@@ -31,8 +31,7 @@ def tune_bundle(
     from edgespec.models.load import build_model, read_source
     from edgespec.runtime.generate import generate
     from edgespec.runtime.session import open_bundle, prompt_ids
-    from edgespec.speculative.drafters import load_drafter, saved_draft_ids
-    from edgespec.speculative.vocab import draft_vocabulary
+    from edgespec.speculative.drafters import drafting_vocabulary, load_drafter
 
     weights = stream_weights(bundle_dir, read_manifest(bundle_dir))  # before any slow work
     manifest, tokenizer, runner = open_bundle(bundle_dir)
@@ -49,9 +48,7 @@ def tune_bundle(
     src = read_source(manifest["recipe"]["model"]["source"], runner.max_seq_len)
     base = build_model(src)
     spec = load_drafter(weights, base)
-    vocab = saved_draft_ids(weights)  # the program's own id map; bundles before it was recorded: rebuilt from the corpus
-    if vocab is None:
-        vocab = draft_vocabulary(src, (manifest.get("speculative") or {}).get("draft_vocab", 0))
+    vocab = drafting_vocabulary(weights, src, (manifest.get("speculative") or {}).get("draft_vocab", 0))  # the program's own id map
     ranks = T.future_ranks(spec, seqs, spec.cfg.gamma, vocab)
     on_progress("costs", 0, 1)
     t_1 = T.forward_cost(runner, context)

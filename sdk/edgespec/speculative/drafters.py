@@ -57,8 +57,8 @@ def read_architecture(blob: dict) -> dict:
 
 
 def save_drafter(path, params: nn.Module, cfg: StreamsConfig, draft_ids: torch.Tensor | None = None) -> None:
-    """Write a drafter's weights + their architecture (atomic); a bundle's copy
-    also records the draft vocabulary its program drafts through (`draft_ids`)."""
+    """Write a drafter's weights + their architecture (atomic), and the draft vocabulary
+    (`draft_ids`) it was trained over or, in a bundle, its program drafts through."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
@@ -70,9 +70,21 @@ def save_drafter(path, params: nn.Module, cfg: StreamsConfig, draft_ids: torch.T
 
 
 def saved_draft_ids(path) -> torch.Tensor | None:
-    """The draft vocabulary recorded beside drafter weights (bundles exported since it is
-    recorded), or None."""
+    """The draft vocabulary recorded beside drafter weights (bundles and training runs since
+    it is recorded), or None."""
     return torch.load(path, weights_only=True).get("draft_ids")
+
+
+def drafting_vocabulary(path, src, n: int) -> torch.Tensor | None:
+    """The draft vocabulary of n tokens (None: n = 0, the full vocabulary) that the drafter in
+    weights file `path` drafts through: the one recorded beside its weights (what it was
+    trained over) when it has n tokens, else the corpus's (`draft_vocabulary`)."""
+    from edgespec.speculative.vocab import draft_vocabulary
+
+    if not n:
+        return None
+    ids = saved_draft_ids(_weights_path(path))
+    return ids if ids is not None and len(ids) == n else draft_vocabulary(src, n)
 
 
 def _weights_path(path) -> Path:

@@ -432,7 +432,7 @@ def train_from_recipe(recipe, on_status: Callable[[str], None] = lambda s: None,
 
     draft_ids = draft_vocabulary(src, s.draft_vocab)  # the program drafts through it, streams or heads
     log = train_streams(model, examples, feats, t, out, on_step=on_step, draft_ids=draft_ids)
-    save_drafter(out / f"{s.drafter}.pt", params, model.cfg)
+    save_drafter(out / f"{s.drafter}.pt", params, model.cfg, draft_ids)  # with the vocabulary it was trained over
     _plot_log(log, out / "loss.png")
     return {
         "weights": str(out / f"{s.drafter}.pt"),
