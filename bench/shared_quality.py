@@ -1,0 +1,117 @@
+"""Shared mode side by side with Lossless: what the tuned model costs in quality and what it
+gains in tokens per call, on the fp32 model run eagerly (the code the programs are exported from).
+
+For the base model and each drafter weights file (`--weights`, repeatable; streams in
+``shared`` mode change the main stream, every other drafter leaves it the base model's):
+- perplexity of the reference answers of held-out prompts (every task type that has one;
+  chat format; teacher-forced over up to 64 answer tokens);
+- the validation suites' scores (the harness's metrics) of its greedy answers, per suite and
+  mean, and the change against the base in prompts per suite;
+- tokens per call of real speculative decoding on the same prompts (a chain of gamma), and
+  whether the speculative answers equal the same model's autoregressive ones.
+
+    python bench/shared_quality.py --weights sdk/edgespec/weights/smollm2-135m-streams-shared.pt \\
+        --weights sdk/edgespec/weights/smollm2-135m-hydra-mix4k.pt > docs/results/shared_quality.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sdk"))
+
+
+def answer_nll(logits_of, tokenizer, pairs: list[tuple[str, str]], max_answer: int = 64) -> list[float]:
+    """Negative log-likelihood of every reference-answer token after its chat-formatted prompt."""
+    nll = []
+    for prompt, ref in pairs:
+        ctx = tokenizer.encode(tokenizer.apply_chat_template(prompt))
+        ans = tokenizer.encode(ref)[:max_answer]
+        logits = logits_of(torch.tensor([ctx + ans]))[0, len(ctx) - 1 : -1]  # [A, V]: row i predicts ans[i]
+        nll += (-torch.log_softmax(logits.double(), -1).gather(1, torch.tensor(ans)[:, None])[:, 0]).tolist()
+    return nll
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--weights", action="append", default=[], help="drafter weights file (repeatable)")
+    ap.add_argument("--texts", type=int, default=120, help="held-out prompts with reference answers (perplexity)")
+    ap.add_argument("--per-suite", type=int, default=8, help="prompts per validation suite")
+    ap.add_argument("--max-seq-len", type=int, default=1024)
+    args = ap.parse_args()
+
+    from edgespec.config import SUITE_NAMES
+    from edgespec.corpus.prompts import mixed_prompts
+    from edgespec.harness.metrics import score
+    from edgespec.harness.suites import load_suite
+    from edgespec.models.load import build_model, read_source, tokenizer_of
+    from edgespec.runtime.generate import eager_step, generate
+    from edgespec.runtime.session import prompt_ids
+    from edgespec.speculative.drafters import load_drafter
+    from edgespec.speculative.step import EagerSpecMethods, SpecProgram
+    from edgespec.speculative.tree import Tree
+
+    torch.set_grad_enabled(False)
+    src = read_source("smollm2-135m-instruct", args.max_seq_len)
+    base = build_model(src).eval()
+    tok = tokenizer_of(src)
+    pairs = [(p.text, p.reference) for p in mixed_prompts("heldout", args.texts) if p.reference]
+    examples = [ex for name in SUITE_NAMES for ex in load_suite(name, args.per_suite)]
+    ids = [prompt_ids(tok, ex.prompt) for ex in examples]
+    kw = dict(max_seq_len=args.max_seq_len, eos_ids=src.eos_ids)
+
+    def quality(logits_of, step) -> tuple[dict, list[list[int]]]:
+        nll = answer_nll(logits_of, tok, pairs)
+        outs = [generate(step, p, max_new_tokens=ex.max_new_tokens, **kw).completion_ids for ex, p in zip(examples, ids)]
+        scores = [score(ex.metric, tok.decode(o), ex) for ex, o in zip(examples, outs)]
+        per_suite = {name: statistics.fmean(s for ex, s in zip(examples, scores) if ex.suite == name) for name in SUITE_NAMES}
+        row = {
+            "perplexity": round(math.exp(statistics.fmean(nll)), 4),
+            "answer_tokens": len(nll),
+            "suite_scores": {k: round(v, 4) for k, v in per_suite.items()},
+            "mean_score": round(statistics.fmean(per_suite.values()), 4),
+        }
+        return row, outs
+
+    t0 = time.time()
+    base_row, base_outs = quality(lambda t: base.output(base.hidden(t, torch.tensor([0]))).float(), eager_step(base))
+    print(f"base {time.time() - t0:.0f}s {json.dumps(base_row)}", file=sys.stderr)
+    rows = {"base": base_row}
+    for w in args.weights:
+        drafter = load_drafter(w, base)
+        cfg = drafter.cfg
+        methods = EagerSpecMethods(SpecProgram(drafter, Tree((1,) * cfg.gamma)).eval())
+        if cfg.mode == "shared":  # the main stream carries the adapters: a model of its own
+            row, outs = quality(lambda t, d=drafter: base.output(d.forward_train(t)[0]).float(), methods.forward)
+            row["perplexity_vs_base"] = round(row["perplexity"] / base_row["perplexity"] - 1, 4)
+            row["score_change_in_prompts"] = {k: round((row["suite_scores"][k] - base_row["suite_scores"][k]) * args.per_suite, 2) for k in SUITE_NAMES}
+        else:
+            row, outs = {}, base_outs
+        calls, same = {name: [] for name in SUITE_NAMES}, 0
+        for ex, p, ar in zip(examples, ids, outs):
+            res = generate(methods.forward, p, max_new_tokens=ex.max_new_tokens, spec=methods, **kw)
+            calls[ex.suite] += res.tokens_per_call
+            same += res.completion_ids == ar
+        per_suite = {k: round(statistics.fmean(v), 3) for k, v in calls.items()}
+        row |= {
+            "drafter": cfg.drafter,
+            "mode": cfg.mode,
+            "tokens_per_call": round(statistics.fmean(c for v in calls.values() for c in v), 3),
+            "tokens_per_call_per_suite": per_suite,
+            "speculative_equals_own_autoregressive": f"{same}/{len(examples)}",
+        }
+        rows[Path(w).name] = row
+        print(f"{w} {time.time() - t0:.0f}s {json.dumps(row)}", file=sys.stderr)
+    print(json.dumps({"texts": len(pairs), "per_suite": args.per_suite, "suites": list(SUITE_NAMES), "rows": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
