@@ -147,9 +147,10 @@ class TrainConfig(_Section):
     ``edgespec distill``) or text pairs (``prompt``/``response``). stream_weights: a_j, the
     loss weight of stream j (paper: 0.1 each); main_weight: a0, the next-token loss weight
     (shared mode only). soft_weight: b in (1 - b) CE(hard) + b CE(teacher's top-K) for each
-    stream, and in shared mode for the main stream too, where the teacher's top-K term is the
-    KL to the original model that keeps the tuned model's answers close to it (needs data
-    with soft labels: ``edgespec distill --source``). bf16: the MSA layers
+    stream, and in shared mode for the main stream too, where the teacher's top-K term stands
+    in for the KL to the original model (truncated to its top K: at b = 0.5 it did not keep
+    the answers' quality, docs/speculative-streaming.md; needs data with soft labels:
+    ``edgespec distill --source``). bf16: the MSA layers
     and the lm head run under bf16 autocast. With ``streams.draft_vocab`` set, the streams'
     loss is taken over that draft vocabulary, as the program drafts.
     """

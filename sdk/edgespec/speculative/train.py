@@ -256,8 +256,8 @@ class StreamLoss(nn.Module):
             losses.append(lj.detach())
             accs.append(aj.detach())
         if self.model.cfg.mode == "shared":
-            # the teacher's top-K is the original model's distribution: its CE term is the KL to
-            # the original model (up to a constant), which keeps the adapted main stream close
+            # the teacher's top-K is the original model's distribution truncated to K tokens: its
+            # CE term is the KL to it up to a constant (the tail outside the top K is not kept)
             l0, _ = self._ce(main_h, main_t, *main_soft)
             total = total + self.hp.main_weight * l0
         return total, torch.stack(losses), torch.stack(accs)
