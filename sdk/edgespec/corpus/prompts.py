@@ -96,11 +96,10 @@ def _reasoning_gym(task: str, generators: tuple[str, ...], split: str, n: int) -
         import reasoning_gym
     except ImportError:
         raise EdgespecError("the math/reasoning suites need the package 'reasoning-gym' (pip install reasoning-gym)") from None
-    per = -(-n // len([g for g in generators if g not in HASH_SEEDED]))
+    usable = [(gi, name) for gi, name in enumerate(generators) if name not in HASH_SEEDED]  # gi: the seed offset
+    per = -(-n // len(usable))
     out: list[Prompt] = []
-    for gi, name in enumerate(generators):
-        if name in HASH_SEEDED:
-            continue
+    for gi, name in usable:
         ds = reasoning_gym.create_dataset(name, size=per, seed=SPLIT_SEED[split] + gi)
         for i, item in enumerate(ds):
             out.append(Prompt(f"{task}/{split}/{name}/{i}", task, item["question"], str(item["answer"]), f"gym/{item['question']}"))

@@ -177,8 +177,8 @@ class StreamLoss(nn.Module):
 
     A stream's loss is (1 - b) * CE(hard target) + b * CE(teacher's top-K, renormalized),
     b = `soft_weight`, the second term only where the batch carries soft labels; in shared mode
-    the main stream's next-token loss (weight a0) is mixed the same way, its top-K term being
-    the KL to the original model. With a draft
+    the main stream's next-token loss (weight a0) is mixed the same way, its top-K term a KL
+    to the original model truncated to K tokens. With a draft
     vocabulary (`draft_ids`, the program's drafting head) the streams' logits cover only those
     tokens, as in the program: a target outside it is left out of the loss and counts as a
     miss in the accuracy. bf16: the MSA layers and the lm head run under bf16 autocast."""
