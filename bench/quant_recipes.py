@@ -1,108 +1,186 @@
-"""Quantization recipes side by side: size, accuracy vs fp32, speed (autoregressive and speculative).
+"""Quantization recipes side by side, and llama.cpp on the same GGUF and the same text.
 
-For each bundle (same model, different `quant` sections):
-- size of model.pte;
-- perplexity on held-out text: the held-out suites' prompts with their reference answers
-  (chat format), teacher-forced through the program's `forward` one token per call (the
-  decode path), over the reference answer tokens;
-- greedy agreement with fp32: on the same teacher-forced positions, the share of positions
-  where the program's argmax equals the fp32 program's argmax (the first bundle must be fp32);
-- decode tokens/s, autoregressive and (when the program has it) speculative, medians over
-  held-out prompts, measured side by side in this process.
+For each bundle (same model, different `quant` sections), in one run:
+- size of model.pte; peak RSS of a fresh process decoding with it;
+- fidelity against the fp32 source model on held-out text (edgespec.harness.fidelity: the
+  validation harness's own measurement): top-1 agreement, perplexity ratio, mean/p99 KL;
+- autoregressive decode tokens/s at 1 and 2 threads: every program loaded in one process
+  per thread count and measured with edgespec.runtime.speed (warm-up, interleaved runs,
+  per-prompt medians), so the ratios to the first bundle are side by side;
+- the suites' mean score and the fp32 model's, from the bundle's validation (if it has one).
 
-    python bench/quant_recipes.py bundles/spec-fp32 bundles/spec-8da4w bundles/spec-int8wo > docs/results/quant_recipes.json
+With --llama-cpp DIR (a folder holding llama.cpp's `llama-perplexity` and `llama-bench`,
+built by you; nothing of it is in this repository), llama.cpp runs the model's own GGUF on
+the same held-out chunks (perplexity and KL against an F32 GGUF of the same weights, written
+here from the source) and `llama-bench` tg at 1 and 2 threads.
+
+    python bench/quant_recipes.py bundles/default bundles/requant bundles/8da8w bundles/fp32 \\
+        --llama-cpp /work/scratch/llamacpp/bin > docs/results/quant_recipes.json
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
-import math
-import statistics
+import re
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
-
-import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sdk"))
 
 
-def texts(n: int) -> list[tuple[str, str]]:
+def speed_worker(bundles: list[str], threads: int, prompts: int, max_new_tokens: int, runs: int) -> dict:
+    """AR decode tokens/s of every bundle, side by side in this process at `threads`."""
     from edgespec.corpus.prompts import mixed_prompts
-
-    return [(p.text, p.reference) for p in mixed_prompts("heldout", n, ("reasoning", "code", "math")) if p.reference]
-
-
-def teacher_forced(runner, tokenizer, pairs) -> tuple[list[float], list[int]]:
-    """NLL and argmax at every reference-answer position."""
-    nll, top = [], []
-    for prompt, ref in pairs:
-        ctx = tokenizer.encode(tokenizer.apply_chat_template(prompt))
-        ans = tokenizer.encode(ref)[:64]
-        logits = runner.forward(torch.tensor([ctx]), 0)
-        pos = len(ctx)
-        for t in ans:
-            lp = torch.log_softmax(logits.double(), -1)
-            nll.append(-float(lp[t]))
-            top.append(int(logits.argmax()))
-            logits = runner.forward(torch.tensor([[t]]), pos)
-            pos += 1
-    return nll, top
-
-
-def speed(runner, tokenizer, prompts, max_new_tokens: int) -> dict:
     from edgespec.runtime.generate import generate
+    from edgespec.runtime.program import set_threads
+    from edgespec.runtime.session import open_bundle, prompt_ids
+    from edgespec.runtime.speed import measure, row_stats, summarize
 
-    kw = dict(max_new_tokens=max_new_tokens, max_seq_len=runner.max_seq_len, eos_ids=())
-    ids = [tokenizer.encode(tokenizer.apply_chat_template(p)) for p, _ in prompts]
-    generate(runner.forward, ids[0], **kw)  # warm-up
-    ar, sp, acc = [], [], []
-    for x in ids:
-        ar.append(generate(runner.forward, x, **kw).decode_tokens_per_s)
-        if runner.has_spec:
-            r = generate(runner.forward, x, **kw, spec=runner)
-            sp.append(r.decode_tokens_per_s)
-            acc.append(r.mean_tokens_per_call)
-    out = {"ar_decode_tokens_per_s": round(statistics.median(ar), 2)}
-    if sp:
-        out |= {"spec_decode_tokens_per_s": round(statistics.median(sp), 2), "spec_tokens_per_call": round(statistics.mean(acc), 3)}
+    set_threads(threads)
+    opened = [open_bundle(b) for b in bundles]
+    tok = opened[0][1]
+    ids = [prompt_ids(tok, p.text) for p in mixed_prompts("heldout", prompts, ("reasoning", "code", "math"))]
+    names = ["ar", *[f"b{i}" for i in range(1, len(bundles))]]  # "ar": the first bundle, the one the others are compared with
+    decoders = {n: functools.partial(generate, r.forward) for n, (_, _, r) in zip(names, opened)}
+    measured = measure(decoders, ids, max_new_tokens=max_new_tokens, max_seq_len=opened[0][2].max_seq_len, eos_ids=(), warmup=1, runs=runs)
+    s = summarize([row_stats(res, len(p)) for p, res in zip(ids, measured)])
+    out = {}
+    for n, b in zip(names, bundles):
+        d = s[n]
+        out[b] = {"decode_tokens_per_s": d["tokens_per_s"], "ratio_to_first": 1.0 if n == "ar" else d["speedup"]}
     return out
+
+
+def speed(bundles: list[str], threads: int, prompts: int, max_new_tokens: int, runs: int) -> dict:
+    payload = json.dumps([bundles, threads, prompts, max_new_tokens, runs])
+    out = subprocess.run([sys.executable, __file__, "--speed-worker", payload], capture_output=True, text=True)
+    if out.returncode:
+        raise SystemExit(f"speed worker failed: {out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def write_f32_gguf(src: Path, dst: Path) -> None:
+    """A copy of a GGUF file with every tensor dequantized to F32 (llama.cpp's KL base)."""
+    import gguf
+    import numpy as np
+
+    r = gguf.GGUFReader(src)
+    arch = r.fields["general.architecture"].contents()
+    w = gguf.GGUFWriter(str(dst), arch)
+    for name, f in r.fields.items():
+        if name.startswith("GGUF.") or name == "general.architecture" or name.startswith("general.file_type"):
+            continue
+        vtype = f.types[0]
+        if vtype == gguf.GGUFValueType.ARRAY:
+            w.add_array(name, f.contents())
+        else:
+            w.add_key_value(name, f.contents(), vtype)
+    for t in r.tensors:
+        x = np.asarray(gguf.quants.dequantize(t.data, t.tensor_type), dtype=np.float32)
+        w.add_tensor(t.name, x.reshape(tuple(int(s) for s in reversed(t.shape))))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def llama_cpp(bin_dir: Path, gguf_path: Path, text: str, chunks: int, ctx: int) -> dict:
+    """llama.cpp on the same held-out text: perplexity of the GGUF, KL against its F32 copy,
+    and llama-bench tg64 at 1 and 2 threads."""
+    with tempfile.TemporaryDirectory() as d:
+        d = Path(d)
+        (d / "text.txt").write_text(text)
+        write_f32_gguf(gguf_path, d / "f32.gguf")
+        common = ["-f", str(d / "text.txt"), "-c", str(ctx), "--chunks", str(chunks), "-b", str(ctx), "-t", "2"]
+
+        def run(model: Path, *extra: str) -> str:
+            p = subprocess.run([str(bin_dir / "llama-perplexity"), "-m", str(model), *common, *extra], capture_output=True, text=True)
+            if p.returncode:
+                raise SystemExit(f"llama-perplexity failed: {p.stderr[-1500:]}")
+            return p.stdout + p.stderr
+
+        base = run(d / "f32.gguf", "--kl-divergence-base", str(d / "base.kld"))
+        q = run(gguf_path, "--kl-divergence-base", str(d / "base.kld"), "--kl-divergence")
+
+        def num(pattern: str, s: str) -> float | None:
+            m = re.search(pattern, s)
+            return float(m.group(1)) if m else None
+
+        ppl_f32 = num(r"Final estimate: PPL = ([\d.]+)", base)
+        ppl_q = num(r"Mean PPL\(Q\)\s*:\s*([\d.]+)", q) or num(r"Final estimate: PPL = ([\d.]+)", q)
+        out = {
+            "gguf": gguf_path.name,
+            "perplexity_f32": ppl_f32,
+            "perplexity": ppl_q,
+            "perplexity_ratio": round(ppl_q / ppl_f32, 5) if ppl_q and ppl_f32 else None,
+            "kl_mean": num(r"Mean\s+KLD:\s*([\d.]+)", q),
+            "kl_p99": num(r"99\.0%\s+KLD:\s*([\d.]+)", q),
+            "top1_agreement": (num(r"Same top p:\s*([\d.]+)", q) or 0) / 100 or None,
+        }
+        for t in (1, 2):
+            p = subprocess.run(
+                [str(bin_dir / "llama-bench"), "-m", str(gguf_path), "-p", "0", "-n", "64", "-t", str(t), "-r", "5", "-o", "json"],
+                capture_output=True,
+                text=True,
+            )
+            rows = json.loads(p.stdout) if p.returncode == 0 else []
+            out[f"decode_tokens_per_s_{t}t"] = round(rows[0]["avg_ts"], 2) if rows else None
+        return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("bundles", nargs="+", help="bundles; the first must be fp32 (the agreement reference)")
-    ap.add_argument("--texts", type=int, default=24)
-    ap.add_argument("--speed-prompts", type=int, default=8)
+    ap.add_argument("bundles", nargs="+", help="bundles of one model; speed ratios are to the first")
+    ap.add_argument("--chunks", type=int, default=8, help="held-out chunks of 512 tokens (256 scored each)")
+    ap.add_argument("--prompts", type=int, default=8, help="held-out prompts for decode speed")
     ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--llama-cpp", type=Path, help="folder with llama.cpp's llama-perplexity and llama-bench")
     args = ap.parse_args()
-    from edgespec.runtime.session import open_bundle as _load_bundle
 
-    pairs = texts(args.texts)
-    report, ref_top = [], None
+    from edgespec.harness.fidelity import CHUNK, heldout_chunks, heldout_text, measure_fidelity
+    from edgespec.harness.speed import peak_rss_fresh
+    from edgespec.runtime.session import open_bundle, prompt_ids
+
+    speeds = {t: speed(args.bundles, t, args.prompts, args.max_new_tokens, args.runs) for t in (1, 2)}
+    rows = []
     for b in args.bundles:
-        manifest, tokenizer, runner = _load_bundle(b)
-        nll, top = teacher_forced(runner, tokenizer, pairs)
-        if ref_top is None:
-            if manifest["precision"] != "fp32":
-                raise SystemExit("the first bundle must be fp32")
-            ref_top = top
+        manifest, tokenizer, runner = open_bundle(b)
+        fid = measure_fidelity(runner.forward, manifest["recipe"]["model"]["source"], runner.max_seq_len, tokenizer, args.chunks)
+        v = manifest.get("validation") or {}
         row = {
             "bundle": b,
             "precision": manifest["precision"],
-            "embedding_bits": manifest["recipe"]["quant"]["embedding_bits"],
-            "group_size": manifest["recipe"]["quant"]["group_size"],
+            "quant": manifest["recipe"]["quant"],
+            "quantization": manifest.get("quantization"),
             "pte_mb": round(runner.path.stat().st_size / 1e6, 2),
-            "speculative": runner.has_spec,
-            "heldout_tokens": len(nll),
-            "perplexity": round(math.exp(statistics.mean(nll)), 4),
-            "greedy_agreement_with_fp32": round(sum(a == b for a, b in zip(top, ref_top)) / len(top), 4),
-            **speed(runner, tokenizer, pairs[: args.speed_prompts], args.max_new_tokens),
+            "peak_rss_mb": peak_rss_fresh(b, "ar", [prompt_ids(tokenizer, "Name three colours.")], 32),
+            **{f"decode_tokens_per_s_{t}t": speeds[t][b]["decode_tokens_per_s"] for t in (1, 2)},
+            **{f"speed_ratio_to_first_{t}t": speeds[t][b]["ratio_to_first"] for t in (1, 2)},
+            "fidelity": fid.as_dict(),
+            "suites_score": v.get("score"),
+            "suites_reference_score": v.get("reference_score"),
         }
         print(json.dumps(row), file=sys.stderr)
-        report.append(row)
-    print(json.dumps({"texts": len(pairs), "rows": report}, indent=1))
+        rows.append(row)
+        del runner
+    report = {"chunks": args.chunks, "chunk_tokens": CHUNK, "rows": rows}
+    if args.llama_cpp:
+        from edgespec.models.load import EMBEDDED, embedded_path
+
+        src = rows and open_bundle(args.bundles[0])[0]["recipe"]["model"]["source"]
+        path = embedded_path(src) if src in EMBEDDED else Path(src)
+        tokens = sum(len(c) for c in heldout_chunks(tokenizer, args.chunks, CHUNK))
+        report["llama_cpp"] = {**llama_cpp(args.llama_cpp, path, heldout_text(), args.chunks, CHUNK), "edgespec_tokens_in_chunks": tokens}
+    print(json.dumps(report, indent=1))
 
 
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) > 2 and sys.argv[1] == "--speed-worker":
+        print(json.dumps(speed_worker(*json.loads(sys.argv[2]))))
+    else:
+        main()

@@ -57,8 +57,8 @@ def test_every_construction_is_checked(make, path):
 
 
 def test_construction_normalizes_types():
-    v = ValidateConfig(suites=["qa"], gates={"max_accuracy_drop": -1})
-    assert v.suites == ("qa",) and v.gates == GatesConfig(max_accuracy_drop=-1.0) and isinstance(v.gates.max_accuracy_drop, float)
+    v = ValidateConfig(suites=["qa"], gates={"min_score_ratio": 0})
+    assert v.suites == ("qa",) and v.gates == GatesConfig(min_score_ratio=0.0) and isinstance(v.gates.min_score_ratio, float)
 
 
 def test_sections_have_no_validate_method():

@@ -108,14 +108,15 @@ def test_validate_config_is_checked():
 # --- gates on synthetic reports ------------------------------------------------------------
 
 
-def _report(spec=True, lossless="10/10", score_=0.30, ref=0.35, events=0):
+def _report(spec=True, lossless="10/10", score_=0.30, ref=0.35, events=0, fidelity=None):
     overall = {"prompts": 10, "lossless": lossless, "ar": {"tokens_per_s": 200.0}, "score": score_}
     if spec:
         overall["spec"] = {"tokens_per_s": 300.0, "speedup": 1.5, "tokens_per_call": 2.1}
     if ref is not None:
         overall["reference_score"] = ref
         overall["accuracy_drop"] = round(ref - score_, 4)
-    return {"overall": overall, "normalizer_events": events}
+        overall["score_ratio"] = round(score_ / ref, 4) if ref else None
+    return {"overall": overall, "normalizer_events": events, "fidelity": fidelity}
 
 
 def _by_name(results):
@@ -123,12 +124,16 @@ def _by_name(results):
 
 
 def test_gates_pass_and_fail_with_the_measured_margin():
-    g = _by_name(check_gates(_report(), GatesConfig(min_speedup=1.4, max_accuracy_drop=0.1)))
-    assert set(g) == {"min_speedup", "lossless", "max_accuracy_drop", "no_overflow"}
+    fid = {"tokens": 1024, "top1_agreement": 0.93, "perplexity": 13.1, "reference_perplexity": 13.0, "perplexity_ratio": 1.0077}
+    g = _by_name(check_gates(_report(fidelity=fid), GatesConfig(min_speedup=1.4, min_score_ratio=0.85)))
+    assert set(g) == {"min_speedup", "lossless", "min_score_ratio", "min_top1_agreement", "max_perplexity_ratio", "no_overflow"}
     assert all(r.passed for r in g.values())
-    g = _by_name(check_gates(_report(), GatesConfig(min_speedup=2.0, max_accuracy_drop=0.01)))
+    bad = {**fid, "top1_agreement": 0.652, "perplexity": 22.3, "perplexity_ratio": 1.717}  # the 4-bit re-rounding of the default model
+    g = _by_name(check_gates(_report(fidelity=bad), GatesConfig(min_speedup=2.0)))
     assert not g["min_speedup"].passed and "short by 0.500x" in g["min_speedup"].message
-    assert not g["max_accuracy_drop"].passed and "over by 0.040" in g["max_accuracy_drop"].message
+    assert not g["min_score_ratio"].passed and "0.857x < 0.9x (short by 0.043)" in g["min_score_ratio"].message  # relative: 0.30 / 0.35
+    assert not g["min_top1_agreement"].passed and "65.2% of 1024 held-out tokens < 90%" in g["min_top1_agreement"].message
+    assert not g["max_perplexity_ratio"].passed and "1.7170x > 1.05x" in g["max_perplexity_ratio"].message
     g = _by_name(check_gates(_report(lossless="9/10", events=3), GatesConfig()))
     assert not g["lossless"].passed and "1 differ" in g["lossless"].message
     assert not g["no_overflow"].passed
@@ -141,8 +146,11 @@ def test_gates_that_do_not_apply():
     # a speedup asked of a program without speculative methods fails, saying why
     g = _by_name(check_gates(_report(spec=False), GatesConfig(min_speedup=1.2)))
     assert not g["min_speedup"].passed and "no speculative methods" in g["min_speedup"].message
-    # accuracy gate off
-    assert "max_accuracy_drop" not in _by_name(check_gates(_report(), GatesConfig(max_accuracy_drop=-1)))
+    # score and fidelity gates off
+    off = GatesConfig(min_score_ratio=0, min_top1_agreement=0, max_perplexity_ratio=0)
+    assert not {"min_score_ratio", "min_top1_agreement", "max_perplexity_ratio"} & set(_by_name(check_gates(_report(fidelity={"x": 1}), off)))
+    # a reference that scored 0: nothing to fall below
+    assert _by_name(check_gates(_report(score_=0.0, ref=0.0), GatesConfig()))["min_score_ratio"].passed
     # nothing timed (every answer one token): the speedup gate fails, saying why
     unmeasured = _report()
     unmeasured["overall"]["spec"]["speedup"] = None

@@ -25,8 +25,8 @@ def test_values_are_yaml():
 
 
 def test_numbers_without_a_dot_are_numbers():
-    r = apply_overrides(Recipe(), ["train.lr=2e-4", "train.stream_weights=[1, 5e-1, 25e-2]", "validate.gates.max_accuracy_drop=-1"])
-    assert r.train.lr == 2e-4 and r.train.stream_weights == (1.0, 0.5, 0.25) and r.validate.gates.max_accuracy_drop == -1.0
+    r = apply_overrides(Recipe(), ["train.lr=2e-4", "train.stream_weights=[1, 5e-1, 25e-2]", "validate.gates.min_score_ratio=0"])
+    assert r.train.lr == 2e-4 and r.train.stream_weights == (1.0, 0.5, 0.25) and r.validate.gates.min_score_ratio == 0.0
 
 
 def test_string_fields_take_the_text():
@@ -36,7 +36,7 @@ def test_string_fields_take_the_text():
 
 def test_sections_merge_and_later_overrides_win():
     r = apply_overrides(Recipe(), ["validate.gates={min_speedup: 1.5}", "quant.scheme=fp16", "quant.scheme=8da8w"])
-    assert r.validate.gates.min_speedup == 1.5 and r.validate.gates.max_accuracy_drop == Recipe().validate.gates.max_accuracy_drop
+    assert r.validate.gates.min_speedup == 1.5 and r.validate.gates.min_score_ratio == Recipe().validate.gates.min_score_ratio
     assert r.quant.scheme == "8da8w"
 
 

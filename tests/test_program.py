@@ -162,7 +162,7 @@ def test_spec_mode_on_an_autoregressive_only_bundle_is_a_clear_error(q_bundle):
 def test_8da4w_export_validated_the_program(q_bundle):
     m = json.loads((q_bundle / "manifest.json").read_text())
     v = m["validation"]
-    assert v["passed"] and v["prompts"] == 4 and [g["name"] for g in v["gates"]] == ["max_accuracy_drop"]
+    assert v["passed"] and v["prompts"] == 4 and [g["name"] for g in v["gates"]] == ["min_score_ratio", "min_top1_agreement", "max_perplexity_ratio"]
     report = json.loads((q_bundle / "report.json").read_text())
     assert report["precision"] == "8da4w" and set(report["suites"]) == {"rag", "qa"}
     assert 0.0 <= report["overall"]["score"] <= 1.0 and 0.0 <= report["overall"]["reference_score"] <= 1.0

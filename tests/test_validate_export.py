@@ -30,12 +30,16 @@ def test_export_validates_and_packages_the_report(tiny_hf_dir, tmp_path, monkeyp
     for f in ("report.json", "report.md", "speedup_per_task.png", "accuracy_vs_precision.png"):
         assert f in m["files"] and f in m["reports"]
     v = m["validation"]
-    assert v["passed"] and v["prompts"] == 4 and {g["name"] for g in v["gates"]} == {"max_accuracy_drop"}
+    assert v["passed"] and v["prompts"] == 4 and {g["name"] for g in v["gates"]} == {"min_score_ratio", "min_top1_agreement", "max_perplexity_ratio"}
     report = json.loads((out / "report.json").read_text())
     assert set(report["suites"]) == {"rag", "qa"} and len(report["examples"]) == 4
     # the fp32 program and the eager fp32 base model answer alike: no accuracy drop
     assert report["overall"]["accuracy_drop"] == pytest.approx(0.0, abs=1e-9)
     assert all(e["prediction"] == e["reference_prediction"] for e in report["examples"])
+    # ... and on held-out text: 4 chunks of 512 tokens, the second half of each scored
+    f = report["fidelity"]
+    assert f["tokens"] == 4 * 256 and f["top1_agreement"] > 0.99 and f["perplexity_ratio"] == pytest.approx(1.0, abs=1e-3) and f["kl_mean"] < 1e-4
+    assert v["fidelity"] == f and "held-out vs fp32: top-1" in res.output and "## Fidelity" in (out / "report.md").read_text()
     assert report["peak_rss_mb"]["ar"] > 0 and report["program_bytes"] == m["files"]["model.pte"]["bytes"]
     assert list((tmp_path / "cache" / "reference").glob("*.json"))  # the reference is cached
     res = CliRunner().invoke(main, ["info", "--bundle", str(out)])

@@ -181,7 +181,9 @@ def export(recipe_args: tuple[str, ...], outdir: str) -> None:
     elif v:
         spec = f", spec {v['spec']['tokens_per_s']:.1f} tok/s ({v['spec']['speedup']:.2f}x, lossless {v['lossless']})" if v.get("spec") else ""
         ref = f" (fp32 base {v['reference_score']:.3f})" if v.get("reference_score") is not None else ""
-        checked = f"; validated on {v['prompts']} prompts: score {v['score']:.3f}{ref}, AR {v['ar_tokens_per_s']:.1f} tok/s{spec}, gates passed; report {result.bundle_dir}/report.md"
+        f = v.get("fidelity")
+        fid = f", held-out vs fp32: top-1 {f['top1_agreement']:.1%}, perplexity {f['perplexity_ratio']:.3f}x, KL {f['kl_mean']:.4f}" if f else ""
+        checked = f"; validated on {v['prompts']} prompts: score {v['score']:.3f}{ref}{fid}, AR {v['ar_tokens_per_s']:.1f} tok/s{spec}, gates passed; report {result.bundle_dir}/report.md"
     click.echo(f"wrote {result.bundle_dir} ({cfg.quant.scheme}, model.pte {size_mb:.1f} MB) in {total:.0f}s [{parts}]{checked}")
 
 
@@ -452,7 +454,10 @@ def bench(bundle: str, prompts: tuple[str, ...], max_new_tokens: int, warmup: in
 @click.option("--lookup", type=click.IntRange(min=0, max=8), help="Override validate.lookup (also measure prompt-lookup drafting).")
 @click.option("--reference", type=click.Choice(["fp32", "none"]), help="Override validate.reference.")
 @click.option("--min-speedup", type=click.FloatRange(min=0.0), help="Override validate.gates.min_speedup.")
-@click.option("--max-accuracy-drop", type=float, help="Override validate.gates.max_accuracy_drop (negative: off).")
+@click.option(
+    "--min-score-ratio", type=click.FloatRange(min=0.0), help="Override validate.gates.min_score_ratio (mean task score over the fp32 model's; 0: off)."
+)
+@click.option("--fidelity-chunks", type=click.IntRange(min=0, max=200), help="Override validate.fidelity_chunks (512-token held-out chunks; 0: skip fidelity).")
 @click.option("-o", "--out", type=click.Path(file_okay=False), help="Write report.json, report.md and plots here.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @_friendly
@@ -465,7 +470,8 @@ def validate(
     lookup: int | None,
     reference: str | None,
     min_speedup: float | None,
-    max_accuracy_drop: float | None,
+    min_score_ratio: float | None,
+    fidelity_chunks: int | None,
     out: str | None,
     as_json: bool,
 ) -> None:
@@ -481,7 +487,14 @@ def validate(
             out,
             as_json,
             speech_only=not (
-                suites or prompts_per_suite or seed is not None or lookup is not None or reference or min_speedup is not None or max_accuracy_drop is not None
+                suites
+                or prompts_per_suite
+                or seed is not None
+                or lookup is not None
+                or reference
+                or min_speedup is not None
+                or min_score_ratio is not None
+                or fidelity_chunks is not None
             ),
             runs=runs,
         )
@@ -495,10 +508,11 @@ def validate(
             "seed": seed,
             "lookup": lookup,
             "reference": reference,
+            "fidelity_chunks": fidelity_chunks,
         }.items()
         if v is not None
     }
-    gates = {k: v for k, v in {"min_speedup": min_speedup, "max_accuracy_drop": max_accuracy_drop}.items() if v is not None}
+    gates = {k: v for k, v in {"min_speedup": min_speedup, "min_score_ratio": min_score_ratio}.items() if v is not None}
     if gates:
         fields["gates"] = {**recipe.to_dict()["validate"]["gates"], **gates}
     cfg = recipe.replace(validate=fields).validate if fields else recipe.validate
@@ -585,6 +599,12 @@ def _validation_summary(report: dict) -> str:
             f"{sp.get('tokens_per_s', float('nan')):>11.1f}{sp.get('speedup', float('nan')):>9.3f}{sp.get('tokens_per_call', float('nan')):>9.3f}{s['lossless'] if sp else '':>10}"
         )
     lines.append("peak RSS " + ", ".join(f"{k} {v:.0f} MB" for k, v in report["peak_rss_mb"].items()) + f"; program {report['program_bytes'] / 1e6:.1f} MB")
+    f = report.get("fidelity")
+    if f:
+        lines.append(
+            f"fidelity vs fp32 source ({f['tokens']} held-out tokens): top-1 {f['top1_agreement']:.1%}, perplexity {f['perplexity']:.3f} vs {f['reference_perplexity']:.3f}"
+            f" ({f['perplexity_ratio']:.4f}x), KL mean {f['kl_mean']:.4f} p99 {f['kl_p99']:.4f}"
+        )
     for g in report["gates"]:
         lines.append(f"gate {'pass' if g['passed'] else 'FAIL'}: {g['message']}")
     lines.append("validation " + ("passed" if report["passed"] else "FAILED"))

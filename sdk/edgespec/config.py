@@ -82,12 +82,21 @@ class QuantConfig(_Section):
     dynamic activations, int8 per-channel weights). ``int8wo`` (int8 weight-only) is refused:
     ExecuTorch's XNNPACK lowering has no kernel for it. ``embedding_bits`` 0 keeps the
     embedding in fp32; 4 or 8 quantizes it weight-only with ``group_size``.
+
+    carry_blocks: a linear stored in the source file as GGUF Q4_0/Q4_1 blocks keeps the
+    file's own codes and scales (no second rounding; edgespec.quant); false rounds the
+    dequantized weights again. rounding: how weights without carried blocks get their scales,
+    ``maxabs`` (torchao's default) or ``mse`` (least squared error per block). head_bits: the
+    lm head's weights in 8da4w, 4 (group_size blocks) or 8 (per output channel).
     """
 
     PATH: ClassVar[str] = "quant"
     scheme: QuantScheme = "8da4w"
     group_size: int = 32
     embedding_bits: int = 0
+    carry_blocks: bool = True
+    rounding: Literal["maxabs", "mse"] = "maxabs"
+    head_bits: int = 8
 
     def _check(self) -> None:
         _require(
@@ -97,6 +106,7 @@ class QuantConfig(_Section):
         )
         _require(self.group_size > 0 and self.group_size % 16 == 0, self._at("group_size"), f"must be a positive multiple of 16, got {self.group_size}")
         _require(self.embedding_bits in (0, 4, 8), self._at("embedding_bits"), f"must be 0 (off), 4 or 8, got {self.embedding_bits}")
+        _require(self.head_bits in (4, 8), self._at("head_bits"), f"must be 4 or 8, got {self.head_bits}")
 
 
 @dataclass(frozen=True)
@@ -221,20 +231,32 @@ class GatesConfig(_Section):
     min_speedup: speculative / autoregressive decode tokens/s on the suites (median of the
     per-prompt ratios); 0 turns it off, > 0 requires speculative methods.
     lossless: speculative greedy output identical to autoregressive greedy output on every prompt.
-    max_accuracy_drop: largest allowed drop of the mean task score (0..1, averaged over suites)
-    below the fp32 base model's on the same prompts; negative turns it off.
+    min_score_ratio: the mean task score (averaged over suites) over the fp32 base model's on
+    the same prompts is at least this; 0 turns it off.
+    min_top1_agreement, max_perplexity_ratio: fidelity on held-out text against the fp32 source
+    model (edgespec.harness.fidelity): the share of next tokens whose argmax agrees, and the
+    program's perplexity over the source's; 0 turns each off. A 4-bit re-rounding of the
+    default model fails both (65% agreement, ratio 1.72); the carried-over blocks pass.
     no_overflow: the chosen pre-normalizers had no overflow/underflow on any search row.
     """
 
     PATH: ClassVar[str] = "validate.gates"
     min_speedup: float = 0.0
     lossless: bool = True
-    max_accuracy_drop: float = 0.10
+    min_score_ratio: float = 0.90
+    min_top1_agreement: float = 0.90
+    max_perplexity_ratio: float = 1.05
     no_overflow: bool = True
 
     def _check(self) -> None:
         _require(0.0 <= self.min_speedup <= 100.0, self._at("min_speedup"), f"must be in [0, 100], got {self.min_speedup}")
-        _require(self.max_accuracy_drop <= 1.0, self._at("max_accuracy_drop"), f"must be <= 1 (scores are in [0, 1]), got {self.max_accuracy_drop}")
+        _require(0.0 <= self.min_score_ratio <= 10.0, self._at("min_score_ratio"), f"must be in [0, 10] (0: off), got {self.min_score_ratio}")
+        _require(0.0 <= self.min_top1_agreement <= 1.0, self._at("min_top1_agreement"), f"must be in [0, 1] (0: off), got {self.min_top1_agreement}")
+        _require(
+            self.max_perplexity_ratio == 0.0 or self.max_perplexity_ratio >= 1.0,
+            self._at("max_perplexity_ratio"),
+            f"must be >= 1 or 0 (off), got {self.max_perplexity_ratio}",
+        )
 
 
 @dataclass(frozen=True)
@@ -245,7 +267,9 @@ class ValidateConfig(_Section):
     reference: ``fp32`` also runs the unquantized base model eagerly on the same prompts (cached
     on disk) for the accuracy gate; ``none`` skips it. runs: repetitions per prompt (median).
     lookup > 0: also measure context drafting through `spec_step` (a suffix match of at least
-    this many tokens; see edgespec.runtime.generate).
+    this many tokens; see edgespec.runtime.generate). fidelity_chunks: chunks of 512 held-out
+    tokens on which the program is compared with the fp32 source model (each scores its
+    second half; needs reference fp32); 0 skips it.
     """
 
     PATH: ClassVar[str] = "validate"
@@ -256,6 +280,7 @@ class ValidateConfig(_Section):
     runs: int = 1
     lookup: int = 0
     reference: Literal["fp32", "none"] = "fp32"
+    fidelity_chunks: int = 4
     gates: GatesConfig = field(default_factory=GatesConfig)
 
     def _check(self) -> None:
@@ -265,6 +290,7 @@ class ValidateConfig(_Section):
         _require(1 <= self.prompts_per_suite <= 10000, self._at("prompts_per_suite"), f"must be in [1, 10000], got {self.prompts_per_suite}")
         _require(1 <= self.runs <= 100, self._at("runs"), f"must be in [1, 100], got {self.runs}")
         _require(0 <= self.lookup <= 8, self._at("lookup"), f"must be in [0, 8], got {self.lookup}")
+        _require(0 <= self.fidelity_chunks <= 200, self._at("fidelity_chunks"), f"must be in [0, 200], got {self.fidelity_chunks}")
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ Each stage reports through `on_stage(name)`; the function returns stats, it prin
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -73,9 +74,11 @@ def export_bundle(
         stage("quantize")
         from edgespec.quant import quantize_model_
 
-        quantize_model_(model, recipe.quant)
+        quant_summary = quantize_model_(model, recipe.quant, src.blocks)
         if spec is not None and spec.draft_head is not None:
-            quantize_model_(spec.draft_head, recipe.quant)  # a slice of the lm head, quantized like it
+            # a slice of the lm head that only drafts: 4-bit whatever the head's precision (a
+            # cheaper draft; verification uses the full head)
+            quantize_model_(spec.draft_head, dataclasses.replace(recipe.quant, head_bits=4))
         if spec is not None and recipe.quant.scheme == "fp16":
             spec.streams.half()  # stream adapters follow the activations' dtype
 
@@ -102,6 +105,7 @@ def export_bundle(
             "model": {"name": src.name, "source": recipe.model.source, **_args_dict(src.args)},
             "recipe": recipe.to_dict(),
             "precision": recipe.quant.scheme,
+            "quantization": quant_summary.as_dict(),
             "reports": report_files,
             "methods": sorted([*programs, *meta.constant_methods()]),
             "speculative": _spec_manifest(recipe, meta),
@@ -154,6 +158,7 @@ def _validate(stage_dir: Path, recipe: Recipe, outdir: Path, on_progress) -> dic
         "ar_tokens_per_s": o["ar"]["tokens_per_s"],
         "spec": o.get("spec"),
         "lossless": o["lossless"],
+        "fidelity": report.get("fidelity"),
         "peak_rss_mb": report["peak_rss_mb"],
         "files": files,
     }

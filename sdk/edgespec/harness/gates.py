@@ -73,20 +73,53 @@ def _lossless(report: dict, g: GatesConfig) -> GateResult | None:
     )
 
 
-def _accuracy(report: dict, g: GatesConfig) -> GateResult | None:
-    if g.max_accuracy_drop < 0:
+def _score_ratio(report: dict, g: GatesConfig) -> GateResult | None:
+    ratio = report["overall"].get("score_ratio")
+    if g.min_score_ratio <= 0 or "reference_score" not in report["overall"]:  # validate.reference: none -- nothing to compare with
         return None
-    drop = report["overall"].get("accuracy_drop")
-    if drop is None:  # validate.reference: none -- nothing to compare with
-        return None
-    ok = drop <= g.max_accuracy_drop
+    o = report["overall"]
+    if ratio is None:  # the reference scored 0: any score is at least as good
+        return GateResult("min_score_ratio", True, None, g.min_score_ratio, f"mean task score {o['score']:.3f}; the fp32 base model scored 0")
+    ok = ratio >= g.min_score_ratio
     return GateResult(
-        "max_accuracy_drop",
+        "min_score_ratio",
         ok,
-        round(drop, 4),
-        g.max_accuracy_drop,
-        f"mean task score {report['overall']['score']:.3f} vs fp32 base {report['overall']['reference_score']:.3f}: drop {drop:.3f} {'<=' if ok else '>'} {g.max_accuracy_drop}"
-        + ("" if ok else f" (over by {drop - g.max_accuracy_drop:.3f})"),
+        round(ratio, 4),
+        g.min_score_ratio,
+        f"mean task score {o['score']:.3f} vs fp32 base {o['reference_score']:.3f}: {ratio:.3f}x {'>=' if ok else '<'} {g.min_score_ratio}x"
+        + ("" if ok else f" (short by {g.min_score_ratio - ratio:.3f})"),
+    )
+
+
+def _top1(report: dict, g: GatesConfig) -> GateResult | None:
+    f = report.get("fidelity")
+    if g.min_top1_agreement <= 0 or f is None:
+        return None
+    ok = f["top1_agreement"] >= g.min_top1_agreement
+    return GateResult(
+        "min_top1_agreement",
+        ok,
+        f["top1_agreement"],
+        g.min_top1_agreement,
+        f"next-token argmax equal to the fp32 source model's on {f['top1_agreement']:.1%} of {f['tokens']} held-out tokens "
+        + (">=" if ok else "<")
+        + f" {g.min_top1_agreement:.0%}",
+    )
+
+
+def _perplexity(report: dict, g: GatesConfig) -> GateResult | None:
+    f = report.get("fidelity")
+    if g.max_perplexity_ratio <= 0 or f is None:
+        return None
+    ok = f["perplexity_ratio"] <= g.max_perplexity_ratio
+    return GateResult(
+        "max_perplexity_ratio",
+        ok,
+        f["perplexity_ratio"],
+        g.max_perplexity_ratio,
+        f"held-out perplexity {f['perplexity']:.3f} vs fp32 source {f['reference_perplexity']:.3f}: {f['perplexity_ratio']:.4f}x "
+        + ("<=" if ok else ">")
+        + f" {g.max_perplexity_ratio}x",
     )
 
 
@@ -98,7 +131,7 @@ def _overflow(report: dict, g: GatesConfig) -> GateResult | None:
     return GateResult("no_overflow", ok, events, 0, f"chosen pre-normalizers: {events} overflow/underflow events on the search rows")
 
 
-GATES = (_speedup, _lossless, _accuracy, _overflow)
+GATES = (_speedup, _lossless, _score_ratio, _top1, _perplexity, _overflow)
 
 
 def check_gates(report: dict, gates: GatesConfig) -> list[GateResult]:

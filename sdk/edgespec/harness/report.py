@@ -58,7 +58,22 @@ def render_markdown(report: dict, plots: list[str]) -> str:
         lines.append(row)
     lines.append("")
     if "accuracy_drop" in o:
-        lines += [f"Mean task score {o['score']:.3f}; the fp32 base model on the same prompts {o['reference_score']:.3f} (drop {o['accuracy_drop']:+.3f})."]
+        ratio = "n/a" if o.get("score_ratio") is None else f"{o['score_ratio']:.3f}x"
+        lines += [
+            f"Mean task score {o['score']:.3f}; the fp32 base model on the same prompts {o['reference_score']:.3f} ({ratio}; "
+            f"the same answer on {o.get('same_answers', 'n/a')} prompts)."
+        ]
+    f = report.get("fidelity")
+    if f:
+        lines += [
+            "",
+            f"## Fidelity (held-out text: {f['text']}, {f['tokens']} tokens, teacher-forced, against the fp32 source model)",
+            "",
+            "| top-1 agreement | perplexity | fp32 perplexity | ratio | mean KL | p99 KL |",
+            "|---:|---:|---:|---:|---:|---:|",
+            f"| {f['top1_agreement']:.1%} | {f['perplexity']:.3f} | {f['reference_perplexity']:.3f} | {f['perplexity_ratio']:.4f} | {f['kl_mean']:.4f} | {f['kl_p99']:.4f} |",
+            "",
+        ]
     if "rag" in report["suites"] and "retrieval_recall" in report["suites"]["rag"]:
         lines.append(f"Retrieval (BM25 top-3) put the answer's sentence in the context for {report['suites']['rag']['retrieval_recall']:.0%} of rag prompts.")
     if report.get("normalizer_events") is not None:

@@ -4,7 +4,9 @@ Per prompt, the program decodes greedily with every decoder it has (autoregressi
 speculative when it has `spec_step`), side by side (edgespec.runtime.speed). The
 autoregressive answer is scored with the suite's metric; the speculative answers must be the
 same tokens (losslessness). The fp32 base model answers the same prompts (cached) for the
-accuracy gate. Returns the report as a dict; prints nothing.
+score-ratio gate, and on held-out text the program's next-token distributions are compared
+with the fp32 source model's (edgespec.harness.fidelity) for the fidelity gates. Returns the
+report as a dict; prints nothing.
 """
 
 from __future__ import annotations
@@ -108,6 +110,23 @@ def validate_bundle(bundle_dir: str | Path, cfg: ValidateConfig, *, source: str 
     if ref_scores is not None:
         overall["reference_score"] = round(statistics.fmean(s["reference_score"] for s in suites.values()), 4)
         overall["accuracy_drop"] = round(overall["reference_score"] - overall["score"], 4)
+        overall["score_ratio"] = round(overall["score"] / overall["reference_score"], 4) if overall["reference_score"] > 0 else None
+        overall["same_answers"] = f"{sum(r['prediction'] == r['reference_prediction'] for r in rows)}/{len(rows)}"  # paired: AR answer == fp32 answer
+
+    fidelity = None
+    if cfg.reference == "fp32" and cfg.fidelity_chunks:
+        from edgespec.harness.fidelity import CHUNK, measure_fidelity
+
+        ctx = min(CHUNK, runner.max_seq_len)  # a short-context program gets shorter chunks
+        total, done = cfg.fidelity_chunks * (ctx - ctx // 2 - 1), [0]
+
+        def token() -> None:
+            done[0] += 1
+            if done[0] % 64 == 0 or done[0] == total:
+                on_progress("fidelity", done[0], total)
+
+        src = source or manifest["recipe"]["model"]["source"]
+        fidelity = measure_fidelity(runner.forward, src, runner.max_seq_len, tokenizer, cfg.fidelity_chunks, ctx, on_token=token).as_dict()
 
     on_progress("memory", 0, len(decoders))
     few = ids[:2]
@@ -125,6 +144,7 @@ def validate_bundle(bundle_dir: str | Path, cfg: ValidateConfig, *, source: str 
         "program_bytes": runner.path.stat().st_size,
         "peak_rss_mb": memory,
         "normalizer_events": _normalizer_events(bundle_dir),
+        "fidelity": fidelity,
         "suites": suites,
         "overall": overall,
         "examples": rows,

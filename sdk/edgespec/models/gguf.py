@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 from edgespec.errors import EdgespecError
+from edgespec.models.blocks import BLOCK_FORMATS, BlockWeights, read_blocks
 from edgespec.models.llama import LlamaArgs
 from edgespec.models.source import ModelSource
 from edgespec.models.tokenizer import build_bpe_tokenizer_json
@@ -46,7 +47,9 @@ def _field(reader, key: str, default=None):
 
 
 def load_gguf(path: str | Path, max_seq_len: int) -> ModelSource:
-    """Read a GGUF file; quantized tensors are dequantized to fp32 by the `gguf` package.
+    """Read a GGUF file. Every weight is dequantized to fp32 (`state_dict`); Q4_0, Q4_1 and
+    Q8_0 matrices are also kept as the file's blocks (`blocks`, see `edgespec.models.blocks`),
+    so quantization can carry them over instead of rounding them a second time.
 
     GGUF stores q/k projections already in the interleaved RoPE layout our model uses.
     """
@@ -89,21 +92,28 @@ def load_gguf(path: str | Path, max_seq_len: int) -> ModelSource:
         raise EdgespecError(f"max_seq_len {max_seq_len} exceeds the model's context length {ctx}")
 
     state: dict[str, torch.Tensor] = {}
+    blocks: dict[str, BlockWeights] = {}
     for t in reader.tensors:
         name = _meta_name(t.name)
         if name is None:
             continue
-        w = np.array(gguf.quants.dequantize(t.data, t.tensor_type), dtype=np.float32)  # owned, writable copy
         shape = tuple(int(s) for s in reversed(t.shape))  # GGUF lists dims innermost-first
-        state[name] = torch.from_numpy(np.ascontiguousarray(w.reshape(shape)))
+        if t.tensor_type.name in BLOCK_FORMATS and len(shape) == 2:
+            blocks[name] = read_blocks(t.tensor_type.name, t.data, shape)
+            state[name] = blocks[name].dequantize()
+        else:
+            w = np.array(gguf.quants.dequantize(t.data, t.tensor_type), dtype=np.float32)  # owned, writable copy
+            state[name] = torch.from_numpy(np.ascontiguousarray(w.reshape(shape)))
     if args.tie_embeddings:
         state["output.weight"] = state["tok_embeddings.weight"]
+        if "tok_embeddings.weight" in blocks:
+            blocks["output.weight"] = blocks["tok_embeddings.weight"]
 
     if _field(reader, "tokenizer.ggml.model") != "gpt2":
         raise EdgespecError(f"'{p}': only byte-level BPE ('gpt2') tokenizers are supported, got '{_field(reader, 'tokenizer.ggml.model')}'")
     tokens = list(_field(reader, "tokenizer.ggml.tokens"))
     token_types = list(_field(reader, "tokenizer.ggml.token_type"))
-    merges = list(_field(reader, "tokenizer.ggml.merges"))
+    merges = list(_field(reader, "tokenizer.ggml.merges", []))  # a byte-level vocabulary may have none
     tok_json = build_bpe_tokenizer_json(tokens, merges, token_types, pre=str(_field(reader, "tokenizer.ggml.pre", "default")))
     eos = _field(reader, "tokenizer.ggml.eos_token_id")
     bos = _field(reader, "tokenizer.ggml.bos_token_id")
@@ -118,4 +128,5 @@ def load_gguf(path: str | Path, max_seq_len: int) -> ModelSource:
         bos_id=None if bos is None else int(bos),
         eos_ids=eos_ids,
         add_bos=bool(_field(reader, "tokenizer.ggml.add_bos_token", False)),
+        blocks=blocks,
     )

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
+from edgespec.models.blocks import BlockWeights
 from edgespec.models.llama import LlamaArgs
 
 
@@ -15,6 +16,8 @@ class ModelSource:
 
     state_dict uses Meta names (`layers.N.attention.wq.weight`) with q/k in the
     interleaved-pair RoPE layout. tokenizer_json is a complete `tokenizer.json` text.
+    blocks: the weights a block-quantized file stores, by the same names, as the file's own
+    codes and scales (empty for fp32/bf16 sources); `state_dict` holds them dequantized.
     """
 
     name: str
@@ -25,3 +28,4 @@ class ModelSource:
     bos_id: int | None
     eos_ids: tuple[int, ...]
     add_bos: bool = False
+    blocks: dict[str, BlockWeights] = field(default_factory=dict)

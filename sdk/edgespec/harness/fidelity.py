@@ -1,0 +1,124 @@
+"""Fidelity: how close a program's next-token distributions are to the source model's.
+
+Measured the way llama.cpp's `llama-perplexity --kl-divergence` does, on held-out text that no
+edgespec calibration, training or suite reads: Python's language reference as CPython ships
+it (`pydoc_data.topics`). The text is tokenized once (no BOS, no template) and cut into
+chunks of `ctx` tokens; each chunk's first half is context, and the prediction of every token
+of its second half is scored. The program is teacher-forced: the first half in one `forward` call, then one
+token per call (the decode path), its last-row logits kept. The reference is the source model
+in fp32, run eagerly over each whole chunk.
+
+Per scored token i, with p the reference's and q the program's softmax:
+  KL_i = sum_v p_v (log p_v - log q_v), top-1 agreement = [argmax q == argmax p],
+  perplexity = exp(mean_i -log q(target_i)); ratio = program / reference.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+
+import torch
+
+HELDOUT_SOURCE = "Python language reference (pydoc_data.topics, shipped with CPython)"
+CHUNK = 512  # tokens per chunk (llama-perplexity's default context): 256 scored each
+
+
+def heldout_text() -> str:
+    """The held-out text: every topic of CPython's `pydoc_data.topics`, in name order."""
+    from pydoc_data.topics import topics
+
+    return "\n\n".join(topics[k] for k in sorted(topics))
+
+
+def heldout_chunks(tokenizer, n_chunks: int, ctx: int) -> list[list[int]]:
+    """The first `n_chunks` chunks of `ctx` tokens of the held-out text."""
+    ids = tokenizer.encode(heldout_text())
+    if len(ids) < n_chunks * ctx:
+        raise ValueError(f"the held-out text has {len(ids)} tokens, fewer than {n_chunks} chunks of {ctx}")
+    return [ids[i * ctx : (i + 1) * ctx] for i in range(n_chunks)]
+
+
+@dataclass(frozen=True)
+class Fidelity:
+    """A program against its source model on `tokens` scored held-out tokens."""
+
+    tokens: int
+    perplexity: float
+    reference_perplexity: float
+    perplexity_ratio: float
+    kl_mean: float
+    kl_p99: float
+    top1_agreement: float
+    text: str = HELDOUT_SOURCE
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def compare(reference: torch.Tensor, logits: torch.Tensor, targets: torch.Tensor) -> Fidelity:
+    """Fidelity of logits [N, V] against reference logits [N, V]; targets [N] the next tokens."""
+    lp, lq = reference.double().log_softmax(-1), logits.double().log_softmax(-1)
+    kl = (lp.exp() * (lp - lq)).sum(-1)  # [N]
+    nll_q = -lq.gather(-1, targets[:, None]).squeeze(-1)
+    nll_p = -lp.gather(-1, targets[:, None]).squeeze(-1)
+    ppl, ref = float(nll_q.mean().exp()), float(nll_p.mean().exp())
+    return Fidelity(
+        tokens=int(targets.numel()),
+        perplexity=round(ppl, 4),
+        reference_perplexity=round(ref, 4),
+        perplexity_ratio=round(ppl / ref, 5),
+        kl_mean=round(float(kl.mean()), 6),
+        kl_p99=round(float(kl.float().quantile(0.99)), 6),
+        top1_agreement=round(float((lq.argmax(-1) == lp.argmax(-1)).double().mean()), 5),
+    )
+
+
+def scored_targets(chunks: Sequence[Sequence[int]]) -> torch.Tensor:
+    """The scored tokens: each chunk's second half, tokens ctx/2 .. ctx - 1."""
+    return torch.tensor([t for c in chunks for t in c[len(c) // 2 :]], dtype=torch.long)
+
+
+def reference_logits(model, chunks: Sequence[Sequence[int]]) -> torch.Tensor:
+    """Source-model logits [N, V] predicting the scored tokens (each chunk in one eager pass)."""
+    out = []
+    with torch.no_grad():
+        for c in chunks:
+            model.reset_cache()
+            h = model.hidden(torch.tensor([c]), torch.tensor([0]))  # [1, ctx, d]
+            out.append(model.output(h[0, len(c) // 2 - 1 : len(c) - 1]).float())
+    model.reset_cache()
+    return torch.cat(out)
+
+
+def program_logits(
+    forward: Callable[[torch.Tensor, int], torch.Tensor], chunks: Sequence[Sequence[int]], on_token: Callable[[], None] = lambda: None
+) -> torch.Tensor:
+    """A program's logits [N, V] predicting the scored tokens, teacher-forced: each chunk's
+    first half in one call, then one token per call (`forward(tokens [1, T], start_pos) -> [V]`)."""
+    out = []
+    for c in chunks:
+        half = len(c) // 2
+        out.append(forward(torch.tensor([c[:half]]), 0).float().clone())
+        for pos in range(half, len(c) - 1):
+            out.append(forward(torch.tensor([[c[pos]]]), pos).float().clone())
+            on_token()
+    return torch.stack(out)
+
+
+def measure_fidelity(
+    forward: Callable[[torch.Tensor, int], torch.Tensor],
+    source: str,
+    max_seq_len: int,
+    tokenizer,
+    n_chunks: int,
+    ctx: int = CHUNK,
+    on_token: Callable[[], None] = lambda: None,
+) -> Fidelity:
+    """A program (its `forward`) against the fp32 source model on `n_chunks` held-out chunks."""
+    from edgespec.models.load import build_model, read_source
+
+    chunks = heldout_chunks(tokenizer, n_chunks, ctx)
+    logits = program_logits(forward, chunks, on_token)
+    ref = reference_logits(build_model(read_source(source, max_seq_len)), chunks)
+    return compare(ref, logits, scored_targets(chunks))

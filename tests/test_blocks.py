@@ -1,0 +1,139 @@
+"""GGUF blocks carried into the model without a second rounding (edgespec.models.blocks, edgespec.quant).
+
+Tiny Llama GGUF files written with the `gguf` package, one block format per file: what the
+loader keeps equals what `gguf` dequantizes, and the quantized layers compute with exactly
+those weights (up to XNNPACK's bf16 block scales)."""
+
+import numpy as np
+import pytest
+import torch
+
+from edgespec.config import QuantConfig
+from edgespec.models.blocks import BLOCK_FORMATS
+from edgespec.models.gguf import load_gguf
+from edgespec.quant import BlockOffsetLinear, quantize_model_
+
+DIM, HIDDEN, HEADS, KV = 64, 96, 4, 2
+
+
+def write_tiny_gguf(path, fmt: str, seed: int = 0) -> dict[str, np.ndarray]:
+    """A 1-layer Llama GGUF whose matrices are stored as `fmt` (norms F32); returns the
+    weights `gguf` dequantizes, by GGUF name."""
+    import gguf
+    from tokenizers.pre_tokenizers import ByteLevel
+
+    tokens = ["<unk>", "<s>", "</s>", *sorted(ByteLevel.alphabet())]
+    vocab = len(tokens)
+    rng = np.random.default_rng(seed)
+    qtype = getattr(gguf.GGMLQuantizationType, fmt)
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_block_count(1)
+    w.add_embedding_length(DIM)
+    w.add_feed_forward_length(HIDDEN)
+    w.add_head_count(HEADS)
+    w.add_head_count_kv(KV)
+    w.add_context_length(256)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_tokenizer_model("gpt2")
+    w.add_token_list(tokens)
+    w.add_token_types([1] * vocab)
+    w.add_token_merges([])
+    w.add_eos_token_id(2)
+    kv_dim = KV * DIM // HEADS
+    shapes = {
+        "token_embd.weight": (vocab, DIM),
+        "blk.0.attn_q.weight": (DIM, DIM),
+        "blk.0.attn_k.weight": (kv_dim, DIM),
+        "blk.0.attn_v.weight": (kv_dim, DIM),
+        "blk.0.attn_output.weight": (DIM, DIM),
+        "blk.0.ffn_gate.weight": (HIDDEN, DIM),
+        "blk.0.ffn_up.weight": (HIDDEN, DIM),
+        "blk.0.ffn_down.weight": (DIM, HIDDEN),
+    }
+    deq = {}
+    for name, shape in shapes.items():
+        x = (0.1 * rng.standard_normal(shape) + 0.02).astype(np.float32)  # a mean: Q4_1's offsets matter
+        q = gguf.quants.quantize(x, qtype)
+        w.add_tensor(name, q, raw_shape=q.shape, raw_dtype=qtype)
+        deq[name] = gguf.quants.dequantize(q, qtype).reshape(shape)
+    for name in ("blk.0.attn_norm.weight", "blk.0.ffn_norm.weight", "output_norm.weight"):
+        w.add_tensor(name, np.ones(DIM, dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return deq
+
+
+@pytest.mark.parametrize("fmt", sorted(BLOCK_FORMATS))
+def test_loader_keeps_the_blocks_gguf_stores(tmp_path, fmt):
+    deq = write_tiny_gguf(tmp_path / "m.gguf", fmt)
+    src = load_gguf(tmp_path / "m.gguf", 64)
+    assert set(src.blocks) == {k for k in src.state_dict if k.endswith(".weight") and src.state_dict[k].dim() == 2}
+    b = src.blocks["layers.0.feed_forward.w2.weight"]
+    assert b.format == fmt and b.bits == BLOCK_FORMATS[fmt][0] and (b.offsets is not None) == (fmt == "Q4_1")
+    assert b.codes.abs().max() <= (127 if fmt == "Q8_0" else 8)
+    for gname, mname in (("blk.0.ffn_down.weight", "layers.0.feed_forward.w2.weight"), ("token_embd.weight", "tok_embeddings.weight")):
+        assert torch.equal(src.blocks[mname].dequantize(), torch.from_numpy(deq[gname]))  # bit for bit
+        assert torch.equal(src.state_dict[mname], torch.from_numpy(deq[gname]))
+    assert src.blocks["output.weight"] is src.blocks["tok_embeddings.weight"]  # tied head
+
+
+def _bf16_scales(b):
+    """The weight a carried layer computes with: the file's codes, scales rounded to bf16."""
+    w = b.codes.float().view(b.codes.shape[0], -1, 32) * b.scales.to(torch.bfloat16).float()[..., None]
+    return (w + (0 if b.offsets is None else b.offsets[..., None])).view(b.codes.shape)
+
+
+@pytest.mark.parametrize("fmt", ["Q4_0", "Q4_1"])
+def test_carried_linears_compute_with_the_files_weights(tmp_path, fmt):
+    from edgespec.models.load import build_model
+
+    write_tiny_gguf(tmp_path / "m.gguf", fmt)
+    src = load_gguf(tmp_path / "m.gguf", 64)
+    model = build_model(src)
+    summary = quantize_model_(model, QuantConfig(scheme="8da4w", head_bits=8), src.blocks)
+    assert len(summary.carried) == 7 and summary.rounded == ["output"]  # the head: int8 per channel
+    layer = model.layers[0].feed_forward.w2
+    assert isinstance(layer, BlockOffsetLinear) == (fmt == "Q4_1")
+    inner = layer.linear if fmt == "Q4_1" else layer
+    b = src.blocks["layers.0.feed_forward.w2.weight"]
+    assert torch.equal(inner.weight.qdata, b.codes)  # the file's codes, not a second rounding
+    w_sym = inner.weight.dequantize()
+    w = w_sym if fmt == "Q4_0" else w_sym + layer.offsets.repeat_interleave(32, 1)
+    assert torch.allclose(w, _bf16_scales(b), rtol=0, atol=1e-7)
+    rel = ((w - b.dequantize()).abs().max() / b.dequantize().abs().max()).item()
+    assert rel < 2**-8  # bf16 block scales: at most half a bf16 ulp of the scale per code step
+    # the layer's output equals x @ W^T with x rounded to int8 per token (dynamic activations)
+    x = torch.randn(3, HIDDEN)
+    ref = x @ _bf16_scales(b).T
+    assert torch.allclose(layer(x), ref, atol=0.05 * ref.abs().max().item())
+
+
+def test_other_formats_and_fp32_sources_are_rounded(tmp_path):
+    write_tiny_gguf(tmp_path / "m.gguf", "Q5_0")  # no symmetric 4-bit form: rounded again, and said so
+    src = load_gguf(tmp_path / "m.gguf", 64)
+    assert src.blocks == {}
+    from edgespec.models.load import build_model
+
+    summary = quantize_model_(build_model(src), QuantConfig(scheme="8da4w", head_bits=4), src.blocks)
+    assert summary.carried == [] and len(summary.rounded) == 8
+    # carry_blocks off: a Q4_1 file is rounded again like any fp32 weight (the old path)
+    write_tiny_gguf(tmp_path / "q.gguf", "Q4_1")
+    src = load_gguf(tmp_path / "q.gguf", 64)
+    summary = quantize_model_(build_model(src), QuantConfig(scheme="8da4w", carry_blocks=False), src.blocks)
+    assert summary.carried == [] and len(summary.rounded) == 8
+
+
+def test_mse_scales_never_lose_to_maxabs():
+    from edgespec.quant import mse_scales
+
+    w = torch.randn(16, 64) * torch.rand(16, 1)
+    for bits in (4, 8):
+        q, s = mse_scales(w, bits, 32)
+        err_mse = (q.float().view(16, 2, 32) * s[..., None] - w.view(16, 2, 32)).pow(2).sum(-1)
+        qmax = 2 ** (bits - 1) - 1
+        s0 = w.view(16, 2, 32).abs().amax(-1) / qmax
+        s0 = s0.to(torch.bfloat16).float() if bits == 4 else s0
+        q0 = (w.view(16, 2, 32) / s0[..., None]).round().clamp(-qmax - 1, qmax)
+        assert (err_mse <= (q0 * s0[..., None] - w.view(16, 2, 32)).pow(2).sum(-1) + 1e-9).all()

@@ -1,0 +1,58 @@
+"""Fidelity against the source model (edgespec.harness.fidelity) and the gates it feeds."""
+
+import math
+
+import pytest
+import torch
+
+from edgespec.config import GatesConfig, QuantConfig
+from edgespec.harness.fidelity import compare, heldout_chunks, program_logits, reference_logits, scored_targets
+from edgespec.harness.gates import check_gates
+
+
+def test_compare_on_known_distributions():
+    ref = torch.tensor([[2.0, 0.0, 0.0], [0.0, 3.0, 0.0]])
+    same = compare(ref, ref.clone(), torch.tensor([0, 1]))
+    assert same.kl_mean == 0 and same.top1_agreement == 1 and same.perplexity_ratio == 1
+    flipped = compare(ref, torch.tensor([[0.0, 2.0, 0.0], [0.0, 3.0, 0.0]]), torch.tensor([0, 1]))
+    assert flipped.top1_agreement == 0.5 and flipped.perplexity_ratio > 1 and flipped.kl_mean > 0
+    p = ref[0].log_softmax(-1)
+    q = torch.tensor([0.0, 2.0, 0.0]).log_softmax(-1)
+    assert flipped.kl_mean == pytest.approx(float((p.exp() * (p - q)).sum()) / 2, rel=1e-5)
+    assert flipped.perplexity == pytest.approx(math.exp((-q[0] - ref[1].log_softmax(-1)[1]).item() / 2), rel=1e-4)
+
+
+def test_teacher_forcing_scores_each_chunks_second_half(tiny_model):
+    """The program path (prefill half, then one token per call) predicts the same tokens as
+    one eager pass over the chunk: same logits, agreement 1."""
+    from edgespec.runtime.generate import eager_step
+
+    chunks = [list(range(5, 21)), list(range(30, 46))]
+    ref = reference_logits(tiny_model, chunks)
+    got = program_logits(eager_step(tiny_model), chunks)
+    targets = scored_targets(chunks)
+    assert ref.shape == got.shape == (16, tiny_model.args.vocab_size) and targets.tolist() == list(range(13, 21)) + list(range(38, 46))
+    assert torch.allclose(ref, got, atol=1e-4)
+    assert compare(ref, got, targets).top1_agreement == 1.0
+
+
+@pytest.mark.slow
+def test_default_gates_fail_a_re_rounded_8da4w_and_pass_the_carried_blocks():
+    """The real model, eager (the program's numerics: torchao's dynamic int8 activations and
+    the same weights). Re-rounding the Q4_1 file onto torchao's int4 grid fails both fidelity
+    gates; carrying the file's blocks (int8 lm head) passes them."""
+    from edgespec.models.load import build_model, read_source, tokenizer_of
+    from edgespec.quant import quantize_model_
+
+    src = read_source("smollm2-135m-instruct", 1024)
+    chunks = heldout_chunks(tokenizer_of(src), 2, 512)
+    targets = scored_targets(chunks)
+    ref = reference_logits(build_model(src), chunks)
+    results = {}
+    for name, cfg in {"re-rounded": QuantConfig(carry_blocks=False, head_bits=4), "carried": QuantConfig()}.items():
+        model = build_model(src)
+        quantize_model_(model, cfg, src.blocks)
+        fid = compare(ref, reference_logits(model, chunks), targets).as_dict()
+        results[name] = {g.name: g.passed for g in check_gates({"overall": {}, "fidelity": fid}, GatesConfig())}, fid
+    assert results["re-rounded"][0] == {"min_top1_agreement": False, "max_perplexity_ratio": False}, results["re-rounded"][1]
+    assert results["carried"][0] == {"min_top1_agreement": True, "max_perplexity_ratio": True}, results["carried"][1]
