@@ -97,7 +97,9 @@ def test_8da4w_program_matches_eager_quantized_model_and_stock_runner(q_bundle):
     from edgespec.quant import quantize_model_
     from edgespec.runtime.generate import eager_step
 
-    model = quantize_model_(build_model(read_source("smollm2-135m-instruct", 256)), QuantConfig(scheme="8da4w", group_size=32))
+    src = read_source("smollm2-135m-instruct", 256)
+    model = build_model(src)
+    quantize_model_(model, QuantConfig(scheme="8da4w", group_size=32), src.blocks)  # as the export does: the GGUF's blocks carried
     r, tok = _runner(q_bundle), _tokenizer(q_bundle)
     agree = total = 0
     for case in GOLDEN["cases"]:
@@ -163,8 +165,12 @@ def test_8da4w_export_validated_the_program(q_bundle):
     m = json.loads((q_bundle / "manifest.json").read_text())
     v = m["validation"]
     assert v["passed"] and v["prompts"] == 4 and [g["name"] for g in v["gates"]] == ["min_score_ratio", "min_top1_agreement", "max_perplexity_ratio"]
+    # the GGUF's 210 Q4_1 linears carried over, the Q8_0 lm head rounded to int8 per channel
+    assert m["quantization"]["carried"] == 210 and m["quantization"]["rounded"] == 1
     report = json.loads((q_bundle / "report.json").read_text())
     assert report["precision"] == "8da4w" and set(report["suites"]) == {"rag", "qa"}
+    f = report["fidelity"]  # 4 chunks of 256 (the program's context is 256): 512 scored tokens
+    assert f["tokens"] == 512 and f["top1_agreement"] >= 0.9 and f["perplexity_ratio"] <= 1.05
     assert 0.0 <= report["overall"]["score"] <= 1.0 and 0.0 <= report["overall"]["reference_score"] <= 1.0
     assert "report.md" in m["files"] and "accuracy_vs_precision.png" in m["files"]
 

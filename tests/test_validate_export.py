@@ -141,7 +141,8 @@ def test_every_quantization_scheme_lowers_and_runs(tiny_hf_dir, tmp_path, scheme
     assert res.exit_code == 0, res.output
     tokens = torch.tensor([[5, 17, 42, 7]])
     got = ProgramRunner(tmp_path / "b" / "model.pte").forward(tokens, 0)
-    eager = quantize_model_(build_model(read_source(str(tiny_hf_dir), 64)), QuantConfig(scheme=scheme))
+    eager = build_model(read_source(str(tiny_hf_dir), 64))
+    quantize_model_(eager, QuantConfig(scheme=scheme))
     with torch.no_grad():
         ref = eager(tokens, torch.tensor([0]))[0].float()  # last position [V]
     assert torch.isfinite(got).all()
