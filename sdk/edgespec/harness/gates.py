@@ -91,36 +91,37 @@ def _score_ratio(report: dict, g: GatesConfig) -> GateResult | None:
     )
 
 
-def _top1(report: dict, g: GatesConfig) -> GateResult | None:
-    f = report.get("fidelity")
-    if g.min_top1_agreement <= 0 or f is None:
-        return None
-    ok = f["top1_agreement"] >= g.min_top1_agreement
-    return GateResult(
-        "min_top1_agreement",
-        ok,
-        f["top1_agreement"],
-        g.min_top1_agreement,
-        f"next-token argmax equal to the fp32 source model's on {f['top1_agreement']:.1%} of {f['tokens']} held-out tokens "
-        + (">=" if ok else "<")
-        + f" {g.min_top1_agreement:.0%}",
-    )
+# fidelity bars: gate name (a GatesConfig field) -> (fidelity key, True if a minimum, the
+# measurement in words, the threshold in words)
+_FIDELITY = {
+    "min_top1_agreement": (
+        "top1_agreement",
+        True,
+        lambda f: f"next-token argmax equal to the fp32 source model's on {f['top1_agreement']:.1%} of {f['tokens']} held-out tokens",
+        lambda t: f"{t:.0%}",
+    ),
+    "max_perplexity_ratio": (
+        "perplexity_ratio",
+        False,
+        lambda f: f"held-out perplexity {f['perplexity']:.3f} vs fp32 source {f['reference_perplexity']:.3f}: {f['perplexity_ratio']:.4f}x",
+        lambda t: f"{t}x",
+    ),
+}
 
 
-def _perplexity(report: dict, g: GatesConfig) -> GateResult | None:
-    f = report.get("fidelity")
-    if g.max_perplexity_ratio <= 0 or f is None:
-        return None
-    ok = f["perplexity_ratio"] <= g.max_perplexity_ratio
-    return GateResult(
-        "max_perplexity_ratio",
-        ok,
-        f["perplexity_ratio"],
-        g.max_perplexity_ratio,
-        f"held-out perplexity {f['perplexity']:.3f} vs fp32 source {f['reference_perplexity']:.3f}: {f['perplexity_ratio']:.4f}x "
-        + ("<=" if ok else ">")
-        + f" {g.max_perplexity_ratio}x",
-    )
+def _fidelity_gate(name: str):
+    """The gate on one fidelity number of the report (edgespec.harness.fidelity); 0 = off."""
+    key, at_least, measured, bar = _FIDELITY[name]
+
+    def gate(report: dict, g: GatesConfig) -> GateResult | None:
+        f, threshold = report.get("fidelity"), getattr(g, name)
+        if threshold <= 0 or f is None:
+            return None
+        ok = f[key] >= threshold if at_least else f[key] <= threshold
+        op = (">=" if ok else "<") if at_least else ("<=" if ok else ">")
+        return GateResult(name, ok, f[key], threshold, f"{measured(f)} {op} {bar(threshold)}")
+
+    return gate
 
 
 def _overflow(report: dict, g: GatesConfig) -> GateResult | None:
@@ -131,7 +132,7 @@ def _overflow(report: dict, g: GatesConfig) -> GateResult | None:
     return GateResult("no_overflow", ok, events, 0, f"chosen pre-normalizers: {events} overflow/underflow events on the search rows")
 
 
-GATES = (_speedup, _lossless, _score_ratio, _top1, _perplexity, _overflow)
+GATES = (_speedup, _lossless, _score_ratio, _fidelity_gate("min_top1_agreement"), _fidelity_gate("max_perplexity_ratio"), _overflow)
 
 
 def check_gates(report: dict, gates: GatesConfig) -> list[GateResult]:
