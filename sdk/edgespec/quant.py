@@ -2,15 +2,15 @@
 
 `quantize_model_(model, cfg, blocks)` is the one entry point. For the weight-quantized schemes
 (8da4w, 8da8w) every linear gets torchao's `IntxUnpackedToInt8Tensor` with dynamic int8
-activations per token, the form XNNPACK lowers to its qd8 GEMMs. Where does that tensor's
-codes and scales come from:
+activations per token, the form XNNPACK lowers to its qd8 GEMMs. Where that tensor's codes
+and scales come from:
 
 - carried over (``quant.carry_blocks``, on by default): a linear whose source weight is a
   GGUF Q4_0/Q4_1 matrix (`edgespec.models.blocks`) keeps the file's own 4-bit codes and block
   scales, so the program computes with the model's weights, not a second rounding of them.
   Q4_1's asymmetric part becomes `BlockOffsetLinear`: y = W_sym x + C S(x), S(x) the sums of
-  x over each block of 32, C = m + 8d [out, in/32] (two small fp32 linears, ~3% of the
-  layer's multiply-adds). XNNPACK stores block scales as bf16: the scales are rounded to
+  x over each block of 32, C = m + 8d [out, in/32] (two small fp32 linears: ~3% of the
+  layer's multiply-adds, but three more XNNPACK ops per linear, ~15-20% of a token's time). XNNPACK stores block scales as bf16: the scales are rounded to
   bf16 here already, so eager code computes what the program does.
 - rounded (everything else: fp32 sources, other GGUF types, `carry_blocks: false`): codes and
   scales chosen from the dequantized weights, max-abs per block (torchao's default) or the
