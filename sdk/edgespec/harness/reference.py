@@ -20,7 +20,7 @@ def cache_dir() -> Path:
     return Path(os.environ.get("EDGESPEC_CACHE", Path.home() / ".cache" / "edgespec")) / "reference"
 
 
-def source_identity(source: str) -> list:
+def _source_identity(source: str) -> list:
     from edgespec.models.load import EMBEDDED, embedded_path
 
     p = embedded_path(source) if source in EMBEDDED else Path(source)
@@ -32,7 +32,7 @@ def reference_completions(
     source: str, max_seq_len: int, prompts: list[list[int]], budgets: list[int], eos_ids: tuple[int, ...], on_done: Callable[[], None] = lambda: None
 ) -> list[list[int]]:
     """Greedy completion ids of the fp32 base model for each prompt (budget = max new tokens)."""
-    key = hashlib.sha256(json.dumps([__version__, source_identity(source), max_seq_len, prompts, budgets, list(eos_ids)]).encode()).hexdigest()[:24]
+    key = hashlib.sha256(json.dumps([__version__, _source_identity(source), max_seq_len, prompts, budgets, list(eos_ids)]).encode()).hexdigest()[:24]
     path = cache_dir() / f"{key}.json"
     if path.is_file():
         try:

@@ -44,11 +44,6 @@ class BlockWeights:
             w = w + self.offsets[..., None]
         return w.view(out, n)
 
-    def rows(self, ids: torch.Tensor) -> BlockWeights:
-        """The blocks of the rows `ids` (e.g. the draft vocabulary's slice of an lm head)."""
-        off = None if self.offsets is None else self.offsets.index_select(0, ids)
-        return BlockWeights(self.format, self.bits, self.codes.index_select(0, ids), self.scales.index_select(0, ids), off)
-
 
 def _nibbles(qs: np.ndarray) -> np.ndarray:
     """[n, 16] packed bytes -> [n, 32] values 0..15: low nibbles are elements 0..15, high 16..31."""
