@@ -40,7 +40,7 @@ def _peak_rss_mb() -> float:
 def worker_edgespec(pte: str, tokenizer: str, warmup: int) -> dict:
     from edgespec.models.tokenizer import Tokenizer
     from edgespec.runtime.generate import generate
-    from edgespec.runtime.program import ProgramRunner
+    from edgespec.runtime.runner import ProgramRunner
 
     runner = ProgramRunner(pte)
     tok = Tokenizer.from_file(tokenizer)
@@ -87,11 +87,11 @@ def _chat(text: str) -> str:
 def build_ours(workdir: Path, scheme: str) -> Path:
     bundle = workdir / f"edgespec-{scheme}"
     if not (bundle / "model.pte").is_file():
+        from edgespec import tasks
         from edgespec.config import Recipe
-        from edgespec.pipeline import export_bundle
 
         recipe = Recipe().replace(quant={"scheme": scheme}, model={"max_seq_len": MAX_SEQ_LEN})
-        export_bundle(recipe, bundle, on_stage=lambda s: print(f"[edgespec export] {s}", file=sys.stderr))
+        tasks.export_recipe(recipe, bundle, on_stage=lambda s: print(f"[edgespec export] {s}", file=sys.stderr))
     return bundle
 
 

@@ -21,10 +21,10 @@ import torch  # noqa: E402
 
 from edgespec.harness.metrics import error_rate  # noqa: E402
 from edgespec.speech import librivox as L  # noqa: E402
+from edgespec.speech.asr_suite import _agreement  # noqa: E402
 from edgespec.speech.audio import read_wav  # noqa: E402
 from edgespec.speech.ctc import decode  # noqa: E402
-from edgespec.speech.numerics import stress_variants  # noqa: E402
-from edgespec.speech.validate import _agreement  # noqa: E402
+from edgespec.speech.norm_calibration import stress_variants  # noqa: E402
 
 
 def emulated_events(frontend, encoder, waves, choices) -> dict:
@@ -55,7 +55,7 @@ def main() -> None:
     from edgespec.models.conformer import load_hama_conformer
     from edgespec.models.hama import phoneme_tokens
     from edgespec.numerics.search import choices_of
-    from edgespec.runtime.program import set_threads
+    from edgespec.runtime.runner import set_threads
     from edgespec.speech.recognize import Recognizer
 
     set_threads(args.threads)

@@ -19,8 +19,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sdk"))
 
 from edgespec.harness.metrics import error_rate  # noqa: E402
 from edgespec.speech import librivox as L  # noqa: E402
+from edgespec.speech.asr_suite import _agreement, _engine_log_probs  # noqa: E402
 from edgespec.speech.audio import read_wav  # noqa: E402
-from edgespec.speech.validate import _agreement, _engine_log_probs  # noqa: E402
 
 
 def main() -> None:
@@ -30,7 +30,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5)
     args = ap.parse_args()
 
-    from edgespec.runtime.program import set_threads
+    from edgespec.runtime.runner import set_threads
     from edgespec.speech.recognize import Recognizer
 
     set_threads(args.threads)
@@ -66,9 +66,9 @@ def main() -> None:
         out["bundles"].append(
             {
                 "bundle": b,
-                "precision": rec.manifest["precision"],
-                "frontend": rec.manifest["recipe"]["model"]["frontend"],
-                "bytes": rec.manifest["files"]["model.pte"]["bytes"],
+                "precision": rec.manifest.precision,
+                "frontend": rec.manifest.recipe.model.frontend,
+                "bytes": rec.manifest.file_bytes("model.pte"),
                 "rtf": sum(t for t, _ in rows) / audio,
                 "per": error_rate([r.transcript.phonemes for _, r in rows], refs),
                 "agree_engine": sum(_agreement(r.log_probs, elp) * len(r.log_probs) for (_, r), (_, elp) in zip(rows, engine, strict=True)) / frames,

@@ -63,7 +63,7 @@ def main() -> None:
         print(json.dumps(rows[-1]), file=sys.stderr)
     out = {
         "bundle": args.bundle,
-        "precision": rec.manifest["precision"],
+        "precision": rec.manifest.precision,
         "threads": args.threads,
         "utterances": len(utts),
         "audio_seconds": audio,

@@ -23,9 +23,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sdk"))
 
+from edgespec.models.tokenizer import encode_prompt
 from edgespec.runtime.batch import run_batch  # noqa: E402
 from edgespec.runtime.generate import CacheState, generate  # noqa: E402
-from edgespec.runtime.session import open_bundle, prompt_ids  # noqa: E402
+from edgespec.runtime.session import open_bundle  # noqa: E402
 
 
 def throughput(bundle: str, n: int, max_new_tokens: int, rounds: int) -> dict:
@@ -43,7 +44,7 @@ def throughput(bundle: str, n: int, max_new_tokens: int, rounds: int) -> dict:
         model_s[0] += res.prefill_s + res.decode_s
         return res
 
-    encode = lambda t: prompt_ids(tk, t)  # noqa: E731
+    encode = lambda t: encode_prompt(tk, t, True)  # noqa: E731
     host_fraction = []
     rates: dict[str, list[float]] = {"pipelined": [], "sequential": []}
     outputs = {}
@@ -78,7 +79,7 @@ def shared_prefix(bundle: str, questions: int, rounds: int, max_new_tokens: int)
     sentences = [s.strip() for s in haystack.split(". ") if s.strip()]
     context = ". ".join(sentences[:40]) + "."
     subjects = [s.split(" ", 1)[1] for s in sentences[:40]][:questions]
-    prompts = [prompt_ids(tk, f"Context:\n{context}\n\nWho {subj.rstrip('.')}? Reply only with a name.") for subj in subjects]
+    prompts = [encode_prompt(tk, f"Context:\n{context}\n\nWho {subj.rstrip('.')}? Reply only with a name.", True) for subj in subjects]
     kw = dict(max_new_tokens=max_new_tokens, max_seq_len=runner.max_seq_len, eos_ids=runner.eos_ids)
     prefill = {"reuse": [], "full": []}
     total = {"reuse": [], "full": []}

@@ -32,7 +32,7 @@ def main() -> None:
     from edgespec.corpus.prompts import mixed_prompts
     from edgespec.models.load import build_model, read_source, tokenizer_of
     from edgespec.runtime.generate import eager_step, generate
-    from edgespec.runtime.program import ProgramRunner
+    from edgespec.runtime.runner import ProgramRunner
 
     torch.set_grad_enabled(False)
     src = read_source("smollm2-135m-instruct", 1024)

@@ -77,13 +77,14 @@ def main() -> None:
     ap.add_argument("--depth", type=int, default=3)
     args = ap.parse_args()
     from edgespec.corpus.prompts import mixed_prompts
+    from edgespec.models.tokenizer import encode_prompt
     from edgespec.runtime.generate import generate
-    from edgespec.runtime.session import open_bundle, prompt_ids
+    from edgespec.runtime.session import open_bundle
 
     _, tokenizer, runner = open_bundle(args.bundle)
     data = []
     for p in mixed_prompts("heldout", args.prompts, ("math", "reasoning", "code")):
-        ids = prompt_ids(tokenizer, p.text)
+        ids = encode_prompt(tokenizer, p.text, True)
         res = generate(runner.forward, ids, max_new_tokens=args.max_new_tokens, max_seq_len=runner.max_seq_len, eos_ids=runner.eos_ids)
         data.append((p.task, ids, res.completion_ids))
         print(f"[{len(data)}/{args.prompts}] {p.task}: {len(res.completion_ids)} tokens", file=sys.stderr)

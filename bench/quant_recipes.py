@@ -35,15 +35,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sdk"))
 def speed_worker(bundles: list[str], threads: int, prompts: int, max_new_tokens: int, runs: int) -> dict:
     """AR decode tokens/s of every bundle, side by side in this process at `threads`."""
     from edgespec.corpus.prompts import mixed_prompts
+    from edgespec.models.tokenizer import encode_prompt
     from edgespec.runtime.generate import generate
-    from edgespec.runtime.program import set_threads
-    from edgespec.runtime.session import open_bundle, prompt_ids
+    from edgespec.runtime.runner import set_threads
+    from edgespec.runtime.session import open_bundle
     from edgespec.runtime.speed import measure, row_stats, summarize
 
     set_threads(threads)
     opened = [open_bundle(b) for b in bundles]
     tok = opened[0][1]
-    ids = [prompt_ids(tok, p.text) for p in mixed_prompts("heldout", prompts, ("reasoning", "code", "math"))]
+    ids = [encode_prompt(tok, p.text, True) for p in mixed_prompts("heldout", prompts, ("reasoning", "code", "math"))]
     names = ["ar", *[f"b{i}" for i in range(1, len(bundles))]]  # "ar": the first bundle, the one the others are compared with
     decoders = {n: functools.partial(generate, r.forward) for n, (_, _, r) in zip(names, opened)}
     measured = measure(decoders, ids, max_new_tokens=max_new_tokens, max_seq_len=opened[0][2].max_seq_len, eos_ids=(), warmup=1, runs=runs)
@@ -143,27 +144,28 @@ def main() -> None:
     args = ap.parse_args()
 
     from edgespec.harness.fidelity import CHUNK, heldout_chunks, heldout_text, measure_fidelity
-    from edgespec.harness.speed import peak_rss_fresh
-    from edgespec.runtime.session import open_bundle, prompt_ids
+    from edgespec.harness.process_measure import peak_rss_fresh
+    from edgespec.models.tokenizer import encode_prompt
+    from edgespec.runtime.session import open_bundle
 
     speeds = {t: speed(args.bundles, t, args.prompts, args.max_new_tokens, args.runs) for t in (1, 2)}
     rows = []
     for b in args.bundles:
         manifest, tokenizer, runner = open_bundle(b)
-        fid = measure_fidelity(runner.forward, manifest["recipe"]["model"]["source"], runner.max_seq_len, tokenizer, args.chunks)
-        v = manifest.get("validation") or {}
+        fid = measure_fidelity(runner.forward, manifest.recipe.model.source, runner.max_seq_len, tokenizer, args.chunks)
+        v = manifest.validation
         row = {
             "bundle": b,
-            "precision": manifest["precision"],
-            "quant": manifest["recipe"]["quant"],
-            "quantization": manifest.get("quantization"),
+            "precision": manifest.precision,
+            "quant": manifest.recipe.quant.to_dict(),
+            "quantization": manifest.quantization and manifest.quantization.to_dict(),
             "pte_mb": round(runner.path.stat().st_size / 1e6, 2),
-            "peak_rss_mb": peak_rss_fresh(b, "ar", [prompt_ids(tokenizer, "Name three colours.")], 32),
+            "peak_rss_mb": peak_rss_fresh(b, "ar", [encode_prompt(tokenizer, "Name three colours.", True)], 32),
             **{f"decode_tokens_per_s_{t}t": speeds[t][b]["decode_tokens_per_s"] for t in (1, 2)},
             **{f"speed_ratio_to_first_{t}t": speeds[t][b]["ratio_to_first"] for t in (1, 2)},
             "fidelity": fid.as_dict(),
-            "suites_score": v.get("score"),
-            "suites_reference_score": v.get("reference_score"),
+            "suites_score": v and v.score,
+            "suites_reference_score": v and v.reference_score,
         }
         print(json.dumps(row), file=sys.stderr)
         rows.append(row)

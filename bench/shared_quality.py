@@ -53,8 +53,8 @@ def main() -> None:
     from edgespec.harness.metrics import score
     from edgespec.harness.suites import load_suite
     from edgespec.models.load import build_model, read_source, tokenizer_of
+    from edgespec.models.tokenizer import encode_prompt
     from edgespec.runtime.generate import eager_step, generate
-    from edgespec.runtime.session import prompt_ids
     from edgespec.speculative.drafters import load_drafter
     from edgespec.speculative.step import EagerSpecMethods, SpecProgram
     from edgespec.speculative.tree import Tree
@@ -65,7 +65,7 @@ def main() -> None:
     tok = tokenizer_of(src)
     pairs = [(p.text, p.reference) for p in mixed_prompts("heldout", args.texts) if p.reference]
     examples = [ex for name in SUITE_NAMES for ex in load_suite(name, args.per_suite)]
-    ids = [prompt_ids(tok, ex.prompt) for ex in examples]
+    ids = [encode_prompt(tok, ex.prompt, True) for ex in examples]
     kw = dict(max_seq_len=args.max_seq_len, eos_ids=src.eos_ids)
 
     def quality(logits_of, step) -> tuple[dict, list[list[int]]]:
@@ -102,7 +102,7 @@ def main() -> None:
             same += res.completion_ids == ar
         per_suite = {k: round(statistics.fmean(v), 3) for k, v in calls.items()}
         row |= {
-            "drafter": cfg.drafter,
+            "drafter": cfg.kind,
             "mode": cfg.mode,
             "tokens_per_call": round(statistics.fmean(c for v in calls.values() for c in v), 3),
             "tokens_per_call_per_suite": per_suite,

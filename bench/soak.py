@@ -21,8 +21,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sdk"))
 
 from edgespec.corpus.prompts import mixed_prompts  # noqa: E402
-from edgespec.runtime.program import load_runtime_kernels  # noqa: E402
-from edgespec.runtime.session import decoder, open_bundle, prompt_ids  # noqa: E402
+from edgespec.models.tokenizer import encode_prompt
+from edgespec.runtime.runner import load_runtime_kernels  # noqa: E402
+from edgespec.runtime.session import decoder, open_bundle  # noqa: E402
 
 
 def rss_mb() -> float:
@@ -56,7 +57,7 @@ def main() -> None:
     _unsafe_reset_threadpool(args.threads)
     manifest, tokenizer, runner = open_bundle(args.bundle)
     mode, decode = decoder(runner, args.mode, args.lookup)
-    prompts = [prompt_ids(tokenizer, p.text) for p in mixed_prompts("heldout", args.prompts)]
+    prompts = [encode_prompt(tokenizer, p.text, True) for p in mixed_prompts("heldout", args.prompts)]
     prompts = [p for p in prompts if len(p) + args.max_new_tokens < runner.max_seq_len]
     samples = [{"generations": 0, "rss_mb": round(rss_mb(), 1), "open_fds": open_fds(), "seconds": 0.0}]
     t0 = time.perf_counter()
@@ -71,7 +72,7 @@ def main() -> None:
     last = samples[-1]
     out = {
         "bundle": str(args.bundle),
-        "precision": manifest.get("precision"),
+        "precision": manifest.precision,
         "mode": mode,
         "lookup": args.lookup,
         "generations": args.generations,

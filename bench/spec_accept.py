@@ -36,7 +36,7 @@ def main() -> None:
     ap.add_argument("--check-lossless", action="store_true")
     args = ap.parse_args()
 
-    from edgespec.corpus.prompts import SUITES
+    from edgespec.corpus.prompts import PROMPT_SOURCES
     from edgespec.models.load import build_model, read_source, tokenizer_of
     from edgespec.runtime.generate import eager_step, generate
     from edgespec.speculative.drafters import load_drafter
@@ -52,14 +52,14 @@ def main() -> None:
     contenders = {}  # name -> (spec methods, lookup)
     for w in args.weights:
         drafter = load_drafter(w, base)
-        name = f"{drafter.cfg.drafter}:{Path(w).stem}"
+        name = f"{drafter.cfg.kind}:{Path(w).stem}"
         contenders[name] = (EagerSpecMethods(SpecProgram(drafter, tree).eval()), 0)
         if args.lookup:
             contenders[name + "+lookup"] = (contenders[name][0], args.lookup)
     if args.lookup:
         contenders["lookup"] = (EagerSpecMethods(SpecProgram(SpecModel(base, None), Tree((1,) * len(tree.branching)))), args.lookup)
 
-    prompts = [p for s in args.suites.split(",") for p in SUITES[s]("heldout", args.per_task)]
+    prompts = [p for s in args.suites.split(",") for p in PROMPT_SOURCES[s]("heldout", args.per_task)]
     per_task: dict[str, dict[str, list[int]]] = {name: defaultdict(list) for name in contenders}
     lossless = {name: [0, 0] for name in contenders}
     t0 = time.time()

@@ -28,15 +28,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sdk"))
 
-from edgespec.harness import speed  # noqa: E402
-from edgespec.runtime.session import decoder, open_bundle, prompt_ids  # noqa: E402
+from edgespec.harness import process_measure  # noqa: E402
+from edgespec.models.tokenizer import encode_prompt
+from edgespec.runtime.session import decoder, open_bundle  # noqa: E402
 from edgespec.runtime.speed import measure, row_stats, summarize  # noqa: E402
 
 
 def _prompts(n: int, tokenizer) -> list[tuple[str, str, list[int]]]:
     from edgespec.corpus.prompts import mixed_prompts
 
-    return [(p.task, p.text, prompt_ids(tokenizer, p.text)) for p in mixed_prompts("heldout", n, ("math", "reasoning", "code"))]
+    return [(p.task, p.text, encode_prompt(tokenizer, p.text, True)) for p in mixed_prompts("heldout", n, ("math", "reasoning", "code"))]
 
 
 def _margin(runner, ids: list[int]) -> float:
@@ -104,7 +105,7 @@ def _stock_worker(pte: str, tokenizer_json: str, texts: list[str], max_new_token
         [
             sys.executable,
             "-c",
-            "import json,sys; from edgespec.harness.speed import stock_decode; a=json.load(sys.stdin); print(json.dumps(stock_decode(**a)))",
+            "import json,sys; from edgespec.harness.process_measure import stock_decode; a=json.load(sys.stdin); print(json.dumps(stock_decode(**a)))",
         ],
         input=json.dumps({"pte": pte, "tokenizer_json": tokenizer_json, "texts": texts, "max_new_tokens": max_new_tokens}),
         capture_output=True,
@@ -126,7 +127,7 @@ def main() -> None:
     ap.add_argument("--ar-bundle", help="an autoregressive-only bundle of the same model, for the memory/size ratio")
     ap.add_argument("--threads", type=int, default=0, help="ExecuTorch threadpool size (0 = its default, one per core)")
     args = ap.parse_args()
-    from edgespec.runtime.program import set_threads
+    from edgespec.runtime.runner import set_threads
 
     set_threads(args.threads)  # before any program is loaded
 
@@ -156,8 +157,8 @@ def main() -> None:
         report["spec_over_stock"] = round(ours / theirs, 3) if ours and theirs else None
     if args.ar_bundle:
         ids = [p for _, _, p in prepared][:10]
-        ar = speed.peak_rss_fresh(args.ar_bundle, "ar", ids, args.max_new_tokens)
-        sp = speed.peak_rss_fresh(args.bundle, "spec", ids, args.max_new_tokens)
+        ar = process_measure.peak_rss_fresh(args.ar_bundle, "ar", ids, args.max_new_tokens)
+        sp = process_measure.peak_rss_fresh(args.bundle, "spec", ids, args.max_new_tokens)
         ar_bytes = (Path(args.ar_bundle) / "model.pte").stat().st_size
         report["memory"] = {
             "ar_peak_rss_mb": ar,

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-from edgespec.runtime.program import ProgramRunner, load_runtime_kernels
+from edgespec.runtime.runner import ProgramRunner, load_runtime_kernels
 from edgespec.speculative.tree import placeholder_draft
 
 

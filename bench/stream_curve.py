@@ -1,17 +1,17 @@
 """Drafter quality versus training budget: tokens per call on held-out prompts as training sees
 more self-distilled response tokens.
 
-One training run (`train_streams`, the recipe's settings, `--steps` steps) on `--data`; at
+One training run (`train_drafter`, the recipe's settings, `--steps` steps) on `--data`; at
 geometrically spaced steps the drafter is evaluated by exact greedy replay (the decode loop
-call for call, `edgespec.speculative.tune.replay`) over the teacher's greedy continuations of
+call for call, `edgespec.speculative.tree_tuning.replay`) over the teacher's greedy continuations of
 held-out prompts (`--heldout`, shards from `edgespec distill --source ... --split heldout`):
 mean tokens per call of a chain of gamma (and of the recipe's tree), overall and per task,
-against response tokens seen. `--override streams.drafter=medusa` trains Medusa-1 heads on the same data and
+against response tokens seen. `--override drafter.kind=medusa` trains Medusa-1 heads on the same data and
 features instead (equal budget). Prints JSON; `--plot` draws the curve(s) of one or more
 JSON files written before.
 
     python bench/stream_curve.py --data /work/distill-v1/shards --heldout /work/distill-v1/heldout \\
-        --steps 2000 --override streams.drafter=streams > docs/results/stream_curve_streams.json
+        --steps 2000 --override drafter.kind=streams > docs/results/stream_curve_streams.json
     python bench/stream_curve.py --plot docs/stream_curve.png docs/results/stream_curve_*.json
 """
 
@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sdk"))
 
 
 def evaluate(model, seqs: list[tuple[str, int, list[int]]], feats: list[torch.Tensor], gamma: int, vocab, trees: list[tuple[int, ...]]) -> dict:
-    from edgespec.speculative.tune import future_ranks, replay
+    from edgespec.speculative.tree_tuning import future_ranks, replay
 
     was = model.training
     model.eval()
@@ -60,7 +60,7 @@ def plot(path: str, files: list[str]) -> None:
     for run in runs:
         tree = "x".join(["1"] * run["gamma"])
         pts = [(p["response_tokens_seen"], p["tokens_per_call"][tree]["all"]) for p in run["points"] if p["response_tokens_seen"]]  # log axis
-        own = ", ".join(o for o in run.get("overrides", []) if o not in shared and not o.startswith("streams.drafter="))  # named already
+        own = ", ".join(o for o in run.get("overrides", []) if o not in shared and not o.startswith("drafter.kind="))  # named already
         ax.plot(*zip(*pts), marker="o", label=f"{run['drafter']} (chain of {run['gamma']}{', ' + own if own else ''})")
     ax.set_xscale("log")
     ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
@@ -95,18 +95,20 @@ def main() -> None:
     from edgespec.corpus.distill import read_shards
     from edgespec.models.load import build_model, read_source, tokenizer_of
     from edgespec.speculative.drafters import new_drafter, save_drafter
-    from edgespec.speculative.train import FeatureCache, load_examples, train_streams
+    from edgespec.speculative.features import FeatureCache
+    from edgespec.speculative.train import train_drafter
+    from edgespec.speculative.train_data import load_examples
     from edgespec.speculative.vocab import draft_vocabulary
 
     r = load_recipe(args.recipe, args.override)
-    s, t = r.streams, r.train
+    s, t = r.drafter, r.train
     src = read_source(r.model.source, max(r.model.max_seq_len, t.seq_len + s.gamma + 1))
     base = build_model(src)
     model = new_drafter(base, s)
     if args.init:
         model.params.load_state_dict(torch.load(args.init, weights_only=True)["state_dict"])
     t0 = time.perf_counter()
-    examples = load_examples(args.data, tokenizer_of(src), t.seq_len) if args.steps else []
+    examples = load_examples(args.data, tokenizer_of(src), t.seq_len, r.model.chat_template) if args.steps else []
     feats = FeatureCache(model, examples, Path(args.features) if args.features else None, bf16=t.bf16).h if args.steps else []
     feature_s = time.perf_counter() - t0
     rows = list(read_shards(args.heldout))[: args.heldout_sequences]
@@ -131,7 +133,7 @@ def main() -> None:
     hp = replace(t, steps=max(1, args.steps), checkpoint_every=10**9)
     t1 = time.perf_counter()
     with tempfile.TemporaryDirectory() as out:
-        log = train_streams(model, examples, feats, hp, out, on_step=on_step, draft_ids=vocab) if args.steps else None
+        log = train_drafter(model, examples, feats, hp, out, on_step=on_step, draft_ids=vocab) if args.steps else None
     train_s = time.perf_counter() - t1
     if args.save:
         save_drafter(args.save, model.params, model.cfg, vocab)
@@ -141,7 +143,7 @@ def main() -> None:
     print(
         json.dumps(
             {
-                "drafter": s.drafter,
+                "drafter": s.kind,
                 "recipe": args.recipe,
                 "overrides": args.override,
                 "init": args.init,

@@ -1,14 +1,14 @@
-"""Stream training throughput: response tokens per second of `train_streams` on real data.
+"""Stream training throughput: response tokens per second of `train_drafter` on real data.
 
 Each `--config NAME=FIELD=VALUE,FIELD=VALUE` is a set of recipe overrides on top of
-`--recipe` (e.g. `train.bf16=false`, `streams.draft_vocab=0`). All configs train fresh
+`--recipe` (e.g. `train.bf16=false`, `drafter.draft_vocab=0`). All configs train fresh
 streams on the same first `--sequences` sequences of `--data` (a shard directory from
 `edgespec distill --source`, or JSONL) with cached layer features; the configs take turns
 for `--rounds` rounds of `--warmup` + `--steps` steps, so a noisy machine slows them alike.
 Tokens/s = response tokens in the timed steps / their wall time (median over rounds).
 
     python bench/train_speed.py --data /work/distill-v1/shards --sequences 256 \\
-        --config fp32_full=train.bf16=false,streams.draft_vocab=0 --config bf16_draft=train.bf16=true
+        --config fp32_full=train.bf16=false,drafter.draft_vocab=0 --config bf16_draft=train.bf16=true
 
 Prints one JSON object (docs/speculative-streaming.md, "Trainer throughput").
 """
@@ -30,8 +30,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sdk"))
 
 from edgespec.config import load_recipe  # noqa: E402
 from edgespec.models.load import build_model, read_source, tokenizer_of  # noqa: E402
+from edgespec.speculative.features import FeatureCache  # noqa: E402
 from edgespec.speculative.streams import SpecModel, StreamParams  # noqa: E402
-from edgespec.speculative.train import FeatureCache, load_examples, train_streams  # noqa: E402
+from edgespec.speculative.train import train_drafter  # noqa: E402
+from edgespec.speculative.train_data import load_examples  # noqa: E402
 from edgespec.speculative.vocab import draft_vocabulary  # noqa: E402
 
 
@@ -53,14 +55,14 @@ def main() -> None:
         name, _, over = c.partition("=")
         configs[name] = load_recipe(args.recipe, [o for o in over.split(",") if o])
     first = next(iter(configs.values()))
-    src = read_source(first.model.source, max(first.model.max_seq_len, first.train.seq_len + first.streams.gamma + 1))
+    src = read_source(first.model.source, max(first.model.max_seq_len, first.train.seq_len + first.drafter.gamma + 1))
     base = build_model(src)
-    examples = load_examples(args.data, tokenizer_of(src), first.train.seq_len)[: args.sequences]
+    examples = load_examples(args.data, tokenizer_of(src), first.train.seq_len, first.model.chat_template)[: args.sequences]
     feats: dict[int, list[torch.Tensor]] = {}  # by the first MSA layer
     vocab: dict[int, torch.Tensor | None] = {}
     t0 = time.perf_counter()
     for r in configs.values():
-        s = r.streams
+        s = r.drafter
         model = SpecModel(base, StreamParams(base, s))
         if model.first not in feats:
             feats[model.first] = FeatureCache(model, examples).h
@@ -74,19 +76,19 @@ def main() -> None:
     for _ in range(args.rounds):
         for name, r in configs.items():
             torch.manual_seed(r.train.seed)
-            model = SpecModel(base, StreamParams(base, r.streams))
+            model = SpecModel(base, StreamParams(base, r.drafter))
             hp = replace(r.train, steps=args.warmup + args.steps, checkpoint_every=10**9, warmup_steps=1)
             stamps: list[float] = []
             with tempfile.TemporaryDirectory() as out:
                 stamps.append(time.perf_counter())
-                log = train_streams(
+                log = train_drafter(
                     model,
                     examples,
                     feats[model.first],
                     hp,
                     out,
                     on_step=lambda s, l, stamps=stamps: stamps.append(time.perf_counter()),
-                    draft_ids=vocab[r.streams.draft_vocab],
+                    draft_ids=vocab[r.drafter.draft_vocab],
                 )
             seen = [0, *log.tokens_seen]
             timed = range(args.warmup, args.warmup + args.steps)

@@ -51,7 +51,7 @@ def fp32_bundle(tmp_path_factory):
     return export_bundle_for_tests(
         tmp_path_factory,
         "fp32",
-        "name: t-fp32\nmodel: {max_seq_len: 256}\nquant: {scheme: fp32}\nstreams: {weights: smollm2-135m-streams-cpu120.pt, tree: [2, 1]}\nvalidate: {enabled: false}\n",
+        "name: t-fp32\nmodel: {max_seq_len: 256}\nquant: {scheme: fp32}\ndrafter: {weights: smollm2-135m-streams-cpu120.pt, tree: [2, 1]}\nvalidate: {enabled: false}\n",
     )
 
 

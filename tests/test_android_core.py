@@ -271,9 +271,12 @@ def record_tokenizer_fixtures(tokenizer, tokenizer_json: Path, out: Path) -> Non
 
 
 def record_fixtures(bundle: Path, out: Path, max_new_tokens: int = 24) -> None:
-    from edgespec.bundle import write_manifest
+    import dataclasses
+
+    from edgespec.bundle import read_manifest, write_manifest
+    from edgespec.models.tokenizer import encode_prompt
     from edgespec.runtime.generate import generate
-    from edgespec.runtime.session import open_bundle, prompt_ids
+    from edgespec.runtime.session import open_bundle
 
     out.mkdir(parents=True, exist_ok=True)
     manifest, tokenizer, runner = open_bundle(bundle)
@@ -284,7 +287,7 @@ def record_fixtures(bundle: Path, out: Path, max_new_tokens: int = 24) -> None:
         meta |= {"depth": runner.depth, "topk": runner.topk, "tree_size": runner.tree_size}
     prompts = ["What is the capital of France?", "Count from one to ten.", "Write a Python function that adds two numbers."]
     for i, text in enumerate(prompts):
-        ids = prompt_ids(tokenizer, text)
+        ids = encode_prompt(tokenizer, text, True)
         for kind in ("spec", "ar") if runner.has_spec else ("ar",):
             rec = Recorder(runner)
             kw = dict(max_new_tokens=max_new_tokens, max_seq_len=runner.max_seq_len, eos_ids=runner.eos_ids)
@@ -306,7 +309,7 @@ def record_fixtures(bundle: Path, out: Path, max_new_tokens: int = 24) -> None:
     b.mkdir()
     (b / "model.pte").write_bytes(bytes(range(256)) * 64)
     shutil.copy(bundle / "tokenizer.json", b / "tokenizer.json")
-    write_manifest(b, {"precision": "fp32", "methods": ["forward", "spec_step"], "tokenizer": {"file": "tokenizer.json", "eos_ids": list(runner.eos_ids)}})
+    write_manifest(b, dataclasses.replace(read_manifest(bundle), methods=("forward", "spec_step"), reports=(), validation=None))
 
 
 def run_junit(fixtures: Path, build: Path, tests: list[str] | None = None) -> subprocess.CompletedProcess:

@@ -2,10 +2,11 @@ import torch
 
 from edgespec.config import TrainConfig
 from edgespec.runtime.generate import eager_step, generate
+from edgespec.speculative.features import FeatureCache
 from edgespec.speculative.medusa import MedusaHeads, MedusaModel, medusa_parameter_count
 from edgespec.speculative.step import EagerSpecMethods, SpecProgram
 from edgespec.speculative.streams import SpecModel
-from edgespec.speculative.train import FeatureCache, train_streams
+from edgespec.speculative.train import train_drafter
 from edgespec.speculative.tree import Tree
 from test_train import _periodic_examples
 
@@ -29,7 +30,7 @@ def test_medusa_heads_train_with_the_stream_trainer(tiny_model, tmp_path):
     medusa = MedusaModel(tiny_model, MedusaHeads(tiny_model.args.dim, 2))
     ex = _periodic_examples()
     hp = TrainConfig(steps=40, batch_size=8, lr=1e-2, warmup_steps=5, checkpoint_every=100, stream_weights=(1.0, 1.0), bf16=False)
-    log = train_streams(medusa, ex, FeatureCache(medusa, ex).h, hp, tmp_path)
+    log = train_drafter(medusa, ex, FeatureCache(medusa, ex).h, hp, tmp_path)
     assert sum(log.loss[-5:]) < 0.75 * sum(log.loss[:5])
 
 
@@ -38,14 +39,14 @@ def test_hydra_heads_learn_what_medusa_heads_cannot(tiny_model, tmp_path):
     Medusa head at the position before a cannot know (it can only guess among 8) and a Hydra
     head is fed."""
     from edgespec.speculative.medusa import HydraHeads, HydraModel
-    from edgespec.speculative.train import Example
+    from edgespec.speculative.train_data import TrainExample
 
     gen = torch.Generator().manual_seed(0)
     ex = []
     for _ in range(64):
         a = torch.randint(3, 11, (6,), generator=gen)
         pairs = torch.stack([a, a + 40], 1).flatten()
-        ex.append(Example(torch.cat([torch.randint(3, 97, (4,), generator=gen), pairs]).tolist(), 4))
+        ex.append(TrainExample(torch.cat([torch.randint(3, 97, (4,), generator=gen), pairs]).tolist(), 4))
     hp = TrainConfig(steps=60, batch_size=16, lr=2e-2, warmup_steps=5, checkpoint_every=1000, stream_weights=(1.0, 1.0), bf16=False)
     accs = {}
     for name, model in {
@@ -53,7 +54,7 @@ def test_hydra_heads_learn_what_medusa_heads_cannot(tiny_model, tmp_path):
         "hydra": HydraModel(tiny_model, HydraHeads(tiny_model.args.dim, 2)),
     }.items():
         torch.manual_seed(0)
-        log = train_streams(model, ex, FeatureCache(model, ex).h, hp, tmp_path / name)
+        log = train_drafter(model, ex, FeatureCache(model, ex).h, hp, tmp_path / name)
         accs[name] = sum(a[0] for a in log.stream_acc[-5:]) / 5
     # Hydra: every row before a pair's second token, and 1 in 8 of the others; Medusa: 1 in 8
     assert accs["hydra"] > accs["medusa"] + 0.25, accs
@@ -67,7 +68,7 @@ def test_medusa_parameter_count():
 def test_medusa_heads_are_replayed_like_streams(tiny_model):
     """`edgespec tune`'s acceptance replay takes Medusa heads as it takes streams (features
     computed when not given)."""
-    from edgespec.speculative.tune import future_ranks, replay
+    from edgespec.speculative.tree_tuning import future_ranks, replay
 
     medusa = MedusaModel(tiny_model, MedusaHeads(tiny_model.args.dim, 3), 1)
     ranks = future_ranks(medusa, [(3, list(range(1, 12)))], 3)

@@ -72,7 +72,7 @@ def _rows(ar_tps: list[float], spec_tps: list[float]) -> list[dict]:
 
 def test_speedup_is_the_median_of_per_prompt_ratios():
     s = summarize(_rows([100, 200, 100], [150, 200, 300]))
-    assert s["prompts"] == s["timed_prompts"] == 3 and s["lossless"] == "3/3" and "note" not in s
+    assert s["prompts"] == s["timed_prompts"] == 3 and s["lossless"] == {"identical": 3, "prompts": 3} and "note" not in s
     assert s["ar"]["tokens_per_s"] == 100 and s["spec"]["tokens_per_s"] == 200
     assert s["spec"]["speedup"] == 1.5  # ratios 1.5, 1.0, 3.0; the ratio of medians would be 2.0
     assert s["ar"]["tokens_per_call"] == 1.0 and s["spec"]["tokens_per_call"] == 4.0
@@ -132,13 +132,14 @@ class FakeRunner:
 
 def _bench_cli(tmp_path, monkeypatch, *args):
     import edgespec.cli as cli
+    import edgespec.cli.run as run
 
     pte = tmp_path / "model.pte"
     pte.write_bytes(b"\0" * 1000)
     log: list = []
-    monkeypatch.setattr(cli, "_load_bundle", lambda bundle: ({}, None, FakeRunner(pte)))
-    monkeypatch.setattr(cli, "_prompt_ids", lambda tok, prompt, chat: [ord(c) for c in prompt])
-    monkeypatch.setattr(cli, "_decoder", lambda runner, mode, lookup=0: (mode, fake_decoder(mode, log, per_call=2 if mode == "spec" else 1)))
+    monkeypatch.setattr(run, "_load_bundle", lambda bundle: ({}, None, FakeRunner(pte)))
+    monkeypatch.setattr(run, "_prompt_ids", lambda tok, prompt, chat: [ord(c) for c in prompt])
+    monkeypatch.setattr(run, "_decoder", lambda runner, mode, lookup=0: (mode, fake_decoder(mode, log, per_call=2 if mode == "spec" else 1)))
     res = CliRunner().invoke(cli.main, ["bench", "--bundle", str(tmp_path), *args])
     return res, log
 
@@ -149,7 +150,7 @@ def test_bench_json_shape(tmp_path, monkeypatch):
     out = json.loads(res.output)
     assert len(log) == 2 + 2 * 3 * 2  # one warm-up per decoder, then 3 runs x 2 prompts x 2 decoders
     assert out["program_bytes"] == 1000 and out["max_new_tokens"] == 9 and out["warmup"] == 1 and out["runs"] == 3
-    assert out["prompts"] == out["timed_prompts"] == 2 and out["lossless"] == "2/2" and out["peak_rss_mb"] > 0
+    assert out["prompts"] == out["timed_prompts"] == 2 and out["lossless"] == {"identical": 2, "prompts": 2} and out["peak_rss_mb"] > 0
     assert out["ar"]["tokens_per_s"] == 100.0 and out["spec"]["speedup"] == 2.0 and out["spec"]["tokens_per_call"] == 2.0
     assert [r["prompt_tokens"] for r in out["rows"]] == [2, 3]
     assert set(out["spec"]) == {
@@ -172,7 +173,7 @@ def test_bench_with_one_new_token_reports_decode_speed_unavailable(tmp_path, mon
     if as_json:
         out = json.loads(res.output)
         assert out["timed_prompts"] == 0 and out["ar"]["tokens_per_s"] is None and out["spec"]["speedup"] is None
-        assert out["ar"]["prefill_tokens_per_s"] > 0 and out["lossless"] == "1/1"
+        assert out["ar"]["prefill_tokens_per_s"] > 0 and out["lossless"] == {"identical": 1, "prompts": 1}
         assert "decode speed is unavailable" in out["note"]
     else:
         assert "ar.tokens_per_s: n/a" in res.output and "decode speed is unavailable" in res.output

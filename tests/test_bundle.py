@@ -1,15 +1,17 @@
 import json
+import re
 
 import pytest
 
 from edgespec import bundle as B
 from edgespec.errors import EdgespecError
+from manifests import tiny_manifest, tiny_manifest_data
 
 
 def _write(stage, content=b"program"):
     (stage / B.PROGRAM).write_bytes(content)
     (stage / B.TOKENIZER).write_text("{}")
-    return B.write_manifest(stage, {"model": {"name": "t", "vocab_size": 10}, "tokenizer": {"file": B.TOKENIZER, "eos_ids": [2]}})
+    return B.write_manifest(stage, tiny_manifest())
 
 
 def test_staged_bundle_appears_only_when_complete(tmp_path):
@@ -18,7 +20,7 @@ def test_staged_bundle_appears_only_when_complete(tmp_path):
         _write(stage)
         assert not out.exists()
     m = B.read_manifest(out)
-    assert set(m["files"]) == {B.PROGRAM, B.TOKENIZER}
+    assert set(m.files) == {B.PROGRAM, B.TOKENIZER}
     B.verify_checksums(out, m)
 
 
@@ -68,17 +70,21 @@ def test_unwritable_output_is_reported(tmp_path):
     with pytest.raises(EdgespecError, match="exists and is not a directory"):
         with B.staged_bundle(blocker):
             pass
-    ok = {"schema_version": B.SCHEMA_VERSION, "model": {"vocab_size": 10}, "tokenizer": {"file": "t.json", "eos_ids": [2]}, "files": {}}
+    ok = tiny_manifest_data()
     for bad, field in (
         ({"files": {"../../etc/passwd": {"sha256": "x"}}}, "files.../../etc/passwd"),
         ({"files": {"a": "x"}}, "files.a"),
-        ({"tokenizer": {"file": "t.json", "eos_ids": ["2"]}}, "tokenizer.eos_ids"),
-        ({"model": {"vocab_size": True}}, "model.vocab_size"),
-        ({"speculative": {"tree_branching": [1], "tree_parents": None}}, "speculative.tree_parents"),
+        ({"tokenizer": {"file": "t.json", "eos_ids": ["2"]}}, "eos_ids"),
+        ({"model": {"name": "t", "source": "t", "vocab_size": True}}, "vocab_size"),
+        ({"speculative": {"tree_branching": [1], "tree_parents": None}}, "tree_parents"),
+        ({"recipe": {"quant": {"scheme": "int3"}}}, "quant.scheme"),
     ):
         (tmp_path / B.MANIFEST).write_text(json.dumps(ok | bad))
-        with pytest.raises(EdgespecError, match=f"'{field}' must be"):
+        with pytest.raises(EdgespecError, match=f"manifest.json: manifest field '[^']*{re.escape(field)}[^']*': must"):
             B.read_manifest(tmp_path)
+    (tmp_path / B.MANIFEST).write_text(json.dumps(ok | {"model": {"vocab_size": 10}}))
+    with pytest.raises(EdgespecError, match="manifest field 'model.name'|missing"):
+        B.read_manifest(tmp_path)
     (tmp_path / B.MANIFEST).write_text(json.dumps([ok]))
     with pytest.raises(EdgespecError, match="must hold a JSON object"):
         B.read_manifest(tmp_path)

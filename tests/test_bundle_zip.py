@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from edgespec import bundle as B
 from edgespec.cli import main
 from edgespec.errors import EdgespecError
+from manifests import tiny_manifest
 
 
 def _bundle(tmp_path, name="b"):
@@ -20,7 +21,7 @@ def _bundle(tmp_path, name="b"):
     with B.staged_bundle(out) as stage:
         (stage / B.PROGRAM).write_bytes(b"\x00program" * 100)
         (stage / B.TOKENIZER).write_text('{"model": {}}')
-        B.write_manifest(stage, {"model": {"name": "t", "vocab_size": 10}, "tokenizer": {"file": B.TOKENIZER, "eos_ids": [2]}})
+        B.write_manifest(stage, tiny_manifest())
     return out
 
 
@@ -33,7 +34,7 @@ def test_package_then_unpack_gives_the_same_bundle(tmp_path):
     z = B.package_zip(src, tmp_path / "b.zip")
     m = B.unpack_zip(z, tmp_path / "u")
     assert m == B.read_manifest(tmp_path / "u")
-    for name in [B.MANIFEST, *m["files"]]:
+    for name in [B.MANIFEST, *m.files]:
         assert (tmp_path / "u" / name).read_bytes() == (src / name).read_bytes()
     with pytest.raises(EdgespecError, match="already exists"):
         B.unpack_zip(z, tmp_path / "u")
@@ -46,7 +47,7 @@ def _hostile(tmp_path, members, manifest_files=None, name="h.zip"):
     """A zip with the manifest (listing manifest_files, default: the members' names) and members:
     (ZipInfo or name, bytes)."""
     src = _bundle(tmp_path, "src")
-    m = B.read_manifest(src)
+    m = B.read_manifest(src).to_dict()
     if manifest_files is not None:
         m["files"] = manifest_files
     path = tmp_path / name

@@ -30,7 +30,7 @@ def test_yaml_round_trip():
         ({"model": {"chat_template": "yes"}}, "model.chat_template"),
         ({"quant": {"embedding_bits": 3}}, "quant.embedding_bits"),
         ({"model": []}, "model"),
-        ({"streams": {"draft_vocab": -1}}, "streams.draft_vocab"),
+        ({"drafter": {"draft_vocab": -1}}, "drafter.draft_vocab"),
         ({"export": {"step_attention": "flash"}}, "export.step_attention"),
     ],
 )
@@ -64,7 +64,7 @@ def test_construction_normalizes_types():
 def test_sections_have_no_validate_method():
     import edgespec.config as C
 
-    for cls in (C.ModelConfig, C.QuantConfig, C.StreamsConfig, C.TrainConfig, C.NumericsConfig, C.ExportConfig, C.GatesConfig, C.ValidateConfig):
+    for cls in (C.ModelConfig, C.QuantConfig, C.DrafterConfig, C.TrainConfig, C.NumericsConfig, C.ExportConfig, C.GatesConfig, C.ValidateConfig):
         assert not hasattr(cls, "validate"), cls
     assert isinstance(Recipe().validate, ValidateConfig)  # the recipe's `validate:` section is a field
 
@@ -103,14 +103,14 @@ def test_missing_and_invalid_yaml(tmp_path):
 def test_every_shipped_recipe_loads_and_names_existing_stream_weights():
     for path in sorted((ROOT / "recipes").glob("*.yaml")):
         recipe = load_recipe(path)
-        if getattr(recipe, "task", "generate") == "generate" and recipe.streams.weights:
-            shipped = ROOT / "sdk" / "edgespec" / "weights" / recipe.streams.weights
-            assert shipped.is_file() or (ROOT / recipe.streams.weights).is_file(), path
+        if getattr(recipe, "task", "generate") == "generate" and recipe.drafter.weights:
+            shipped = ROOT / "sdk" / "edgespec" / "weights" / recipe.drafter.weights
+            assert shipped.is_file() or (ROOT / recipe.drafter.weights).is_file(), path
 
 
 def test_medusa_heads_are_lossless_only():
-    from edgespec.config import StreamsConfig
+    from edgespec.config import DrafterConfig
 
-    assert StreamsConfig(drafter="medusa", tree=(1, 1, 1)).drafter == "medusa"
-    with pytest.raises(EdgespecError, match=r"streams.mode.*draft heads leave the base model untouched"):
-        StreamsConfig(drafter="medusa", mode="shared", tree=(1, 1, 1))
+    assert DrafterConfig(kind="medusa", tree=(1, 1, 1)).kind == "medusa"
+    with pytest.raises(EdgespecError, match=r"drafter.mode.*draft heads leave the base model untouched"):
+        DrafterConfig(kind="medusa", mode="shared", tree=(1, 1, 1))

@@ -29,7 +29,7 @@ def _recipe(tmp_path, src, seq=512):
     return r
 
 
-def _complete(out: Path) -> dict:
+def _complete(out: Path):
     m = B.read_manifest(out)
     B.verify_checksums(out, m)
     return m
@@ -60,7 +60,7 @@ def test_sigkill_during_export_never_leaves_a_half_written_bundle(tiny_hf_dir, t
     assert "old" in outcomes and stranded  # at least one kill landed mid-export, mid-staging
     res = subprocess.run([*cmd, str(_recipe(tmp_path, tiny_hf_dir, 320))], capture_output=True, text=True, timeout=900)
     assert res.returncode == 0, res.stderr[-2000:]
-    assert json.loads((out / B.MANIFEST).read_text())["model"]["max_seq_len"] == 320
+    assert B.read_manifest(out).model.max_seq_len == 320
     _complete(out)
     assert _leftovers(out) == []  # the rerun removed what the killed runs left beside the bundle
 

@@ -52,7 +52,7 @@ def test_default_gates_fail_a_re_rounded_8da4w_and_pass_the_carried_blocks():
     for name, cfg in {"re-rounded": QuantConfig(carry_blocks=False, head_bits=4), "carried": QuantConfig()}.items():
         model = build_model(src)
         quantize_model_(model, cfg, src.blocks)
-        fid = compare(ref, reference_logits(model, chunks), targets).as_dict()
+        fid = compare(ref, reference_logits(model, chunks), targets).to_dict()
         results[name] = {g.name: g.passed for g in check_gates({"overall": {}, "fidelity": fid}, GatesConfig())}, fid
     assert results["re-rounded"][0] == {"min_top1_agreement": False, "max_perplexity_ratio": False}, results["re-rounded"][1]
     assert results["carried"][0] == {"min_top1_agreement": True, "max_perplexity_ratio": True}, results["carried"][1]

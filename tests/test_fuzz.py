@@ -28,7 +28,7 @@ json_values = st.recursive(
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
     max_leaves=12,
 )
-FIELDS = ["name", "model.source", "model.max_seq_len", "quant.scheme", "quant.group_size", "streams.tree", "streams.gamma", "streams.draft_vocab"]
+FIELDS = ["name", "model.source", "model.max_seq_len", "quant.scheme", "quant.group_size", "drafter.tree", "drafter.gamma", "drafter.draft_vocab"]
 FIELDS += ["train.lr", "train.steps", "train.stream_weights", "numerics.format", "export.step_attention", "validate.suites", "validate.gates", "nope", "quant"]
 
 
@@ -48,7 +48,10 @@ def test_overrides(pairs):
 
 
 @FAST
-@given(st.dictionaries(st.sampled_from(["name", "model", "quant", "streams", "train", "validate", "export", "x"]), json_values, max_size=4) | json_values)
+@given(
+    st.dictionaries(st.sampled_from(["name", "model", "quant", "drafter", "streams", "train", "validate", "export", "x"]), json_values, max_size=4)
+    | json_values
+)
 def test_recipe_files(tmp_path_factory, data):
     path = tmp_path_factory.mktemp("r") / "r.yaml"
     path.write_text(json.dumps(data))  # JSON is YAML

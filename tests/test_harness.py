@@ -5,7 +5,7 @@ import json
 import pytest
 
 from edgespec.config import GatesConfig, Recipe
-from edgespec.corpus import tasks as T
+from edgespec.corpus import validation_sets as T
 from edgespec.errors import EdgespecError
 from edgespec.harness import suites as S
 from edgespec.harness.gates import check_gates
@@ -108,8 +108,8 @@ def test_validate_config_is_checked():
 # --- gates on synthetic reports ------------------------------------------------------------
 
 
-def _report(spec=True, lossless="10/10", score_=0.30, ref=0.35, events=0, fidelity=None):
-    overall = {"prompts": 10, "lossless": lossless, "ar": {"tokens_per_s": 200.0}, "score": score_}
+def _report(spec=True, lossless=(10, 10), score_=0.30, ref=0.35, events=0, fidelity=None):
+    overall = {"prompts": 10, "lossless": {"identical": lossless[0], "prompts": lossless[1]}, "ar": {"tokens_per_s": 200.0}, "score": score_}
     if spec:
         overall["spec"] = {"tokens_per_s": 300.0, "speedup": 1.5, "tokens_per_call": 2.1}
     if ref is not None:
@@ -134,7 +134,7 @@ def test_gates_pass_and_fail_with_the_measured_margin():
     assert not g["min_score_ratio"].passed and "0.857x < 0.9x (short by 0.043)" in g["min_score_ratio"].message  # relative: 0.30 / 0.35
     assert not g["min_top1_agreement"].passed and "65.2% of 1024 held-out tokens < 90%" in g["min_top1_agreement"].message
     assert not g["max_perplexity_ratio"].passed and "1.7170x > 1.05x" in g["max_perplexity_ratio"].message
-    g = _by_name(check_gates(_report(lossless="9/10", events=3), GatesConfig()))
+    g = _by_name(check_gates(_report(lossless=(9, 10), events=3), GatesConfig()))
     assert not g["lossless"].passed and "1 differ" in g["lossless"].message
     assert not g["no_overflow"].passed
 
@@ -197,7 +197,7 @@ def test_speed_summary_medians_ratios_and_histogram():
 
     rows = [_row(100, 150, [1, 2, 3]), _row(200, 200, [1, 1]), _row(100, 300, [4], lossless=False)]
     s = summarize(rows)
-    assert s["prompts"] == 3 and s["lossless"] == "2/3"
+    assert s["prompts"] == 3 and s["lossless"] == {"identical": 2, "prompts": 3}
     assert s["ar"]["tokens_per_s"] == 100 and s["spec"]["tokens_per_s"] == 200
     assert s["spec"]["speedup"] == 1.5  # median of 1.5, 1.0, 3.0: ratios side by side, not a ratio of medians
     assert s["spec"]["tokens_per_call"] == round(12 / 6, 3)

@@ -54,6 +54,23 @@ def test_tied_embeddings_share_storage(tiny_model):
     assert tiny_model.output.weight is tiny_model.tok_embeddings.weight
 
 
+def test_partial_forward_pieces_make_the_forward(tiny_model):
+    """embed, rope and run_layers in two spans (teacher-forced K/V) give `hidden`; linear_shapes
+    are the block's linears."""
+    from edgespec.models.llama import linear_shapes
+
+    tokens = torch.tensor([[3, 1, 4, 1, 5, 9]])
+    cos, sin = tiny_model.rope(torch.arange(6))
+    kvs = tiny_model.new_kvs(1, cos.dtype)
+    x = tiny_model.run_layers(tiny_model.embed(tokens), 0, 1, 0, cos, sin, kvs=kvs)
+    x = tiny_model.run_layers(x, 1, tiny_model.args.n_layers, 0, cos, sin, kvs=kvs)
+    torch.testing.assert_close(tiny_model.norm(x), tiny_model.hidden(tokens, torch.tensor([0])))
+    block = tiny_model.layers[0]
+    a, f = block.attention, block.feed_forward
+    linears = {"wq": a.wq, "wk": a.wk, "wv": a.wv, "wo": a.wo, "w1": f.w1, "w2": f.w2, "w3": f.w3}
+    assert linear_shapes(tiny_model.args) == {n: (m.in_features, m.out_features) for n, m in linears.items()}
+
+
 def test_rope_rotates_pairs_by_position():
     cos, sin = rope_tables(4, 8, 10000.0)
     x = torch.tensor([1.0, 0.0, 1.0, 0.0]).view(1, 1, 1, 4).expand(1, 8, 1, 4)

@@ -6,7 +6,7 @@ import random
 import pytest
 import torch
 
-from edgespec.config import StreamsConfig
+from edgespec.config import DrafterConfig
 from edgespec.runtime.generate import eager_step, generate
 from edgespec.runtime.ngram import banned_naive, banned_tokens, block_, is_banned
 from edgespec.speculative.step import EagerSpecMethods, SpecProgram
@@ -39,7 +39,7 @@ def _repeats(seq, n):
 
 def _spec(model, branching):
     torch.manual_seed(1)
-    params = StreamParams(model, StreamsConfig(gamma=len(branching), n_layers=1, lora_rank=4, f_rank=4, tree=(1,) * len(branching)))
+    params = StreamParams(model, DrafterConfig(gamma=len(branching), n_layers=1, lora_rank=4, f_rank=4, tree=(1,) * len(branching)))
     with torch.no_grad():
         for p in params.parameters():
             p.add_(torch.randn_like(p) * 0.3)

@@ -19,8 +19,8 @@ def _repo_root(monkeypatch):
 
 
 def test_values_are_yaml():
-    r = apply_overrides(Recipe(), ["quant.scheme=fp32", "validate.enabled=false", "streams.tree=[1,1,1]", "train.lr=1e-3", "train.steps=120"])
-    assert (r.quant.scheme, r.validate.enabled, r.streams.tree, r.train.lr, r.train.steps) == ("fp32", False, (1, 1, 1), 0.001, 120)
+    r = apply_overrides(Recipe(), ["quant.scheme=fp32", "validate.enabled=false", "drafter.tree=[1,1,1]", "train.lr=1e-3", "train.steps=120"])
+    assert (r.quant.scheme, r.validate.enabled, r.drafter.tree, r.train.lr, r.train.steps) == ("fp32", False, (1, 1, 1), 0.001, 120)
     assert r.quant.group_size == Recipe().quant.group_size  # the rest of the section stays
 
 
@@ -30,8 +30,8 @@ def test_numbers_without_a_dot_are_numbers():
 
 
 def test_string_fields_take_the_text():
-    r = apply_overrides(Recipe(), ["name=2024", "streams.weights=", "model.source=/models/x.gguf", "validate.suites=[qa, my.jsonl]"])
-    assert (r.name, r.streams.weights, r.model.source, r.validate.suites) == ("2024", "", "/models/x.gguf", ("qa", "my.jsonl"))
+    r = apply_overrides(Recipe(), ["name=2024", "drafter.weights=", "model.source=/models/x.gguf", "validate.suites=[qa, my.jsonl]"])
+    assert (r.name, r.drafter.weights, r.model.source, r.validate.suites) == ("2024", "", "/models/x.gguf", ("qa", "my.jsonl"))
 
 
 def test_sections_merge_and_later_overrides_win():
@@ -41,18 +41,18 @@ def test_sections_merge_and_later_overrides_win():
 
 
 def test_overrides_apply_to_the_file_before_checking():
-    r = load_recipe(SPEC, ["streams.tree=[2,1]"])
-    assert r.streams.tree == (2, 1) and r.name == "smollm2-135m-spec"
+    r = load_recipe(SPEC, ["drafter.tree=[2,1]"])
+    assert r.drafter.tree == (2, 1) and r.name == "smollm2-135m-spec"
     # checked once, after merging: together these are valid although gamma 4 alone is not
-    r = load_recipe(SPEC, ["streams.gamma=4", "train.stream_weights=[1, 1, 1, 1]"])
-    assert r.streams.gamma == 4
+    r = load_recipe(SPEC, ["drafter.gamma=4", "train.stream_weights=[1, 1, 1, 1]"])
+    assert r.drafter.gamma == 4
 
 
 def test_recipe_file_or_overrides_first():
     assert recipe_from_args([]) == Recipe()
     assert recipe_from_args(["quant.scheme=fp32"]) == Recipe().replace(quant={"scheme": "fp32"})
     assert recipe_from_args([SPEC]) == load_recipe(SPEC)
-    assert recipe_from_args([SPEC, "quant.scheme=fp32"]).streams.weights == load_recipe(SPEC).streams.weights
+    assert recipe_from_args([SPEC, "quant.scheme=fp32"]).drafter.weights == load_recipe(SPEC).drafter.weights
 
 
 @pytest.mark.parametrize(
@@ -65,8 +65,8 @@ def test_recipe_file_or_overrides_first():
         ("quant=3", "recipe field 'quant': must be a mapping"),
         ("train.steps=1e3", "recipe field 'train.steps': must be an integer"),
         ("validate.enabled=maybe", "recipe field 'validate.enabled': must be true or false"),
-        ("streams.tree=[1,", "override 'streams.tree=[1,': the value is not valid YAML"),
-        ("streams.gamma=5", "recipe field 'train.stream_weights'"),
+        ("drafter.tree=[1,", "override 'drafter.tree=[1,': the value is not valid YAML"),
+        ("drafter.gamma=5", "recipe field 'train.stream_weights'"),
         ("quant.scheme", "override 'quant.scheme': expected FIELD=VALUE"),
         ("=fp32", "override '=fp32': expected FIELD=VALUE"),
         ("quant..scheme=fp32", "override 'quant..scheme=fp32': expected FIELD=VALUE"),
@@ -108,16 +108,19 @@ def test_cli_bad_override_exits_2_with_one_line(tmp_path, cmd, args, text):
 
 
 def test_cli_export_passes_overrides_through(tmp_path, monkeypatch):
-    """Without running an export: the recipe the pipeline would get."""
-    import edgespec.pipeline as P
+    """Without running an export: the recipe the export would get."""
+    import edgespec.tasks as T
+    from edgespec.bundle import ExportResult
+    from edgespec.manifest import FileEntry
+    from manifests import tiny_manifest
 
     seen = {}
 
     def fake_export(recipe, outdir, on_stage, on_progress):
         seen["recipe"], seen["outdir"] = recipe, outdir
-        return P.ExportResult(Path(outdir), {"files": {"model.pte": {"bytes": 1}}}, {"load": 0.0})
+        return ExportResult(Path(outdir), tiny_manifest(files={"model.pte": FileEntry("0" * 64, 1)}), {"load": 0.0})
 
-    monkeypatch.setattr(P, "export_bundle", fake_export)
+    monkeypatch.setattr(T, "export_recipe", fake_export)
     res = CliRunner().invoke(main, ["export", SPEC, "quant.scheme=fp32", "validate.enabled=false", "-o", str(tmp_path / "b")])
     assert res.exit_code == 0, res.output
     assert seen["recipe"] == load_recipe(SPEC).replace(quant={"scheme": "fp32"}, validate={"enabled": False})

@@ -3,7 +3,7 @@ prefilled from where it differs, and decodes as if prefilled in full."""
 
 import torch
 
-from edgespec.config import StreamsConfig
+from edgespec.config import DrafterConfig
 from edgespec.runtime.generate import CacheState, eager_step, generate
 from edgespec.speculative.step import EagerSpecMethods, SpecProgram
 from edgespec.speculative.streams import SpecModel, StreamParams
@@ -44,7 +44,7 @@ def test_autoregressive_reuse_matches_full_prefill(tiny_model):
 
 def test_speculative_reuse_matches_autoregressive(tiny_model):
     torch.manual_seed(1)
-    params = StreamParams(tiny_model, StreamsConfig(gamma=2, n_layers=1, lora_rank=4, f_rank=4, tree=(1, 1)))
+    params = StreamParams(tiny_model, DrafterConfig(gamma=2, n_layers=1, lora_rank=4, f_rank=4, tree=(1, 1)))
     with torch.no_grad():
         for p in params.parameters():
             p.add_(torch.randn_like(p) * 0.3)

@@ -16,7 +16,7 @@ GOLDEN = json.loads((Path(__file__).parent / "golden" / "smollm2_135m.json").rea
 
 
 def _runner(bundle):
-    from edgespec.runtime.program import ProgramRunner
+    from edgespec.runtime.runner import ProgramRunner
 
     return ProgramRunner(bundle / "model.pte")
 
@@ -50,14 +50,14 @@ def test_manifest_and_metadata(fp32_bundle):
 
     m = read_manifest(fp32_bundle)
     verify_checksums(fp32_bundle, m)
-    assert {"model.pte", "tokenizer.json", "recipe.yaml", "normsearch.md", "normsearch.json"} <= set(m["files"])
-    assert m["recipe"]["quant"]["scheme"] == "fp32"
+    assert {"model.pte", "tokenizer.json", "recipe.yaml", "normsearch.md", "normsearch.json"} <= set(m.files)
+    assert m.recipe.quant.scheme == "fp32"
     r = _runner(fp32_bundle)
     assert (r.max_seq_len, r.vocab_size, r.eos_ids) == (256, 49152, (2,))
     assert r.constant("use_kv_cache") and r.constant("enable_dynamic_shape")
     assert r.has_spec and (r.depth, r.topk, r.tree_size, r.branching) == (2, 2, 5, (2, 1))
-    assert m["speculative"]["tree_parents"] == [-1, 0, 0, 1, 2] and m["speculative"]["mode"] == "lossless"
-    assert {"forward", "spec_step", "get_spec_depth"} <= set(m["methods"])
+    assert m.speculative.tree_parents == (-1, 0, 0, 1, 2) and m.speculative.mode == "lossless"
+    assert {"forward", "spec_step", "get_spec_depth"} <= set(m.methods)
 
 
 @pytest.mark.parametrize("case", GOLDEN["cases"], ids=lambda c: c["prompt"][:20])
@@ -138,7 +138,7 @@ def test_cli_generate_json_info_and_bench(fp32_bundle):
     assert res.exit_code == 0, res.output
     stats = json.loads(res.output[res.output.index("{") :])
     assert stats["ar"]["new_tokens"] == 4 and stats["peak_rss_mb"] > 0 and stats["program_bytes"] > 100e6
-    assert stats["spec"]["new_tokens"] == 4 and stats["lossless"] == "1/1" and stats["spec"]["speedup"] > 0
+    assert stats["spec"]["new_tokens"] == 4 and stats["lossless"] == {"identical": 1, "prompts": 1} and stats["spec"]["speedup"] > 0
 
     for mode in ("ar", "spec"):
         res = cli.invoke(main, ["generate", "--bundle", str(fp32_bundle), "--prompt", GOLDEN["cases"][0]["prompt"], "--json", "--mode", mode])
@@ -162,17 +162,19 @@ def test_spec_mode_on_an_autoregressive_only_bundle_is_a_clear_error(q_bundle):
 
 
 def test_8da4w_export_validated_the_program(q_bundle):
-    m = json.loads((q_bundle / "manifest.json").read_text())
-    v = m["validation"]
-    assert v["passed"] and v["prompts"] == 4 and [g["name"] for g in v["gates"]] == ["min_score_ratio", "min_top1_agreement", "max_perplexity_ratio"]
+    from edgespec.bundle import read_manifest
+
+    m = read_manifest(q_bundle)
+    v = m.validation
+    assert v.passed and v.prompts == 4 and [g.name for g in v.gates] == ["min_score_ratio", "min_top1_agreement", "max_perplexity_ratio"]
     # the GGUF's 210 Q4_1 linears carried over, the Q8_0 lm head rounded to int8 per channel
-    assert m["quantization"]["carried"] == 210 and m["quantization"]["rounded"] == 1
+    assert m.quantization.carried == 210 and m.quantization.rounded == 1
     report = json.loads((q_bundle / "report.json").read_text())
     assert report["precision"] == "8da4w" and set(report["suites"]) == {"rag", "qa"}
     f = report["fidelity"]  # 4 chunks of 256 (the program's context is 256): 512 scored tokens
     assert f["tokens"] == 512 and f["top1_agreement"] >= 0.9 and f["perplexity_ratio"] <= 1.05
     assert 0.0 <= report["overall"]["score"] <= 1.0 and 0.0 <= report["overall"]["reference_score"] <= 1.0
-    assert "report.md" in m["files"] and "accuracy_vs_precision.png" in m["files"]
+    assert "report.md" in m.files and "accuracy_vs_precision.png" in m.files
 
 
 def test_validate_speculative_bundle(fp32_bundle, tmp_path, monkeypatch):
@@ -182,7 +184,7 @@ def test_validate_speculative_bundle(fp32_bundle, tmp_path, monkeypatch):
     assert res.exit_code == 0, res.output
     report = json.loads(res.output[res.output.index("{") :])
     o = report["overall"]
-    assert o["lossless"] == "4/4" and o["spec"]["tokens_per_call"] >= 1.0 and o["spec"]["speedup"] > 0
+    assert o["lossless"] == {"identical": 4, "prompts": 4} and o["spec"]["tokens_per_call"] >= 1.0 and o["spec"]["speedup"] > 0
     assert {g["name"]: g["passed"] for g in report["gates"]} == {"lossless": True, "no_overflow": True}  # the bundle has a normalizer search
     assert set(report["peak_rss_mb"]) == {"ar", "spec"}
     assert (tmp_path / "rep" / "accepted_length.png").is_file()

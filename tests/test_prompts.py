@@ -15,7 +15,7 @@ def _fake_suite(items):
 
 
 def test_training_prompts_drop_excluded_and_repeated_sources_and_texts(monkeypatch):
-    monkeypatch.setattr(P, "SUITES", {"fake": _fake_suite(["a", "b", "a", "c", "d", "b", "e"])})
+    monkeypatch.setattr(P, "PROMPT_SOURCES", {"fake": _fake_suite(["a", "b", "a", "c", "d", "b", "e"])})
     monkeypatch.setattr(P, "excluded_keys", lambda: frozenset({"c"}))
     assert [p.source for p in P.suite_prompts("fake", "train", 3)] == ["a", "b", "d"]
     assert [p.source for p in P.suite_prompts("fake", "train", 10)] == ["a", "b", "d", "e"]  # source ran out
@@ -25,13 +25,13 @@ def test_training_prompts_drop_excluded_and_repeated_sources_and_texts(monkeypat
 
 
 def test_templated_suite_that_only_repeats_does_not_loop_forever(monkeypatch):
-    monkeypatch.setattr(P, "SUITES", {"fake": lambda split, n: [P.Prompt(str(i), "fake", "same", None, "same") for i in range(n)]})
+    monkeypatch.setattr(P, "PROMPT_SOURCES", {"fake": lambda split, n: [P.Prompt(str(i), "fake", "same", None, "same") for i in range(n)]})
     monkeypatch.setattr(P, "excluded_keys", lambda: frozenset())
     assert len(P.suite_prompts("fake", "train", 50)) == 1
 
 
 def test_mix_gives_a_short_suites_share_to_the_others(monkeypatch):
-    monkeypatch.setattr(P, "SUITES", {"few": _fake_suite(list("xy")), "many": _fake_suite([f"m{i}" for i in range(100)])})
+    monkeypatch.setattr(P, "PROMPT_SOURCES", {"few": _fake_suite(list("xy")), "many": _fake_suite([f"m{i}" for i in range(100)])})
     monkeypatch.setattr(P, "excluded_keys", lambda: frozenset())
     mix = P.mixed_prompts("train", 10, ("few", "many"))
     assert len(mix) == 10 and [p.source for p in mix][:4] == ["x", "m0", "y", "m1"]
@@ -44,12 +44,12 @@ def _sha(text: str) -> str:
 
 @pytest.mark.slow  # reads apt's Translation files, fanoutqa, Chinook, chitchat-dataset
 def test_training_mix_excludes_every_validation_and_heldout_prompt_by_hash():
-    from edgespec.corpus.tasks import SUITES as TASKS
+    from edgespec.corpus.validation_sets import SUITES as TASKS
 
     train = P.mixed_prompts("train", 6000)
-    assert {p.task for p in train} == set(P.SUITES)  # the six validation task types, code and chat
+    assert {p.task for p in train} == set(P.PROMPT_SOURCES)  # the six validation task types, code and chat
     validation = [e for t in TASKS.values() for e in t.build(P.VALIDATION_MAX, 0)]
-    heldout = [p for build in P.SUITES.values() for p in build("heldout", P.HELDOUT_MAX)]
+    heldout = [p for build in P.PROMPT_SOURCES.values() for p in build("heldout", P.HELDOUT_MAX)]
     train_text, train_src = {_sha(p.text) for p in train}, {p.source for p in train}
     assert len(train_text) == len(train)
     assert not train_text & {_sha(e.prompt) for e in validation}
@@ -62,11 +62,11 @@ def test_training_mix_excludes_every_validation_and_heldout_prompt_by_hash():
 
 _DIGEST = """
 import hashlib
-from edgespec.corpus.prompts import SUITES, suite_prompts
+from edgespec.corpus.prompts import PROMPT_SOURCES, suite_prompts
 from edgespec.harness.suites import load_suite
 from edgespec.config import SUITE_NAMES
 h = hashlib.sha256()
-for task in SUITES:
+for task in PROMPT_SOURCES:
     for split in ("train", "heldout"):
         for p in suite_prompts(task, split, 40):
             h.update(f"{p.id}|{p.text}|{p.reference}".encode())

@@ -1,7 +1,7 @@
 import torch
 
 from edgespec.numerics.formats import FP16
-from edgespec.numerics.search import candidates, collect_norm_inputs, evaluate, search_layer, summarize, write_report
+from edgespec.numerics.search import candidates, collect_norm_inputs, evaluate, search_layer, summarize_search, write_search_report
 from edgespec.numerics.stable_norm import NormChoice
 
 
@@ -22,8 +22,8 @@ def test_naive_fails_on_large_rms_and_linf_is_chosen(tmp_path):
     chosen = next(c for c in res["candidates"] if c["prenorm"] == "linf")
     assert all(chosen[k]["overflow"] == chosen[k]["underflow"] == 0 for k in ("calibration", "heldout", "adversarial"))
     assert chosen["heldout"]["max_rel_err"] < 5e-3
-    result = {"format": "fp16", "guarantee": True, "layers": [res], "summary": summarize([res])}
-    files = write_report(result, tmp_path)
+    result = {"format": "fp16", "guarantee": True, "layers": [res], "summary": summarize_search([res])}
+    files = write_search_report(result, tmp_path)
     assert "normsearch.md" in files and "linf" in (tmp_path / "normsearch.md").read_text()
 
 
@@ -68,7 +68,7 @@ def test_run_normsearch_respects_a_short_context(tiny_model):
         def encode(self, text):
             return [i % 97 for i in range(100)]
 
-    res = run_normsearch(tiny_model, Tok(), NumericsConfig(calibration_prompts=2, heldout_prompts=1))
+    res = run_normsearch(tiny_model, Tok(), NumericsConfig(calibration_prompts=2, heldout_prompts=1), True)
     assert res["summary"]["layers"] == 2 * tiny_model.args.n_layers + 1
 
 
@@ -88,9 +88,9 @@ def test_the_plotted_overflow_line_follows_the_searched_format(tmp_path):
     assert overflow_rms("bf16", d) > 1e18 and overflow_rms("fp8_e4m3", d) == math.sqrt(448 / d)
     for name, fmt in FORMATS.items():
         res = search_layer("layers.0.attention_norm", _rows(8, d, 1.0), _rows(4, d, 1.0, 1), torch.ones(d), 1e-5, fmt)
-        result = {"format": name, "guarantee": True, "layers": [res], "summary": summarize([res])}
+        result = {"format": name, "guarantee": True, "layers": [res], "summary": summarize_search([res])}
         (ax,) = plot_report(result).axes
         limits = [ln for ln in ax.get_lines() if "overflow" in ln.get_label()]
         assert len(limits) == 1 and name in limits[0].get_label()
         assert list(limits[0].get_ydata()) == [overflow_rms(name, d)] * 2 == [math.sqrt(fmt.max_finite / d)] * 2
-    assert "normsearch.png" in write_report(result, tmp_path) and (tmp_path / "normsearch.png").stat().st_size > 0
+    assert "normsearch.png" in write_search_report(result, tmp_path) and (tmp_path / "normsearch.png").stat().st_size > 0

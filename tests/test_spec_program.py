@@ -4,7 +4,7 @@ eagerly (the code that is exported) and as a real ExecuTorch program."""
 import pytest
 import torch
 
-from edgespec.config import StreamsConfig
+from edgespec.config import DrafterConfig
 from edgespec.errors import EdgespecError
 from edgespec.runtime.generate import eager_step, generate
 from edgespec.speculative.step import EagerSpecMethods, SpecProgram
@@ -14,7 +14,7 @@ from edgespec.speculative.tree import Tree
 
 def _spec_model(model, gamma: int, mode: str = "lossless") -> SpecModel:
     torch.manual_seed(1)
-    params = StreamParams(model, StreamsConfig(gamma=gamma, n_layers=1, lora_rank=4, f_rank=4, mode=mode, tree=(1,) * gamma))
+    params = StreamParams(model, DrafterConfig(gamma=gamma, n_layers=1, lora_rank=4, f_rank=4, mode=mode, tree=(1,) * gamma))
     with torch.no_grad():
         for p in params.parameters():
             p.add_(torch.randn_like(p) * 0.3)
@@ -108,7 +108,7 @@ def spec_pte(tmp_path_factory, request):
     """A tiny two-method program (forward, spec_step) run by ExecuTorch: streams with the
     step's attention in one call and a 40-token draft vocabulary, or one row per call with the
     full head; or Hydra heads drafting a chain depth after depth through the draft vocabulary."""
-    from edgespec.export.program import ProgramMeta, lower_to_executorch
+    from edgespec.export.lowering import ProgramMeta, lower_to_executorch
     from edgespec.export.spec_program import export_spec_methods, spec_meta
     from edgespec.models.llama import LlamaArgs, Transformer
 
@@ -131,7 +131,7 @@ def spec_pte(tmp_path_factory, request):
 
 @pytest.mark.slow
 def test_program_spec_greedy_equals_program_autoregressive(spec_pte):
-    from edgespec.runtime.program import ProgramRunner
+    from edgespec.runtime.runner import ProgramRunner
 
     path, program = spec_pte
     runner = ProgramRunner(path)
@@ -148,7 +148,7 @@ def test_program_spec_greedy_equals_program_autoregressive(spec_pte):
 @pytest.mark.slow
 def test_program_methods_share_one_kv_cache(spec_pte):
     """forward fills the cache that spec_step reads, and the other way round."""
-    from edgespec.runtime.program import ProgramRunner
+    from edgespec.runtime.runner import ProgramRunner
     from edgespec.speculative.tree import placeholder_draft
 
     runner = ProgramRunner(spec_pte[0])
@@ -168,7 +168,7 @@ def test_program_methods_share_one_kv_cache(spec_pte):
 
 @pytest.mark.slow
 def test_program_sampling_runs_and_is_seeded(spec_pte):
-    from edgespec.runtime.program import ProgramRunner
+    from edgespec.runtime.runner import ProgramRunner
 
     runner = ProgramRunner(spec_pte[0])
     prompt = _prompts(1, 97)[0]

@@ -72,8 +72,8 @@ def test_half_model_with_stable_norms_tracks_fp32(tiny_model):
 @pytest.mark.slow
 def test_stable_norms_run_in_an_executorch_program(tiny_model, tmp_path):
     """Every op of the stable norm must exist in ExecuTorch's runtime (fp16 program)."""
-    from edgespec.export.program import ProgramMeta, export_forward, lower_to_executorch
-    from edgespec.runtime.program import ProgramRunner
+    from edgespec.export.lowering import ProgramMeta, export_forward, lower_to_executorch
+    from edgespec.runtime.runner import ProgramRunner
 
     stabilize_norms_(tiny_model, NormChoice("linf", 2))
     tiny_model.to_half_()

@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from edgespec.corpus.distill import distill_shards, read_shards
-from edgespec.corpus.teacher import as_teacher_, common_prefix, generate_stream
 from edgespec.errors import EdgespecError
+from edgespec.models.batched_decode import as_teacher_, common_prefix, generate_stream
 
 
 def _greedy(model, prompt, n):
@@ -82,15 +82,15 @@ def test_shards_are_written_resumed_and_checked(tiny_model, tmp_path):
 
 
 def test_training_reads_a_shard_directory(tiny_model, tmp_path):
-    from edgespec.speculative.train import load_examples
+    from edgespec.speculative.train_data import load_examples
 
     teacher = as_teacher_(tiny_model, torch.float32)
     rows = [(k, "code", p) for k, p in _prompts(k=3)]
     distill_shards(teacher, rows, tmp_path, batch=3, max_new_tokens=4, eos_ids=(), shard_size=8)
-    ex = load_examples(tmp_path, tokenizer=None, seq_len=64)
+    ex = load_examples(tmp_path, tokenizer=None, seq_len=64, chat_template=True)
     assert sorted((e.n_prompt, len(e.tokens)) for e in ex) == sorted((len(p), len(p) + 4) for _, _, p in rows)
     assert all(e.topk_ids.shape == (4, 8) and e.topk_ids[:, 0].tolist() == e.tokens[e.n_prompt :] for e in ex)
-    short = load_examples(tmp_path, tokenizer=None, seq_len=min(len(p) for _, _, p in rows) + 2)  # cut into the responses
+    short = load_examples(tmp_path, tokenizer=None, seq_len=min(len(p) for _, _, p in rows) + 2, chat_template=True)  # cut into the responses
     assert all(len(e.topk_ids) == max(0, len(e.tokens) - e.n_prompt) for e in short)
 
 

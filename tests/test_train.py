@@ -9,14 +9,17 @@ from pathlib import Path
 import pytest
 import torch
 
-from edgespec.config import StreamsConfig, TrainConfig
+from edgespec.config import DrafterConfig, TrainConfig
 from edgespec.errors import EdgespecError
+from edgespec.speculative.features import FeatureCache
+from edgespec.speculative.loss import DraftLoss
 from edgespec.speculative.streams import SpecModel, StreamParams
-from edgespec.speculative.train import Example, FeatureCache, make_batch, train_streams
+from edgespec.speculative.train import train_drafter
+from edgespec.speculative.train_data import TrainExample, epoch_order, make_batch
 
 
 def test_make_batch_targets_are_future_response_tokens():
-    ex = [Example([10, 11, 12, 13, 14, 15], n_prompt=3), Example([20, 21, 22, 23], n_prompt=2)]
+    ex = [TrainExample([10, 11, 12, 13, 14, 15], n_prompt=3), TrainExample([20, 21, 22, 23], n_prompt=2)]
     feats = [torch.zeros(6, 4), torch.zeros(4, 4)]
     tokens, h0, main_t, stream_t, soft_ids, soft_p = make_batch(ex, feats, [0, 1], gamma=2)
     assert soft_ids is None and soft_p is None  # hard labels only
@@ -34,7 +37,7 @@ def test_soft_labels_align_with_stream_targets():
     resp = [13, 14, 15]
     ids = torch.tensor([[t, t + 50] for t in resp], dtype=torch.int32)  # top-1 = the response token
     p = torch.tensor([[0.75, 0.25]] * 3, dtype=torch.float16)
-    ex = [Example([10, 11, 12, *resp], n_prompt=3, topk_ids=ids, topk_p=p), Example([20, 21, 22, 23], n_prompt=2)]
+    ex = [TrainExample([10, 11, 12, *resp], n_prompt=3, topk_ids=ids, topk_p=p), TrainExample([20, 21, 22, 23], n_prompt=2)]
     tokens, h0, main_t, stream_t, soft_ids, soft_p = make_batch(ex, [torch.zeros(6, 4), torch.zeros(4, 4)], [0, 1], gamma=2)
     assert soft_ids.shape == (2, 6, 3, 2)  # index 0: the main target, 1 + j: stream j
     targets = torch.cat([main_t[..., None], stream_t], -1)
@@ -47,22 +50,20 @@ def test_soft_labels_align_with_stream_targets():
 
 
 def test_soft_weight_mixes_in_the_teachers_top_k(tiny_model):
-    from edgespec.speculative.train import StreamLoss
-
-    spec = SpecModel(tiny_model, StreamParams(tiny_model, StreamsConfig(gamma=2, n_layers=1, lora_rank=4, tree=(1, 1))))
+    spec = SpecModel(tiny_model, StreamParams(tiny_model, DrafterConfig(gamma=2, n_layers=1, lora_rank=4, tree=(1, 1))))
     g = torch.Generator().manual_seed(0)
     ex = []
     for _ in range(4):
         toks = torch.randint(0, 97, (12,), generator=g).tolist()
         R = 12 - 4
         ids = torch.stack([torch.tensor(toks[4:]), torch.randint(0, 97, (R,), generator=g)], 1).to(torch.int32)
-        ex.append(Example(toks, 4, ids, torch.tensor([[0.5, 0.5]] * R, dtype=torch.float16)))
+        ex.append(TrainExample(toks, 4, ids, torch.tensor([[0.5, 0.5]] * R, dtype=torch.float16)))
     batch = make_batch(ex, FeatureCache(spec, ex).h, [0, 1, 2, 3], gamma=2)
 
     def loss(b):
         hp = TrainConfig(stream_weights=(1.0, 1.0), soft_weight=b, bf16=False)
         with torch.no_grad():
-            return float(StreamLoss(spec, hp)(*batch)[0])
+            return float(DraftLoss(spec, hp)(*batch)[0])
 
     hard, soft, half = loss(0.0), loss(1.0), loss(0.5)
     assert hard != pytest.approx(soft)
@@ -81,20 +82,18 @@ def test_soft_weight_mixes_in_the_teachers_top_k(tiny_model):
 def test_shared_mode_main_loss_keeps_the_original_models_distribution(tiny_model):
     """In shared mode the main stream's loss mixes the teacher's top-K (the original model's
     distribution: the KL term) with the hard next token, like each stream's."""
-    from edgespec.speculative.train import StreamLoss
-
-    spec = SpecModel(tiny_model, StreamParams(tiny_model, StreamsConfig(gamma=1, n_layers=1, lora_rank=4, mode="shared", tree=(1,))))
+    spec = SpecModel(tiny_model, StreamParams(tiny_model, DrafterConfig(gamma=1, n_layers=1, lora_rank=4, mode="shared", tree=(1,))))
     g = torch.Generator().manual_seed(2)
     ex = []
     for _ in range(3):
         toks = torch.randint(0, 97, (11,), generator=g).tolist()
         ids = torch.stack([torch.tensor(toks[4:]), torch.randint(0, 97, (7,), generator=g)], 1).to(torch.int32)
-        ex.append(Example(toks, 4, ids, torch.tensor([[0.25, 0.75]] * 7, dtype=torch.float16)))
+        ex.append(TrainExample(toks, 4, ids, torch.tensor([[0.25, 0.75]] * 7, dtype=torch.float16)))
     batch = make_batch(ex, FeatureCache(spec, ex).h, [0, 1, 2], gamma=1)
 
     def main_term(b):  # total minus the stream's term (stream weight 1)
         with torch.no_grad():
-            total, per_stream, _ = StreamLoss(spec, TrainConfig(stream_weights=(1.0,), main_weight=1.0, soft_weight=b, bf16=False))(*batch)
+            total, per_stream, _ = DraftLoss(spec, TrainConfig(stream_weights=(1.0,), main_weight=1.0, soft_weight=b, bf16=False))(*batch)
         return float(total - per_stream.sum())
 
     with torch.no_grad():
@@ -111,18 +110,16 @@ def test_shared_mode_main_loss_keeps_the_original_models_distribution(tiny_model
 def test_draft_vocabulary_loss_is_the_cross_entropy_over_the_slice(tiny_model):
     """With draft ids the streams' loss is CE over the slice of the lm head, targets outside
     it are left out of the loss and count as misses; all ids = the full-vocabulary loss."""
-    from edgespec.speculative.train import StreamLoss
-
-    spec = SpecModel(tiny_model, StreamParams(tiny_model, StreamsConfig(gamma=1, n_layers=1, lora_rank=4, tree=(1,))))
+    spec = SpecModel(tiny_model, StreamParams(tiny_model, DrafterConfig(gamma=1, n_layers=1, lora_rank=4, tree=(1,))))
     g = torch.Generator().manual_seed(1)
-    ex = [Example(torch.randint(0, 97, (10,), generator=g).tolist(), 3) for _ in range(3)]
+    ex = [TrainExample(torch.randint(0, 97, (10,), generator=g).tolist(), 3) for _ in range(3)]
     batch = make_batch(ex, FeatureCache(spec, ex).h, [0, 1, 2], gamma=1)
     hp = TrainConfig(stream_weights=(1.0,), bf16=False)
     with torch.no_grad():
-        full, _, full_acc = StreamLoss(spec, hp)(*batch)
-        same, _, same_acc = StreamLoss(spec, hp, torch.arange(97))(*batch)
+        full, _, full_acc = DraftLoss(spec, hp)(*batch)
+        same, _, same_acc = DraftLoss(spec, hp, torch.arange(97))(*batch)
         ids = torch.arange(0, 97, 2)  # even tokens only
-        part, _, part_acc = StreamLoss(spec, hp, ids)(*batch)
+        part, _, part_acc = DraftLoss(spec, hp, ids)(*batch)
         _, stream_h = spec.forward_train(batch[0], batch[1])
         keep = batch[3][:, :, 0] != -100
         tgt = batch[3][:, :, 0][keep]
@@ -141,17 +138,17 @@ def _periodic_examples(n=24, period=1, vocab=97):
     out = []
     for _ in range(n):
         base = torch.randint(0, vocab, (period,), generator=g).tolist()
-        out.append(Example((base * 8)[:30], n_prompt=6))
+        out.append(TrainExample((base * 8)[:30], n_prompt=6))
     return out
 
 
 def test_streams_learn_a_predictable_sequence(tiny_model, tmp_path):
     """On repeated-token sequences the future is predictable: stream accuracy must rise."""
-    spec = SpecModel(tiny_model, StreamParams(tiny_model, StreamsConfig(gamma=2, n_layers=1, lora_rank=8, tree=(1, 1))))
+    spec = SpecModel(tiny_model, StreamParams(tiny_model, DrafterConfig(gamma=2, n_layers=1, lora_rank=8, tree=(1, 1))))
     ex = _periodic_examples()
     feats = FeatureCache(spec, ex).h
     hp = TrainConfig(steps=60, batch_size=8, lr=1e-2, warmup_steps=5, checkpoint_every=30, stream_weights=(1.0, 1.0), bf16=False)
-    log = train_streams(spec, ex, feats, hp, tmp_path)
+    log = train_drafter(spec, ex, feats, hp, tmp_path)
     first = sum(log.loss[:5]) / 5
     last = sum(log.loss[-5:]) / 5
     assert last < 0.75 * first, (first, last)
@@ -165,14 +162,14 @@ class _Killed(Exception):
 
 def _run(tiny_model, ex, d, steps=10, lr=1e-3, stop_at=None):
     torch.manual_seed(0)
-    spec = SpecModel(tiny_model, StreamParams(tiny_model, StreamsConfig(gamma=2, n_layers=1, lora_rank=4, tree=(1, 1))))
+    spec = SpecModel(tiny_model, StreamParams(tiny_model, DrafterConfig(gamma=2, n_layers=1, lora_rank=4, tree=(1, 1))))
     hp = TrainConfig(steps=steps, batch_size=4, lr=lr, warmup_steps=2, checkpoint_every=5, stream_weights=(1.0, 1.0), bf16=False)
 
     def on_step(step, loss):
         if step == stop_at:
             raise _Killed
 
-    return train_streams(spec, ex, FeatureCache(spec, ex).h, hp, d, on_step=on_step), spec
+    return train_drafter(spec, ex, FeatureCache(spec, ex).h, hp, d, on_step=on_step), spec
 
 
 def test_killed_run_resumes_to_the_uninterrupted_weights(tiny_model, tmp_path):
@@ -200,9 +197,9 @@ def test_resume_refuses_a_checkpoint_of_another_recipe_or_data(tiny_model, tmp_p
 
 
 def test_feature_cache_batches_give_each_examples_own_features(tiny_model):
-    spec = SpecModel(tiny_model, StreamParams(tiny_model, StreamsConfig(gamma=2, n_layers=1, lora_rank=4, tree=(1, 1))))
+    spec = SpecModel(tiny_model, StreamParams(tiny_model, DrafterConfig(gamma=2, n_layers=1, lora_rank=4, tree=(1, 1))))
     g = torch.Generator().manual_seed(3)
-    ex = [Example(torch.randint(0, 97, (int(n),), generator=g).tolist(), 2) for n in torch.randint(3, 30, (9,), generator=g)]
+    ex = [TrainExample(torch.randint(0, 97, (int(n),), generator=g).tolist(), 2) for n in torch.randint(3, 30, (9,), generator=g)]
     batched = FeatureCache(spec, ex, batch_tokens=64).h
     for e, h in zip(ex, batched):
         alone = spec.lower_hidden(torch.tensor([e.tokens]))[0]
@@ -213,14 +210,14 @@ def test_feature_cache_batches_give_each_examples_own_features(tiny_model):
 
 
 def test_feature_cache_is_rebuilt_for_other_data_or_model(tiny_model, tmp_path):
-    spec = SpecModel(tiny_model, StreamParams(tiny_model, StreamsConfig(gamma=2, n_layers=1, lora_rank=4, tree=(1, 1))))
+    spec = SpecModel(tiny_model, StreamParams(tiny_model, DrafterConfig(gamma=2, n_layers=1, lora_rank=4, tree=(1, 1))))
     path = tmp_path / "features.pt"
     ex = _periodic_examples()
     first = FeatureCache(spec, ex, path).h
     calls = []
     FeatureCache(spec, ex, path, on_progress=calls.append)
     assert calls == []  # same model and data: read from the file
-    other = [Example([t + 1 for t in e.tokens], e.n_prompt) for e in ex]  # same count and lengths
+    other = [TrainExample([t + 1 for t in e.tokens], e.n_prompt) for e in ex]  # same count and lengths
     rebuilt = FeatureCache(spec, other, path, on_progress=calls.append).h
     assert len(calls) == len(ex) and not torch.equal(rebuilt[0], first[0])
     with torch.no_grad():
@@ -251,8 +248,6 @@ def test_torchrun_two_processes_match_single_process(tmp_path):
 
 
 def test_epoch_order_is_a_permutation_with_similar_lengths_per_batch():
-    from edgespec.speculative.train import epoch_order
-
     lengths = [int(x) for x in torch.randint(10, 400, (100,), generator=torch.Generator().manual_seed(0))]
     order = epoch_order(lengths, 4, 5, torch.Generator().manual_seed(1))
     assert sorted(order) == list(range(100))

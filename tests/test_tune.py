@@ -3,10 +3,10 @@
 import pytest
 import torch
 
-from edgespec.config import StreamsConfig
+from edgespec.config import DrafterConfig
 from edgespec.harness.tune import tune_bundle
 from edgespec.runtime.generate import eager_step, generate
-from edgespec.speculative import tune as T
+from edgespec.speculative import tree_tuning as T
 from edgespec.speculative.step import EagerSpecMethods, SpecProgram
 from edgespec.speculative.streams import SpecModel, StreamParams
 from edgespec.speculative.tree import Tree
@@ -27,7 +27,7 @@ def test_replay_on_synthetic_ranks():
 def test_replay_equals_greedy_tree_decoding(tiny_model, branching):
     """Ranks from one teacher-forced pass predict every call of the real decode loop."""
     torch.manual_seed(1)
-    params = StreamParams(tiny_model, StreamsConfig(gamma=3, n_layers=1, lora_rank=4, tree=(1, 1, 1)))
+    params = StreamParams(tiny_model, DrafterConfig(gamma=3, n_layers=1, lora_rank=4, tree=(1, 1, 1)))
     with torch.no_grad():
         for p in params.parameters():
             p.add_(torch.randn_like(p) * 0.3)
@@ -88,12 +88,12 @@ def test_candidates_and_estimates():
 
 def _manifest_only_bundle(d, speculative, files=()):
     from edgespec import bundle as B
+    from manifests import tiny_manifest
 
     d.mkdir()
     for name in files:
         (d / name).write_bytes(b"weights")
-    spec = None if speculative is None else {"tree_branching": [1], "tree_parents": [-1, 0]} | speculative
-    B.write_manifest(d, {"model": {"vocab_size": 10}, "tokenizer": {"file": B.TOKENIZER, "eos_ids": [2]}, "speculative": spec})
+    B.write_manifest(d, tiny_manifest(speculative))
     return d
 
 
@@ -104,25 +104,30 @@ def test_tune_reads_the_stream_weights_from_the_bundle(tmp_path):
     from edgespec import bundle as B
     from edgespec.cli import main
     from edgespec.errors import EdgespecError
+    from edgespec.manifest import LAYOUT
 
     old = _manifest_only_bundle(tmp_path / "old", {"weights": "smollm2-135m-streams-cpu120.pt"})
-    with pytest.raises(EdgespecError, match="does not carry its stream weights"):
+    with pytest.raises(EdgespecError, match="does not carry its drafter weights"):
         tune_bundle(old)
     with pytest.raises(EdgespecError, match="has no speculative methods"):
         tune_bundle(_manifest_only_bundle(tmp_path / "ar", None))
     res = CliRunner().invoke(main, ["tune", "--bundle", str(old)])
     assert res.exit_code == 2 and [l for l in res.output.splitlines() if l.startswith("error:")] == [res.output.strip()], res.output
-    new = _manifest_only_bundle(tmp_path / "new", {"weights": B.STREAMS}, [B.STREAMS])
-    assert B.stream_weights(new, B.read_manifest(new)) == new / B.STREAMS
+    new = _manifest_only_bundle(tmp_path / "new", {"weights": LAYOUT.drafter}, [LAYOUT.drafter])
+    assert B.drafter_weights(new, B.read_manifest(new)) == new / LAYOUT.drafter
+    legacy = _manifest_only_bundle(tmp_path / "legacy", {"weights": LAYOUT.legacy_drafter}, [LAYOUT.legacy_drafter])
+    assert B.drafter_weights(legacy, B.read_manifest(legacy)) == legacy / LAYOUT.legacy_drafter
 
 
 @pytest.mark.slow
 def test_tune_bundle_ranks_trees_on_a_real_bundle(fp32_bundle):
-    from edgespec.bundle import STREAMS, read_manifest
+    from edgespec.bundle import read_manifest
+    from edgespec.config import TuneConfig
+    from edgespec.manifest import LAYOUT
 
-    assert read_manifest(fp32_bundle)["speculative"]["weights"] == STREAMS
+    assert read_manifest(fp32_bundle).speculative.weights == LAYOUT.drafter
     phases = []
-    out = tune_bundle(fp32_bundle, n_prompts=1, max_new_tokens=8, max_size=6, context=64, on_progress=lambda phase, done, total: phases.append(phase))
+    out = tune_bundle(fp32_bundle, TuneConfig(prompts=1, max_new_tokens=8, max_size=6, context=64), on_progress=lambda phase, done, total: phases.append(phase))
     assert out["own_tree"] == [2, 1] and out["context"] == 64 and out["ar_tokens_per_s"] > 0
     assert out["trees"] and all(e["size"] <= 6 and e["tokens_per_call"] >= 1 for e in out["trees"])
     assert [e["tokens_per_s"] for e in out["trees"]] == sorted((e["tokens_per_s"] for e in out["trees"]), reverse=True)

@@ -130,7 +130,7 @@ def test_every_quantization_scheme_lowers_and_runs(tiny_hf_dir, tmp_path, scheme
     from edgespec.config import QuantConfig
     from edgespec.models.load import build_model, read_source
     from edgespec.quant import SCHEMES, quantize_model_
-    from edgespec.runtime.program import ProgramRunner
+    from edgespec.runtime.runner import ProgramRunner
 
     assert set(SCHEMES) == {"fp32", "fp16", "8da4w", "8da8w"}
     r = tmp_path / "r.yaml"

@@ -6,23 +6,26 @@ complete, so a failed export never leaves a half-written bundle behind.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from edgespec.errors import EdgespecError
+from edgespec.errors import EdgespecError, GateFailure
+from edgespec.manifest import LAYOUT, SCHEMA_VERSION, FileEntry, GateResult, Manifest, parse_manifest
 
-SCHEMA_VERSION = 1
-MANIFEST = "manifest.json"
-PROGRAM = "model.pte"
-TOKENIZER = "tokenizer.json"
-STREAMS = "streams.pt"  # trained stream weights of a speculative bundle (edgespec tune reads them)
+MANIFEST = LAYOUT.manifest
+PROGRAM = LAYOUT.program
+TOKENIZER = LAYOUT.tokenizer
+__all__ = ["SCHEMA_VERSION", "MANIFEST", "PROGRAM", "TOKENIZER", "run_export", "read_manifest", "write_manifest"]
 
 
 def sha256_file(path: Path) -> str:
@@ -84,19 +87,22 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def write_manifest(bundle_dir: Path, fields: dict[str, Any]) -> dict[str, Any]:
-    """Write manifest.json with the SHA-256 of every other file in the bundle."""
+def write_manifest(bundle_dir: Path, manifest: Manifest) -> Manifest:
+    """Write manifest.json: `manifest` with the SHA-256 and size of every other file in the
+    bundle. Returns what was written."""
     files = {
-        p.relative_to(bundle_dir).as_posix(): {"sha256": sha256_file(p), "bytes": p.stat().st_size}
+        p.relative_to(bundle_dir).as_posix(): FileEntry(sha256_file(p), p.stat().st_size)
         for p in sorted(bundle_dir.rglob("*"))
         if p.is_file() and p.name != MANIFEST
     }
-    manifest = {"schema_version": SCHEMA_VERSION, **fields, "files": files}
-    (bundle_dir / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    manifest = dataclasses.replace(manifest, files=files)
+    (bundle_dir / MANIFEST).write_text(json.dumps(manifest.to_dict(), indent=2) + "\n")
     return manifest
 
 
-def read_manifest(bundle_dir: str | Path) -> dict[str, Any]:
+def read_manifest(bundle_dir: str | Path) -> Manifest:
+    """The typed manifest of a bundle directory (edgespec.manifest); EdgespecError naming what
+    is missing or off."""
     d = Path(bundle_dir)
     if not d.is_dir():
         raise EdgespecError(f"bundle '{d}' not found (expected a directory made by `edgespec export`)")
@@ -104,69 +110,32 @@ def read_manifest(bundle_dir: str | Path) -> dict[str, Any]:
     if not mf.is_file():
         raise EdgespecError(f"bundle '{d}' has no {MANIFEST}")
     try:
-        manifest = json.loads(mf.read_text())
-    except json.JSONDecodeError as e:
+        data = json.loads(mf.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise EdgespecError(f"bundle '{d}': {MANIFEST} is not valid JSON ({e})") from None
-    if not isinstance(manifest, dict):
-        raise EdgespecError(f"bundle '{d}': {MANIFEST} must hold a JSON object, not {type(manifest).__name__}")
-    version = manifest.get("schema_version")
-    if version != SCHEMA_VERSION:
-        raise EdgespecError(f"bundle '{d}': schema_version {version!r} is not supported (expected {SCHEMA_VERSION})")
-    _check_manifest(manifest, f"bundle '{d}': {MANIFEST}")
-    return manifest
+    return parse_manifest(data, f"bundle '{d}': {MANIFEST}")
 
 
-def _check_manifest(m: dict[str, Any], where: str) -> None:
-    """The shape the readers rely on: EdgespecError naming the first field that is off."""
-
-    def need(ok: bool, field: str, what: str) -> None:
-        if not ok:
-            raise EdgespecError(f"{where}: '{field}' must be {what}")
-
-    is_int = lambda x: isinstance(x, int) and not isinstance(x, bool)  # noqa: E731
-    files = m.get("files", {})
-    need(isinstance(files, dict), "files", "an object of file name -> {sha256}")
-    for name, entry in files.items():
-        safe = name and not name.startswith(("/", "\\")) and ".." not in Path(name).parts and "\x00" not in name
-        need(safe, f"files.{name}", "a plain relative file name")
-        need(isinstance(entry, dict) and isinstance(entry.get("sha256"), str), f"files.{name}", "an object with a sha256 string")
-    need(isinstance(m.get("methods", []), list) and all(isinstance(x, str) for x in m.get("methods", [])), "methods", "a list of names")
-    if m.get("task") == "asr":  # a speech bundle: no tokenizer, the phoneme list in tokens.json
-        need(isinstance(m.get("ctc"), dict), "ctc", "an object with temperature and blank_bias")
-        need(isinstance(m.get("model"), dict) and isinstance(m["model"].get("args"), dict), "model.args", "an object")
-        return
-    model, tok = m.get("model"), m.get("tokenizer")
-    need(isinstance(model, dict) and is_int(model.get("vocab_size")), "model.vocab_size", "an integer")
-    need(isinstance(tok, dict) and isinstance(tok.get("file"), str), "tokenizer.file", "a file name")
-    need(isinstance(tok.get("eos_ids"), list) and all(is_int(x) for x in tok["eos_ids"]), "tokenizer.eos_ids", "a list of integers")
-    spec = m.get("speculative")
-    if spec is not None:
-        need(isinstance(spec, dict), "speculative", "an object")
-        for key in ("tree_branching", "tree_parents"):
-            need(isinstance(spec.get(key), list) and all(is_int(x) for x in spec[key]), f"speculative.{key}", "a list of integers")
-
-
-def verify_checksums(bundle_dir: str | Path, manifest: dict[str, Any]) -> None:
+def verify_checksums(bundle_dir: str | Path, manifest: Manifest) -> None:
     """Raise if any file listed in the manifest is missing or differs."""
     d = Path(bundle_dir)
-    for name, entry in manifest.get("files", {}).items():
+    for name, entry in manifest.files.items():
         p = d / name
         if not p.is_file():
             raise EdgespecError(f"bundle '{d}': file '{name}' listed in the manifest is missing")
-        if sha256_file(p) != entry["sha256"]:
+        if sha256_file(p) != entry.sha256:
             raise EdgespecError(f"bundle '{d}': file '{name}' is corrupt (SHA-256 does not match the manifest)")
 
 
-def stream_weights(bundle_dir: str | Path, manifest: dict[str, Any]) -> Path:
-    """The stream weights a speculative bundle carries (its manifest's `speculative.weights`)."""
+def drafter_weights(bundle_dir: str | Path, manifest: Manifest) -> Path:
+    """The drafter weights a speculative bundle carries (its manifest's `speculative.weights`)."""
     d = Path(bundle_dir)
-    spec = manifest.get("speculative")
+    spec = getattr(manifest, "speculative", None)
     if spec is None:
-        raise EdgespecError(f"bundle '{d}' has no speculative methods; export it with trained streams (recipe streams.weights)")
-    name = spec.get("weights")
-    if name not in manifest.get("files", {}) or not (d / name).is_file():
-        raise EdgespecError(f"bundle '{d}' does not carry its stream weights ({STREAMS}; older bundles only name the recipe's file): re-export it")
-    return d / name
+        raise EdgespecError(f"bundle '{d}' has no speculative methods; export it with a trained drafter (recipe drafter.weights)")
+    if spec.weights not in manifest.files or not (d / spec.weights).is_file():
+        raise EdgespecError(f"bundle '{d}' does not carry its drafter weights ({LAYOUT.drafter}; older bundles only name the recipe's file): re-export it")
+    return d / spec.weights
 
 
 def package_zip(bundle_dir: str | Path, out: str | Path) -> Path:
@@ -182,7 +151,7 @@ def package_zip(bundle_dir: str | Path, out: str | Path) -> Path:
     try:
         with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_STORED) as z:
             z.write(d / MANIFEST, MANIFEST)
-            for name in manifest["files"]:
+            for name in manifest.files:
                 z.write(d / name, name)
         tmp.replace(out)
     except OSError as e:
@@ -197,7 +166,7 @@ def package_zip(bundle_dir: str | Path, out: str | Path) -> Path:
 MAX_UNPACKED_BYTES = 16 << 30  # a bundle is a few hundred MB; refuse archives that claim more
 
 
-def unpack_zip(zip_path: str | Path, outdir: str | Path, overwrite: bool = False, max_bytes: int = MAX_UNPACKED_BYTES) -> dict[str, Any]:
+def unpack_zip(zip_path: str | Path, outdir: str | Path, overwrite: bool = False, max_bytes: int = MAX_UNPACKED_BYTES) -> Manifest:
     """Unpack a zip written by `package_zip` into the bundle directory `outdir` and return its
     manifest. Refused, with nothing written: members other than the manifest and the files it
     lists (so no absolute or `..` names, no duplicates), symbolic links or other special
@@ -231,15 +200,11 @@ def unpack_zip(zip_path: str | Path, outdir: str | Path, overwrite: bool = False
         if total > max_bytes:
             raise EdgespecError(f"'{src}' declares {total:,} bytes unpacked, more than the limit of {max_bytes:,}")
         try:
-            manifest = json.loads(_read_member(z, z.getinfo(MANIFEST), 1 << 20).decode("utf-8"))
+            data = json.loads(_read_member(z, z.getinfo(MANIFEST), 1 << 20).decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as e:
             raise EdgespecError(f"'{src}': {MANIFEST} is not valid JSON ({e})") from None
-        if not isinstance(manifest, dict):
-            raise EdgespecError(f"'{src}': {MANIFEST} must be a JSON object")
-        if manifest.get("schema_version") != SCHEMA_VERSION:
-            raise EdgespecError(f"'{src}': schema_version {manifest.get('schema_version')!r} is not supported (expected {SCHEMA_VERSION})")
-        _check_manifest(manifest, f"'{src}'")
-        listed = set(manifest["files"])
+        manifest = parse_manifest(data, f"'{src}'")
+        listed = set(manifest.files)
         extra = [n for n in names if n != MANIFEST and n not in listed]
         if extra:
             raise EdgespecError(f"'{src}' holds files its manifest does not list: {', '.join(sorted(extra)[:5])}")
@@ -296,3 +261,92 @@ def _copy_member(z, info, out) -> None:
             if left < 0:
                 raise EdgespecError(f"zip member '{info.filename}' inflates past its declared size {info.file_size:,}; refusing it")
             out.write(chunk)
+
+
+# --- export: staging, timing and the rejection policy, for every task ------------------------
+
+
+class StageClock:
+    """Calling it with a stage name ends the previous stage and starts that one; `seconds`
+    holds each finished stage's wall time."""
+
+    def __init__(self, on_stage: Callable[[str], None] = lambda s: None):
+        self.on_stage = on_stage
+        self.seconds: dict[str, float] = {}
+        self._current: str | None = None
+        self._t0 = 0.0
+
+    def __call__(self, name: str) -> None:
+        self.stop()
+        self._current, self._t0 = name, time.perf_counter()
+        self.on_stage(name)
+
+    def stop(self) -> None:
+        if self._current is not None:
+            self.seconds[self._current] = time.perf_counter() - self._t0
+            self._current = None
+
+
+@dataclass(frozen=True)
+class Validation:
+    """A task's validate stage on a staged bundle: the verdict, the summary the manifest keeps
+    (None when failed) and a writer of the full report into a directory (returns its files)."""
+
+    passed: bool
+    gates: tuple[GateResult, ...]
+    summary: Any
+    write_report: Callable[[Path, str], list[str]]  # (directory, where the bundle lands) -> files
+
+
+class ExportTask(Protocol):
+    """What a task (language model, speech) supplies to `run_export` (edgespec.tasks)."""
+
+    def build(self, recipe: Any, stage_dir: Path, stage: StageClock) -> Manifest:
+        """Run the stages before validation into `stage_dir`; the manifest without files."""
+
+    def validate(self, recipe: Any, stage_dir: Path, on_progress: Callable[[str, int, int], None]) -> Validation: ...
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    bundle_dir: Path
+    manifest: Manifest
+    stage_seconds: dict[str, float]
+
+
+def run_export(
+    task: ExportTask,
+    recipe: Any,
+    outdir: str | Path,
+    on_stage: Callable[[str], None] = lambda s: None,
+    on_progress: Callable[[str, int, int], None] = lambda *a: None,
+) -> ExportResult:
+    """Export `recipe` with `task` into the bundle `outdir`, atomically.
+
+    The task builds the program into a staging directory; the recipe and a provisional
+    manifest go beside it, then (unless the recipe turns validation off) the task validates
+    the staged bundle. A failed gate writes the report to `<outdir>.rejected/` and raises
+    GateFailure: no bundle is written. Otherwise the report joins the bundle, the manifest
+    gets the validation summary and the directory is renamed into place."""
+    from edgespec.config import recipe_to_yaml
+
+    outdir = Path(outdir).resolve()
+    rejected = LAYOUT.rejected(outdir)
+    stage = StageClock(on_stage)
+    with staged_bundle(outdir) as stage_dir:
+        manifest = task.build(recipe, stage_dir, stage)
+        (stage_dir / LAYOUT.recipe).write_text(recipe_to_yaml(recipe))
+        manifest = write_manifest(stage_dir, manifest)  # provisional: the validation opens the staged bundle
+        stage("validate")
+        if recipe.validate.enabled:
+            v = task.validate(recipe, stage_dir, on_progress)
+            if not v.passed:
+                v.write_report(rejected, f"(not written: {outdir})")
+                raise GateFailure([g for g in v.gates if not g.passed], rejected)
+            files = v.write_report(stage_dir, str(outdir))
+            manifest = dataclasses.replace(manifest, reports=(*manifest.reports, *files), validation=v.summary)
+        stage("package")
+        manifest = write_manifest(stage_dir, manifest)
+        stage.stop()
+    shutil.rmtree(rejected, ignore_errors=True)  # a stale rejection of an earlier export
+    return ExportResult(outdir, manifest, stage.seconds)

@@ -7,6 +7,8 @@ its dotted path (``recipe field 'quant.scheme': ...``).
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import functools
 import types
@@ -19,14 +21,27 @@ from typing import Any, ClassVar, Literal, get_args, get_origin
 from edgespec.errors import EdgespecError
 
 QuantScheme = Literal["fp32", "fp16", "8da4w", "8da8w", "int8wo"]
-EMBEDDED_MODELS = ("smollm2-135m-instruct",)
 SUITE_NAMES = ("summarization", "translation", "qa", "math", "sql", "rag")
-"""The built-in validation suites, in report order (edgespec.corpus.tasks builds them)."""
+"""The built-in validation suites, in report order (edgespec.corpus.validation_sets builds them)."""
+
+
+_FIELD_KIND = contextvars.ContextVar("field_kind", default="recipe field")
+
+
+@contextlib.contextmanager
+def parsing(kind: str):
+    """Errors raised while building sections inside this block name their field as
+    ``{kind} 'a.b'`` (records other than recipes reuse this machinery: the bundle manifest)."""
+    token = _FIELD_KIND.set(kind)
+    try:
+        yield
+    finally:
+        _FIELD_KIND.reset(token)
 
 
 def _require(cond: bool, path: str, msg: str) -> None:
     if not cond:
-        raise EdgespecError(f"recipe field '{path}': {msg}")
+        raise EdgespecError(f"{_FIELD_KIND.get()} '{path}': {msg}")
 
 
 def _join(prefix: str, name: str) -> str:
@@ -110,23 +125,24 @@ class QuantConfig(_Section):
 
 
 @dataclass(frozen=True)
-class StreamsConfig(_Section):
-    """The drafter of the speculative program and how it drafts.
+class DrafterConfig(_Section):
+    """The drafter of the speculative program and how it drafts (recipe section ``drafter:``;
+    recipes before 2026-12-02 call it ``streams:`` with the kind in ``streams.drafter``).
 
-    drafter: ``streams`` (Speculative Streaming: gamma streams over the top n_layers,
+    kind: ``streams`` (Speculative Streaming: gamma streams over the top n_layers,
     multi-stream attention), ``medusa`` (gamma Medusa-1 heads on the final hidden state) or
     ``hydra`` (heads that also see the token before their target); for heads n_layers is
     only where training caches its features, and the mode is lossless.
 
     mode: ``lossless`` (main stream = untouched base model) or ``shared`` (adapters shared
     with the main stream, fine-tuned). tree: branching per depth (top-k of stream d).
-    weights: trained stream weights (a file made by ``edgespec train``); empty = untrained.
-    draft_vocab: the streams' lm head covers only the N most frequent tokens of the training
+    weights: trained drafter weights (a file made by ``edgespec train``); empty = no
+    speculative methods. draft_vocab: the drafting lm head covers only the N most frequent tokens of the training
     corpus (verification keeps the full vocabulary); 0 = the full vocabulary.
     """
 
-    PATH: ClassVar[str] = "streams"
-    drafter: Literal["streams", "medusa", "hydra"] = "streams"
+    PATH: ClassVar[str] = "drafter"
+    kind: Literal["streams", "medusa", "hydra"] = "streams"
     mode: Literal["lossless", "shared"] = "lossless"
     gamma: int = 3
     n_layers: int = 4
@@ -137,7 +153,7 @@ class StreamsConfig(_Section):
     draft_vocab: int = 0
 
     def _check(self) -> None:
-        _require(self.drafter == "streams" or self.mode == "lossless", self._at("mode"), "draft heads leave the base model untouched: mode must be lossless")
+        _require(self.kind == "streams" or self.mode == "lossless", self._at("mode"), "draft heads leave the base model untouched: mode must be lossless")
         _require(self.draft_vocab >= 0, self._at("draft_vocab"), f"must be >= 0 (0 = the full vocabulary), got {self.draft_vocab}")
         _require(1 <= self.gamma <= 8, self._at("gamma"), f"must be in [1, 8], got {self.gamma}")
         _require(self.n_layers >= 1, self._at("n_layers"), f"must be >= 1, got {self.n_layers}")
@@ -161,7 +177,7 @@ class TrainConfig(_Section):
     in for the KL to the original model (truncated to its top K: at b = 0.5 it did not keep
     the answers' quality, docs/speculative-streaming.md; needs data with soft labels:
     ``edgespec distill --source``). bf16: the MSA layers
-    and the lm head run under bf16 autocast. With ``streams.draft_vocab`` set, the streams'
+    and the lm head run under bf16 autocast. With ``drafter.draft_vocab`` set, the streams'
     loss is taken over that draft vocabulary, as the program drafts.
     """
 
@@ -191,6 +207,52 @@ class TrainConfig(_Section):
 
 
 @dataclass(frozen=True)
+class DistillConfig(_Section):
+    """Self-distillation data (``edgespec distill``): the model's own greedy answers to training
+    prompts. suites: prompt suites of edgespec.corpus.prompts (empty: all); split: ``train`` or
+    ``heldout``. From the eager model (``--source``): `batch` sequences decoded at once in bf16,
+    the `top_k` probabilities of each response position kept, `shard_size` prompts per shard
+    file, prompts longer than `max_prompt_tokens` skipped, `workers` processes (each with its
+    own teacher and cores/workers threads)."""
+
+    PATH: ClassVar[str] = "distill"
+    suites: tuple[str, ...] = ()
+    split: Literal["train", "heldout"] = "train"
+    prompts: int = 3000
+    max_new_tokens: int = 192
+    batch: int = 64
+    top_k: int = 8
+    shard_size: int = 1024
+    max_prompt_tokens: int = 448
+    workers: int = 1
+
+    def _check(self) -> None:
+        for name in ("prompts", "max_new_tokens", "batch", "top_k", "shard_size"):
+            _require(getattr(self, name) >= 1, self._at(name), f"must be >= 1, got {getattr(self, name)}")
+        _require(self.max_prompt_tokens >= 8, self._at("max_prompt_tokens"), f"must be >= 8, got {self.max_prompt_tokens}")
+        _require(1 <= self.workers <= 64, self._at("workers"), f"must be in [1, 64], got {self.workers}")
+
+
+@dataclass(frozen=True)
+class TuneConfig(_Section):
+    """Choosing the draft tree by measurement (``edgespec tune``): acceptance on the greedy
+    continuations (`max_new_tokens`) of `prompts` held-out prompts, call costs measured at
+    position `context`, trees of up to `max_size` nodes."""
+
+    PATH: ClassVar[str] = "tune"
+    prompts: int = 24
+    max_new_tokens: int = 96
+    max_size: int = 24
+    context: int = 256
+
+    def _check(self) -> None:
+        _require(self.prompts >= 1, self._at("prompts"), f"must be >= 1, got {self.prompts}")
+        _require(self.max_new_tokens >= 8, self._at("max_new_tokens"), f"must be >= 8, got {self.max_new_tokens}")
+        _require(2 <= self.max_size <= 64, self._at("max_size"), f"must be in [2, 64], got {self.max_size}")
+        _require(self.context >= 1, self._at("context"), f"must be >= 1, got {self.context}")
+
+
+@dataclass(frozen=True)
 class NumericsConfig(_Section):
     """Normalizer search (``edgespec normsearch``; a stage of ``edgespec export``).
 
@@ -212,7 +274,7 @@ class NumericsConfig(_Section):
 
 @dataclass(frozen=True)
 class ExportConfig(_Section):
-    """Lowering to ExecuTorch.
+    """Lowering to ExecuTorch (always XNNPACK-delegated).
 
     step_attention: how the speculative step attends for its few rows: ``rows`` (one
     `llama::custom_sdpa` call per row, the kernel path of one-token decoding; fastest here
@@ -220,7 +282,6 @@ class ExportConfig(_Section):
     with 1 thread, pathological with 2 next to XNNPACK work). docs/speculative-program.md."""
 
     PATH: ClassVar[str] = "export"
-    backend: Literal["xnnpack"] = "xnnpack"
     step_attention: Literal["rows", "block"] = "rows"
 
 
@@ -263,7 +324,7 @@ class GatesConfig(_Section):
 class ValidateConfig(_Section):
     """Host validation of the program (`edgespec validate`; a stage of `edgespec export`).
 
-    suites: built-in suites (see edgespec.corpus.tasks) or JSONL files of your own.
+    suites: built-in suites (see edgespec.corpus.validation_sets) or JSONL files of your own.
     reference: ``fp32`` also runs the unquantized base model eagerly on the same prompts (cached
     on disk) for the accuracy gate; ``none`` skips it. runs: repetitions per prompt (median).
     lookup > 0: also measure context drafting through `spec_step` (a suffix match of at least
@@ -300,15 +361,17 @@ class Recipe(_Section):
     name: str = "smollm2-135m"
     model: ModelConfig = field(default_factory=ModelConfig)
     quant: QuantConfig = field(default_factory=QuantConfig)
-    streams: StreamsConfig = field(default_factory=StreamsConfig)
+    drafter: DrafterConfig = field(default_factory=DrafterConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    distill: DistillConfig = field(default_factory=DistillConfig)
+    tune: TuneConfig = field(default_factory=TuneConfig)
     numerics: NumericsConfig = field(default_factory=NumericsConfig)
     export: ExportConfig = field(default_factory=ExportConfig)
     validate: ValidateConfig = field(default_factory=ValidateConfig)
 
     def _check(self) -> None:
         _require(bool(self.name), "name", "must not be empty")
-        _require(len(self.train.stream_weights) >= self.streams.gamma, "train.stream_weights", f"needs one weight per stream ({self.streams.gamma})")
+        _require(len(self.train.stream_weights) >= self.drafter.gamma, "train.stream_weights", f"needs one weight per stream ({self.drafter.gamma})")
 
     def replace(self, **sections: Any) -> Recipe:
         """A copy with whole sections or fields changed, e.g. ``replace(quant={"scheme": "fp32"})``."""
@@ -460,12 +523,20 @@ def _check_type(value: Any, tp: Any, path: str) -> Any:
         _require(isinstance(value, (list, tuple)), path, f"must be a list, got {value!r}")
         (elem, *_rest) = get_args(tp)
         return tuple(_check_type(v, elem, f"{path}[{i}]") for i, v in enumerate(value))
+    if origin is dict:
+        _require(isinstance(value, dict), path, f"must be an object, got {value!r}")
+        key_tp, value_tp = get_args(tp)
+        return {_check_type(k, key_tp, f"{path}.<key>"): _check_type(v, value_tp, _join(path, str(k))) for k, v in value.items()}
     if origin in (typing.Union, types.UnionType):
-        for arm in get_args(tp):
-            if arm is type(None) and value is None:
-                return None
+        if value is None and type(None) in get_args(tp):
+            return None
         arms = [a for a in get_args(tp) if a is not type(None)]
-        return _check_type(value, arms[0], path)
+        for arm in arms[:-1]:  # the first arm the value fits; the last one's error otherwise
+            with contextlib.suppress(EdgespecError):
+                return _check_type(value, arm, path)
+        return _check_type(value, arms[-1], path)
+    if tp is Any:
+        return value
     if tp is bool:
         _require(isinstance(value, bool), path, f"must be true or false, got {value!r}")
     elif tp is int:
@@ -485,7 +556,10 @@ def from_dict(cls: type, data: Any, path: str | None = None) -> Any:
     names = {f.name for f in dataclasses.fields(cls)}
     for key in data:
         if key not in names:
-            raise EdgespecError(f"recipe field '{_join(path, str(key))}': unknown field (known: {', '.join(sorted(names))})")
+            raise EdgespecError(f"{_FIELD_KIND.get()} '{_join(path, str(key))}': unknown field (known: {', '.join(sorted(names))})")
+    for f in dataclasses.fields(cls):
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        _require(not required or f.name in data, _join(path, f.name), "is missing")
     return cls(**data)
 
 
@@ -529,7 +603,7 @@ def _field_type(path: Sequence[str], root: type = Recipe) -> Any:
 
 def _override_value(text: str, raw: str, tp: Any) -> Any:
     """VALUE of FIELD=VALUE as YAML; a string field takes the text as is where YAML reads a
-    scalar of another type (``name=2024``, ``streams.weights=`` for empty)."""
+    scalar of another type (``name=2024``, ``drafter.weights=`` for empty)."""
     import yaml
 
     try:
@@ -556,7 +630,7 @@ def _merge_overrides(data: dict, overrides: Sequence[str], root: type = Recipe) 
     override of the same field wins. Checking is left to `from_dict`."""
     for text in overrides:
         key, eq, raw = text.partition("=")
-        path = key.strip().split(".")
+        path = _renamed_path(key.strip().split("."))
         if not eq or not all(path):
             raise EdgespecError(f"override '{text}': expected FIELD=VALUE with a dotted recipe field, e.g. quant.scheme=fp32")
         for i in range(1, len(path)):
@@ -577,6 +651,50 @@ def apply_overrides(recipe: Recipe, overrides: Sequence[str]) -> Recipe:
     return from_dict(cls, _merge_overrides(recipe.to_dict(), overrides, cls)) if overrides else recipe
 
 
+class RecipeDeprecation(UserWarning):
+    """A recipe written in an older form was read; the message says what to write instead."""
+
+
+_RENAMED_SECTIONS: dict[str, tuple[str, dict[str, str]]] = {"streams": ("drafter", {"drafter": "kind"})}
+"""old section -> (new section, {old field: new field}) for recipes of earlier versions."""
+_REMOVED_FIELDS = {("export", "backend"): "export.backend was never read (programs are always XNNPACK-delegated); remove it"}
+
+
+def _renamed_path(path: list[str]) -> list[str]:
+    """A dotted field path of an earlier recipe version in today's names (one RecipeDeprecation note)."""
+    import warnings
+
+    if path and path[0] in _RENAMED_SECTIONS:
+        new, fields = _RENAMED_SECTIONS[path[0]]
+        renamed = [new, *(fields.get(path[1], path[1]) for _ in path[1:2]), *path[2:]]
+        warnings.warn(f"recipe field '{'.'.join(path)}' is now '{'.'.join(renamed)}'", RecipeDeprecation, stacklevel=4)
+        return renamed
+    return path
+
+
+def upgrade_recipe_data(data: dict, note: bool = True) -> dict:
+    """Recipe data of an earlier version in today's shape (a copy): renamed sections and fields
+    are moved, removed fields dropped; with `note`, one `RecipeDeprecation` warning says what
+    to change in the file."""
+    import warnings
+
+    data = {k: (dict(v) if isinstance(v, dict) else v) for k, v in data.items()}
+    notes = []
+    for old, (new, fields) in _RENAMED_SECTIONS.items():
+        if isinstance(data.get(old), dict) and new not in data:
+            section = data.pop(old)
+            data[new] = {fields.get(k, k): v for k, v in section.items()}
+            renamed = ", ".join(f"{old}.{k} -> {new}.{v}" for k, v in fields.items() if k in section)
+            notes.append(f"the '{old}:' section is now '{new}:'" + (f" ({renamed})" if renamed else ""))
+    for (section, name), why in _REMOVED_FIELDS.items():
+        if isinstance(data.get(section), dict) and name in data[section]:
+            del data[section][name]
+            notes.append(why)
+    if notes and note:
+        warnings.warn("recipe in an older form: " + "; ".join(notes), RecipeDeprecation, stacklevel=3)
+    return data
+
+
 def load_recipe(path: str | Path | None, overrides: Sequence[str] = ()) -> Recipe:
     """Read a YAML recipe (``None``: the built-in default recipe) and apply ``FIELD=VALUE`` overrides."""
     data: Any = {}
@@ -595,6 +713,7 @@ def load_recipe(path: str | Path | None, overrides: Sequence[str] = ()) -> Recip
         except yaml.YAMLError as e:
             raise EdgespecError(f"recipe '{p}' is not valid YAML: {_one_line(e)}") from None
         _require(isinstance(data, dict), "<recipe>", f"must be a mapping, got {type(data).__name__}")
+    data = upgrade_recipe_data(data)
     cls = _recipe_class(data)
     return from_dict(cls, _merge_overrides(data, overrides, cls))
 

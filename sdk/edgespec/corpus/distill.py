@@ -5,7 +5,7 @@ are the base model's own generations. Output is JSONL, one object per prompt:
 {"id", "task", "prompt_ids", "response_ids"}; lines are appended, flushed and fsynced, and
 a re-run skips ids already present, so a stopped run resumes where it was.
 
-`distill_shards` is the batched form (the eager model as teacher, `edgespec.corpus.teacher`):
+`distill_shards` is the batched form (the eager model as teacher, `edgespec.models.batched_decode`):
 shards of prompts with the teacher's top-K probabilities beside its tokens.
 """
 
@@ -16,6 +16,7 @@ import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from edgespec.config import DistillConfig
 from edgespec.corpus.prompts import Prompt
 
 # prompt ids -> (response ids, stopped at EOS); e.g. greedy `edgespec.runtime.generate.generate`
@@ -93,7 +94,7 @@ def distill_shards(
     part: tuple[int, int] = (0, 1),
     on_tokens: Callable[[int], None] = lambda n: None,
 ) -> dict:
-    """Self-distillation with the eager batched teacher (`edgespec.corpus.teacher`, the model
+    """Self-distillation with the eager batched teacher (`edgespec.models.batched_decode`, the model
     prepared by `as_teacher_`): (id, task, prompt ids) -> shards of `shard_size` prompts in
     out_dir, each written atomically with its rows' prompt ids, greedy response ids (EOS
     appended when the model stopped) and top-`top_k` ids [R, K] int32 / probabilities [R, K]
@@ -105,8 +106,8 @@ def distill_shards(
     Returns counts."""
     import torch
 
-    from edgespec.corpus.teacher import common_prefix, generate_stream
     from edgespec.errors import EdgespecError
+    from edgespec.models.batched_decode import common_prefix, generate_stream
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -161,7 +162,7 @@ def _shard_worker(source: str, max_len: int, threads: int, rows, out_dir: str, p
     import torch
 
     torch.set_num_threads(threads)
-    from edgespec.corpus.teacher import as_teacher_
+    from edgespec.models.batched_decode import as_teacher_
     from edgespec.models.load import build_model, read_source
 
     model = as_teacher_(build_model(read_source(source, max_len)), torch.bfloat16)
@@ -223,6 +224,53 @@ def distill_shards_parallel(
     for key in ("skipped_shards", "new_sequences", "new_response_tokens"):
         stats[key] = sum(d[key] for d in done.values())
     return stats
+
+
+def selected_prompts(cfg: DistillConfig) -> list[Prompt]:
+    """The training prompts a distillation run answers: `cfg.prompts` of `cfg.suites` (all
+    when empty) from the `cfg.split` slice, mixed across suites."""
+    from edgespec.corpus.prompts import PROMPT_SOURCES, mixed_prompts
+    from edgespec.errors import EdgespecError
+
+    names = cfg.suites or tuple(PROMPT_SOURCES)
+    unknown = [s for s in names if s not in PROMPT_SOURCES]
+    if unknown:
+        raise EdgespecError(f"unknown suite(s) {unknown}; known: {', '.join(PROMPT_SOURCES)}")
+    return mixed_prompts(cfg.split, cfg.prompts, names)
+
+
+def distill_from_model(
+    source: str, prompts: list[Prompt], out_dir: str | Path, cfg: DistillConfig, chat_template: bool, on_tokens: Callable[[int], None] = lambda n: None
+) -> dict:
+    """Self-distillation shards from the eager model `source` (a recipe's model.source) as
+    teacher: prompts encoded as the recipe says (`chat_template`), those longer than
+    `cfg.max_prompt_tokens` skipped, then `distill_shards` (or its `cfg.workers`-process form).
+    Returns its counts with the skipped prompts, the time and the response tokens per minute."""
+    import time
+
+    import torch
+
+    from edgespec.models.batched_decode import as_teacher_
+    from edgespec.models.load import build_model, read_source, tokenizer_of
+    from edgespec.models.tokenizer import encode_prompt
+
+    max_len = cfg.max_prompt_tokens + cfg.max_new_tokens
+    src = read_source(source, max_len)
+    tokenizer = tokenizer_of(src)
+    rows = [(p.id, p.task, encode_prompt(tokenizer, p.text, chat_template)) for p in prompts]
+    kept = [r for r in rows if len(r[2]) <= cfg.max_prompt_tokens]
+    kwargs = {"batch": cfg.batch, "max_new_tokens": cfg.max_new_tokens, "eos_ids": tuple(src.eos_ids), "top_k": cfg.top_k, "shard_size": cfg.shard_size}
+    t0 = time.perf_counter()
+    if cfg.workers > 1:
+        stats = distill_shards_parallel(source, max_len, kept, out_dir, workers=cfg.workers, on_tokens=on_tokens, **kwargs)
+    else:
+        stats = distill_shards(as_teacher_(build_model(src), torch.bfloat16), kept, out_dir, on_tokens=on_tokens, **kwargs)
+    seconds = time.perf_counter() - t0
+    return stats | {
+        "skipped_long_prompts": len(rows) - len(kept),
+        "seconds": round(seconds, 1),
+        "response_tokens_per_min": round(stats["new_response_tokens"] / seconds * 60) if stats["new_response_tokens"] else None,
+    }
 
 
 def read_shards(out_dir: str | Path) -> Iterable[dict]:

@@ -17,7 +17,7 @@ Nothing is copied into the repository.
 | chat | chitchat-dataset (BYU Chit Chat Challenge) conversation turns |
 
 The validation task types (summarization, translation, qa, sql, rag) use the harness's own
-builders (`edgespec.corpus.tasks`), so the training prompts are worded as the prompts the
+builders (`edgespec.corpus.validation_sets`), so the training prompts are worded as the prompts the
 validated program will see.
 """
 
@@ -140,7 +140,7 @@ def _validation_task(name: str) -> Callable[[str, int], list[Prompt]]:
     """A validation task type's prompts for another split, from the harness's own builder."""
 
     def build(split: str, n: int) -> list[Prompt]:
-        from edgespec.corpus.tasks import SUITES as TASKS
+        from edgespec.corpus.validation_sets import SUITES as TASKS
 
         examples = TASKS[name].build(n, 0, split)
         return [Prompt(f"{name}/{split}/{e.id.split('/', 1)[1]}", name, e.prompt, e.reference or None, e.source) for e in examples]
@@ -155,7 +155,7 @@ CHAT_TURNS = 4  # prompts per conversation at most: the opening turn and later o
 def chat_prompts(split: str, n: int) -> list[Prompt]:
     """Turns of open-domain conversations (chitchat-dataset): one speaker's consecutive
     messages as the user message; conversations are split by a hash of their id."""
-    from edgespec.corpus.tasks import split_of
+    from edgespec.corpus.validation_sets import split_of
     from edgespec.packages import package_file
 
     path = package_file("chitchat_dataset", "dataset.json", "the chat suite", "pip install chitchat-dataset==0.9.0")
@@ -171,7 +171,7 @@ def chat_prompts(split: str, n: int) -> list[Prompt]:
     return out[:n]
 
 
-SUITES: dict[str, Callable[[str, int], list[Prompt]]] = {
+PROMPT_SOURCES: dict[str, Callable[[str, int], list[Prompt]]] = {
     "math": math_prompts,
     "reasoning": reasoning_prompts,
     "code": code_prompts,
@@ -192,10 +192,10 @@ def excluded_keys() -> frozenset[str]:
     suites (seed 0, up to VALIDATION_MAX each; the math suite's questions compare with the
     math prompts' by source although the wording around them differs) and every held-out
     prompt (up to HELDOUT_MAX per suite)."""
-    from edgespec.corpus.tasks import SUITES as TASKS
+    from edgespec.corpus.validation_sets import SUITES as TASKS
 
     out = {k for task in TASKS.values() for e in task.build(VALIDATION_MAX, 0) for k in _keys(e.prompt, e.source)}
-    out |= {k for build in SUITES.values() for p in build("heldout", HELDOUT_MAX) for k in _keys(p.text, p.source)}
+    out |= {k for build in PROMPT_SOURCES.values() for p in build("heldout", HELDOUT_MAX) for k in _keys(p.text, p.source)}
     return frozenset(out)
 
 
@@ -203,7 +203,7 @@ def suite_prompts(name: str, split: str, n: int) -> list[Prompt]:
     """n prompts of one suite (fewer when its source runs out); a training prompt is dropped
     when its source or text is excluded (`excluded_keys`) or repeats an earlier one's
     (templated suites draw with replacement)."""
-    build = SUITES[name]
+    build = PROMPT_SOURCES[name]
     if split != "train":
         return build(split, n)
     excluded = excluded_keys()
@@ -222,7 +222,7 @@ def suite_prompts(name: str, split: str, n: int) -> list[Prompt]:
         ask += n - len(kept) + 8
 
 
-def mixed_prompts(split: str, n: int, suites: tuple[str, ...] = tuple(SUITES)) -> list[Prompt]:
+def mixed_prompts(split: str, n: int, suites: tuple[str, ...] = tuple(PROMPT_SOURCES)) -> list[Prompt]:
     """Round-robin over suites, n prompts in all; a suite whose source runs out leaves its
     share to the others."""
     from itertools import chain, zip_longest

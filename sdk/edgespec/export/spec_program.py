@@ -57,7 +57,7 @@ def export_spec_methods(program: SpecProgram, rows_per_call: bool = False) -> di
 
 
 def spec_meta(program: SpecProgram):
-    from edgespec.export.program import SpecMeta
+    from edgespec.export.lowering import SpecMeta
 
     cfg = program.cfg  # None: a program without trained drafting parameters
     return SpecMeta(program.tree.branching, program.tree.parents, cfg.gamma if cfg else 0, cfg is None or cfg.mode != "shared")

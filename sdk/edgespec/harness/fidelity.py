@@ -16,9 +16,10 @@ Per scored token i, with p the reference's and q the program's softmax:
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
 
 import torch
+
+from edgespec.manifest import Fidelity
 
 HELDOUT_SOURCE = "Python language reference (pydoc_data.topics, shipped with CPython)"
 CHUNK = 512  # tokens per chunk (llama-perplexity's default context): 256 scored each
@@ -39,23 +40,6 @@ def heldout_chunks(tokenizer, n_chunks: int, ctx: int) -> list[list[int]]:
     return [ids[i * ctx : (i + 1) * ctx] for i in range(n_chunks)]
 
 
-@dataclass(frozen=True)
-class Fidelity:
-    """A program against its source model on `tokens` scored held-out tokens."""
-
-    tokens: int
-    perplexity: float
-    reference_perplexity: float
-    perplexity_ratio: float
-    kl_mean: float
-    kl_p99: float
-    top1_agreement: float
-    text: str = HELDOUT_SOURCE
-
-    def as_dict(self) -> dict:
-        return asdict(self)
-
-
 def compare(reference: torch.Tensor, logits: torch.Tensor, targets: torch.Tensor) -> Fidelity:
     """Fidelity of logits [N, V] against reference logits [N, V]; targets [N] the next tokens."""
     lp, lq = reference.double().log_softmax(-1), logits.double().log_softmax(-1)
@@ -71,6 +55,7 @@ def compare(reference: torch.Tensor, logits: torch.Tensor, targets: torch.Tensor
         kl_mean=round(float(kl.mean()), 6),
         kl_p99=round(float(kl.float().quantile(0.99)), 6),
         top1_agreement=round(float((lq.argmax(-1) == lp.argmax(-1)).double().mean()), 5),
+        text=HELDOUT_SOURCE,
     )
 
 

@@ -2,30 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-
 from edgespec.config import GatesConfig
-from edgespec.errors import EdgespecError
-
-
-@dataclass(frozen=True)
-class GateResult:
-    name: str
-    passed: bool
-    measured: float | str | None
-    threshold: float | str
-    message: str
-
-
-class GateFailure(EdgespecError):
-    """One or more gates failed; the bundle is not written."""
-
-    exit_code = 1
-
-    def __init__(self, failed: list[GateResult], report_dir=None):
-        self.failed = failed
-        where = f" (report: {report_dir}/report.md)" if report_dir else ""
-        super().__init__("validation gate(s) failed, bundle not written: " + "; ".join(f"{g.name}: {g.message}" for g in failed) + where)
+from edgespec.manifest import GateResult
 
 
 def _speedup(report: dict, g: GatesConfig) -> GateResult | None:
@@ -38,7 +16,7 @@ def _speedup(report: dict, g: GatesConfig) -> GateResult | None:
             False,
             None,
             g.min_speedup,
-            f"min_speedup {g.min_speedup}x asked, but the program has no speculative methods (export with streams.weights, or set validate.gates.min_speedup: 0)",
+            f"min_speedup {g.min_speedup}x asked, but the program has no speculative methods (export with drafter.weights, or set validate.gates.min_speedup: 0)",
         )
     got = spec["speedup"]
     if got is None:  # no prompt made a decode call (every answer was one token): nothing measured
@@ -62,12 +40,13 @@ def _speedup(report: dict, g: GatesConfig) -> GateResult | None:
 def _lossless(report: dict, g: GatesConfig) -> GateResult | None:
     if not g.lossless or report["overall"].get("spec") is None:
         return None
-    ok_n, n = (int(x) for x in report["overall"]["lossless"].split("/"))
+    counts = report["overall"]["lossless"]
+    ok_n, n = counts["identical"], counts["prompts"]
     ok = ok_n == n
     return GateResult(
         "lossless",
         ok,
-        report["overall"]["lossless"],
+        f"{ok_n}/{n}",
         "all",
         f"speculative output identical to autoregressive on {ok_n}/{n} prompts" + ("" if ok else f" ({n - ok_n} differ)"),
     )
@@ -141,4 +120,4 @@ def check_gates(report: dict, gates: GatesConfig) -> list[GateResult]:
 
 
 def as_dicts(results: list[GateResult]) -> list[dict]:
-    return [asdict(r) for r in results]
+    return [r.to_dict() for r in results]

@@ -5,14 +5,21 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-REPORT_JSON = "report.json"
-REPORT_MD = "report.md"
+from edgespec.manifest import LAYOUT
+
+REPORT_JSON = LAYOUT.report_json
+REPORT_MD = LAYOUT.report_md
 
 
 def _fmt(x, nd: int = 2) -> str:
     if x is None:
         return "—"
     return f"{x:.{nd}f}" if isinstance(x, (int, float)) and not isinstance(x, bool) else str(x)
+
+
+def lossless_text(counts: dict | None) -> str:
+    """``identical/prompts`` of a report's lossless counts ('' when not judged)."""
+    return "" if counts is None else f"{counts['identical']}/{counts['prompts']}"
 
 
 # speculative decoders a report may hold, with their column labels: the program's own draft,
@@ -54,7 +61,7 @@ def render_markdown(report: dict, plots: list[str]) -> str:
             sp = s.get(n) or {}
             row += f" {_fmt(sp.get('tokens_per_s'), 1)} | {_fmt(sp.get('speedup'), 3)} | {_fmt(sp.get('tokens_per_call'), 3)} |"
         if drafts:
-            row += f" {s['lossless']} |"
+            row += f" {lossless_text(s['lossless'])} |"
         lines.append(row)
     lines.append("")
     if "accuracy_drop" in o:

@@ -1,4 +1,4 @@
-"""Validation suites: the built-in task datasets (`edgespec.corpus.tasks`: data that installed
+"""Validation suites: the built-in task datasets (`edgespec.corpus.validation_sets`: data that installed
 packages ship, with their metrics) and user suites from JSONL files.
 
 A user suite is a JSONL file: `prompt`, `reference`, optional `context`, `metric`.
@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from edgespec.corpus.example import Example
-from edgespec.corpus.tasks import SUITES, Suite
+from edgespec.corpus.validation_sets import SUITES, Suite
 from edgespec.errors import EdgespecError
 
 __all__ = ["SUITES", "Example", "Suite", "load_suite", "user_suite"]

@@ -1,6 +1,6 @@
 """`edgespec tune`: choose a bundle's draft tree by measurement, on this device.
 
-The models are in `edgespec.speculative.tune` (acceptance replay, step cost); this module
+The models are in `edgespec.speculative.tree_tuning` (acceptance replay, step cost); this module
 runs them against a bundle's own program and stream weights.
 """
 
@@ -9,46 +9,43 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from edgespec.speculative import tune as T
+from edgespec.config import TuneConfig
+from edgespec.speculative import tree_tuning as T
 from edgespec.speculative.tree import Tree
 
 
-def tune_bundle(
-    bundle_dir: str | Path,
-    n_prompts: int = 24,
-    max_new_tokens: int = 96,
-    max_size: int = 24,
-    context: int = 256,
-    on_progress: Callable[[str, int, int], None] = lambda phase, done, total: None,
-) -> dict:
-    """Rank every draft tree up to `max_size` nodes by expected tokens/s for a speculative bundle
-    on this device: its program's call costs at position `context`, its streams' acceptance on
-    greedy continuations (`max_new_tokens`) of `n_prompts` held-out prompts. Returns the table
+def tune_bundle(bundle_dir: str | Path, cfg: TuneConfig | None = None, on_progress: Callable[[str, int, int], None] = lambda phase, done, total: None) -> dict:
+    """Rank every draft tree up to `cfg.max_size` nodes by expected tokens/s for a speculative
+    bundle on this device: its program's call costs at position `cfg.context`, its drafter's
+    acceptance on greedy continuations (`cfg.max_new_tokens`) of `cfg.prompts` held-out prompts. Returns the table
     (best first) with the measured costs; reports (phase, done, total) through on_progress."""
-    from edgespec.bundle import read_manifest, stream_weights
+    from edgespec.bundle import drafter_weights, read_manifest
     from edgespec.corpus.prompts import mixed_prompts
     from edgespec.errors import EdgespecError
     from edgespec.models.load import build_model, read_source
+    from edgespec.models.tokenizer import encode_prompt
     from edgespec.runtime.generate import generate
-    from edgespec.runtime.session import open_bundle, prompt_ids
+    from edgespec.runtime.session import open_bundle
     from edgespec.speculative.drafters import drafting_vocabulary, load_drafter
 
-    weights = stream_weights(bundle_dir, read_manifest(bundle_dir))  # before any slow work
+    cfg = cfg or TuneConfig()
+    context, max_size = cfg.context, cfg.max_size
+    weights = drafter_weights(bundle_dir, read_manifest(bundle_dir))  # before any slow work
     manifest, tokenizer, runner = open_bundle(bundle_dir)
     if context + 64 >= runner.max_seq_len:
         raise EdgespecError(f"tuning context {context} leaves no room in the program's context of {runner.max_seq_len}")
-    prompts = mixed_prompts("heldout", n_prompts)
+    prompts = mixed_prompts("heldout", cfg.prompts)
     seqs = []
     for i, p in enumerate(prompts):
-        ids = prompt_ids(tokenizer, p.text, True)
-        res = generate(runner.forward, ids, max_new_tokens=max_new_tokens, max_seq_len=runner.max_seq_len, eos_ids=runner.eos_ids)
+        ids = encode_prompt(tokenizer, p.text, True)
+        res = generate(runner.forward, ids, max_new_tokens=cfg.max_new_tokens, max_seq_len=runner.max_seq_len, eos_ids=runner.eos_ids)
         seqs.append((len(ids), ids + res.completion_ids))
         on_progress("continuations", i + 1, len(prompts))
     on_progress("acceptance", 0, 1)
-    src = read_source(manifest["recipe"]["model"]["source"], runner.max_seq_len)
+    src = read_source(manifest.recipe.model.source, runner.max_seq_len)
     base = build_model(src)
     spec = load_drafter(weights, base)
-    vocab = drafting_vocabulary(weights, src, (manifest.get("speculative") or {}).get("draft_vocab", 0))  # the program's own id map
+    vocab = drafting_vocabulary(weights, src, manifest.speculative.draft_vocab)  # the program's own id map
     ranks = T.future_ranks(spec, seqs, spec.cfg.gamma, vocab)
     on_progress("costs", 0, 1)
     t_1 = T.forward_cost(runner, context)

@@ -29,11 +29,13 @@ def _examples(cfg: ValidateConfig) -> list[Example]:
     return [ex for name in cfg.suites for ex in load_suite(name, cfg.prompts_per_suite, cfg.seed)]
 
 
-def validate_bundle(bundle_dir: str | Path, cfg: ValidateConfig, *, source: str | None = None, on_progress: Progress = lambda *a: None) -> dict:
-    """The validation report of a bundle (see docs/validation.md for every field)."""
+def validate_bundle(bundle_dir: str | Path, cfg: ValidateConfig, *, on_progress: Progress = lambda *a: None) -> dict:
+    """The validation report of a bundle (see docs/validation.md for every field); the fp32
+    reference is the bundle recipe's `model.source`."""
     from edgespec.harness.metrics import score
-    from edgespec.harness.speed import peak_rss_fresh
-    from edgespec.runtime.session import decoder, open_bundle, prompt_ids
+    from edgespec.harness.process_measure import peak_rss_fresh
+    from edgespec.models.tokenizer import encode_prompt
+    from edgespec.runtime.session import decoder, open_bundle
     from edgespec.runtime.speed import measure, row_stats, summarize
 
     bundle_dir = Path(bundle_dir)
@@ -42,7 +44,7 @@ def validate_bundle(bundle_dir: str | Path, cfg: ValidateConfig, *, source: str 
     room = (runner.tree_size + runner.depth) if runner.has_spec else 0
     ids = []
     for ex in examples:
-        p = prompt_ids(tokenizer, ex.prompt, manifest["tokenizer"].get("chat_template") is not None)
+        p = encode_prompt(tokenizer, ex.prompt, manifest.tokenizer.chat_template is not None)
         if len(p) + ex.max_new_tokens + room >= runner.max_seq_len:
             raise EdgespecError(
                 f"suite example {ex.id}: {len(p)} prompt tokens + {ex.max_new_tokens} new do not fit the program's context of {runner.max_seq_len}"
@@ -78,7 +80,7 @@ def validate_bundle(bundle_dir: str | Path, cfg: ValidateConfig, *, source: str 
     if cfg.reference == "fp32":
         from edgespec.harness.reference import reference_completions
 
-        src = source or manifest["recipe"]["model"]["source"]
+        src = manifest.recipe.model.source
         done = [0]
 
         def tick() -> None:
@@ -125,8 +127,8 @@ def validate_bundle(bundle_dir: str | Path, cfg: ValidateConfig, *, source: str 
             if done[0] % 64 == 0 or done[0] == total:
                 on_progress("fidelity", done[0], total)
 
-        src = source or manifest["recipe"]["model"]["source"]
-        fidelity = measure_fidelity(runner.forward, src, runner.max_seq_len, tokenizer, cfg.fidelity_chunks, ctx, on_token=token).as_dict()
+        src = manifest.recipe.model.source
+        fidelity = measure_fidelity(runner.forward, src, runner.max_seq_len, tokenizer, cfg.fidelity_chunks, ctx, on_token=token).to_dict()
 
     on_progress("memory", 0, len(decoders))
     few = ids[:2]
@@ -137,9 +139,9 @@ def validate_bundle(bundle_dir: str | Path, cfg: ValidateConfig, *, source: str 
 
     report = {
         "bundle": str(bundle_dir.resolve()),
-        "model": manifest["model"]["name"],
-        "precision": manifest["precision"],
-        "speculative": manifest.get("speculative"),
+        "model": manifest.model.name,
+        "precision": manifest.precision,
+        "speculative": None if manifest.speculative is None else manifest.speculative.to_dict(),
         "config": dataclasses.asdict(cfg),
         "program_bytes": runner.path.stat().st_size,
         "peak_rss_mb": memory,

@@ -77,7 +77,7 @@ class LogMel(nn.Module):
         return torch.log(torch.clamp(mel, min=a.log_floor))
 
 
-class FeedForward(nn.Module):
+class ConformerFeedForward(nn.Module):
     def __init__(self, args: ConformerArgs):
         super().__init__()
         self.norm = nn.LayerNorm(args.dim, eps=args.norm_eps)
@@ -123,11 +123,11 @@ class ConvModule(nn.Module):
 class ConformerBlock(nn.Module):
     def __init__(self, args: ConformerArgs):
         super().__init__()
-        self.ffn1 = FeedForward(args)
+        self.ffn1 = ConformerFeedForward(args)
         self.attn_norm = nn.LayerNorm(args.dim, eps=args.norm_eps)
         self.attn = SelfAttention(args)
         self.conv = ConvModule(args)
-        self.ffn2 = FeedForward(args)
+        self.ffn2 = ConformerFeedForward(args)
         self.norm = nn.LayerNorm(args.dim, eps=args.norm_eps)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:

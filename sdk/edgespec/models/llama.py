@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -257,6 +258,14 @@ class FeedForward(nn.Module):
         return adapted(self.w2, adapters, "w2", F.silu(adapted(self.w1, adapters, "w1", x)) * adapted(self.w3, adapters, "w3", x))
 
 
+def linear_shapes(args: LlamaArgs) -> dict[str, tuple[int, int]]:
+    """(in, out) features of a block's linears by name, in the block's order (wq..wo, w1..w3):
+    what an additive adapter of each maps."""
+    q, kv = args.n_heads * args.head_dim, args.n_kv_heads * args.head_dim
+    d, f = args.dim, args.hidden_dim
+    return {"wq": (d, q), "wk": (d, kv), "wv": (d, kv), "wo": (q, d), "w1": (d, f), "w2": (f, d), "w3": (d, f)}
+
+
 class TransformerBlock(nn.Module):
     def __init__(self, args: LlamaArgs):
         super().__init__()
@@ -291,6 +300,47 @@ class Transformer(nn.Module):
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
 
+    # partial forward: the pieces drafters, the speculative step and batched decoding run
+    # (`norm` and `output` are the final norm and the lm head)
+
+    def embed(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Token embeddings: [...] -> [..., dim]."""
+        return self.tok_embeddings(tokens)
+
+    def rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """RoPE cos, sin [T, head_dim] at positions [T] (`apply_rope`'s tables)."""
+        return self.rope_cos.index_select(0, positions), self.rope_sin.index_select(0, positions)
+
+    def run_layers(
+        self,
+        x: torch.Tensor,
+        start: int,
+        stop: int,
+        start_pos,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        adapters: Callable[[int], nn.ModuleDict | None] | None = None,
+        mask: torch.Tensor | None = None,
+        kvs: Sequence | None = None,
+    ) -> torch.Tensor:
+        """Layers [start, stop) over rows x [B, T, dim] at cache slots start_pos.. and RoPE
+        cos/sin (`rope`). adapters: layer index -> its adapters (`TransformerBlock`), or None;
+        kvs: one K/V store per layer of the model, by layer index (`new_kvs`), None = the
+        static caches; mask: see `SDPA`."""
+        for i in range(start, stop):
+            x = self.layers[i](x, start_pos, cos, sin, None if adapters is None else adapters(i), mask, None if kvs is None else kvs[i])
+        return x
+
+    def new_kvs(self, batch: int, dtype: torch.dtype) -> list[GrowingKV]:
+        """Empty K/V stores for a teacher-forced pass (no static cache), one per layer."""
+        a = self.args
+        return [GrowingKV.empty(batch, a.n_kv_heads, a.head_dim, dtype) for _ in range(a.n_layers)]
+
+    def compact_cache_(self, start_pos, slots: torch.Tensor) -> None:
+        """In every layer's static cache, move the rows at `slots` [n] to start_pos.. (`KVCache.compact_`)."""
+        for layer in self.layers:
+            layer.attention.kv_cache.compact_(start_pos, slots)
+
     def hidden(self, tokens: torch.Tensor, input_pos: torch.Tensor) -> torch.Tensor:
         """Final-norm hidden states of every position: [1, T, dim]. Writes the KV cache."""
         T = tokens.shape[1]
@@ -299,9 +349,7 @@ class Transformer(nn.Module):
         torch._check(start_pos + T <= self.args.max_seq_len)
         cos = self.rope_cos.narrow(0, start_pos, T)
         sin = self.rope_sin.narrow(0, start_pos, T)
-        x = self.tok_embeddings(tokens)
-        for layer in self.layers:
-            x = layer(x, start_pos, cos, sin)
+        x = self.run_layers(self.embed(tokens), 0, self.args.n_layers, start_pos, cos, sin)
         return self.norm(x)
 
     def forward(self, tokens: torch.Tensor, input_pos: torch.Tensor) -> torch.Tensor:
@@ -326,6 +374,20 @@ class Transformer(nn.Module):
             if isinstance(m, KVCache):
                 m.k_cache.zero_()
                 m.v_cache.zero_()
+
+
+@contextmanager
+def attention_op(model: nn.Module, sdpa: SDPA):
+    """Within the block every attention of `model` runs `sdpa` (e.g. a kernel for one mask's
+    structure); on exit each has its own back."""
+    swapped = [(m, m.sdpa) for m in model.modules() if isinstance(m, Attention)]
+    for m, _ in swapped:
+        m.sdpa = sdpa
+    try:
+        yield model
+    finally:
+        for m, own in swapped:
+            m.sdpa = own
 
 
 @contextmanager

@@ -96,6 +96,15 @@ class Tokenizer:
         )
 
 
+def encode_prompt(tokenizer: Tokenizer, text: str, chat_template: bool) -> list[int]:
+    """Token ids of a user prompt: in the model's chat template when `chat_template` is set and
+    the tokenizer has one, else the raw text (the recipe's `model.chat_template`, or
+    --no-chat-template). An empty prompt is an EdgespecError."""
+    if not text.strip():
+        raise EdgespecError("the prompt is empty")
+    return tokenizer.encode(tokenizer.apply_chat_template(text) if chat_template and tokenizer.chat_template else text)
+
+
 class StreamDecoder:
     """Turns a growing list of ids into text pieces, holding back incomplete UTF-8."""
 

@@ -82,7 +82,7 @@ def search_norms(
     for name in calibration:
         on_layer(name)
         layers.append(search_layer(name, calibration[name], heldout[name], mods[name].weight.detach().float(), mods[name].eps, fmt, guarantee))
-    return {"format": fmt.name, "guarantee": guarantee, "layers": layers, "summary": summarize(layers)}
+    return {"format": fmt.name, "guarantee": guarantee, "layers": layers, "summary": summarize_search(layers)}
 
 
 def _emulate(x: torch.Tensor, e: torch.Tensor | None, fmt: FloatFormat, weight: torch.Tensor, eps: float, p: float = 2.0):
@@ -162,17 +162,20 @@ def search_layer(name: str, calib: torch.Tensor, heldout: torch.Tensor, weight: 
     }
 
 
-def run_normsearch(model: nn.Module, tokenizer, cfg, on_layer=lambda name: None) -> dict:
+def run_normsearch(model: nn.Module, tokenizer, cfg, chat_template: bool, on_layer=lambda name: None) -> dict:
     """The whole search on a loaded fp32 model: prompts -> activations -> per-layer choice.
 
-    cfg: a `NumericsConfig`. Returns {"format", "layers": [...], "summary": {...}}.
+    cfg: a `NumericsConfig`; chat_template: the prompts in the model's chat template (the
+    recipe's `model.chat_template`, as the program will see them). Returns {"format",
+    "layers": [...], "summary": {...}}.
     """
     from edgespec.corpus.prompts import mixed_prompts
+    from edgespec.models.tokenizer import encode_prompt
 
     limit = min(384, model.args.max_seq_len - 1)  # calibration rows per prompt, within the context
 
     def calls(split: str, n: int):
-        enc = (tokenizer.encode(tokenizer.apply_chat_template(p.text) if tokenizer.chat_template else p.text) for p in mixed_prompts(split, n))
+        enc = (encode_prompt(tokenizer, p.text, chat_template) for p in mixed_prompts(split, n))
         return [lambda ids=ids: model(torch.tensor([ids[:limit]]), torch.tensor([0])) for ids in enc]
 
     calib = collect_norm_inputs(model, calls("train", cfg.calibration_prompts))
@@ -180,7 +183,7 @@ def run_normsearch(model: nn.Module, tokenizer, cfg, on_layer=lambda name: None)
     return search_norms(model, calib, held, cfg.format, cfg.guarantee, on_layer)
 
 
-def summarize(layers: list[dict]) -> dict:
+def summarize_search(layers: list[dict]) -> dict:
     def events(kind: str, key: str) -> int:
         return sum(c[key]["overflow"] + c[key]["underflow"] for layer in layers for c in layer["candidates"] if c["prenorm"] == kind)
 
@@ -239,7 +242,7 @@ def plot_report(result: dict):
     return fig
 
 
-def write_report(result: dict, out_dir) -> list[str]:
+def write_search_report(result: dict, out_dir) -> list[str]:
     """normsearch.json, normsearch.md (table) and normsearch.png (plot) into out_dir."""
     import json
     from pathlib import Path

@@ -5,7 +5,7 @@ speedup), plus program size and peak RSS. Field by field: docs/benchmarks.md.
 
 from __future__ import annotations
 
-from edgespec.runtime.program import ProgramRunner
+from edgespec.runtime.runner import ProgramRunner
 from edgespec.runtime.speed import Decoder, measure, peak_rss_mb, row_stats, summarize
 
 __all__ = ["Decoder", "bench_generation", "peak_rss_mb"]

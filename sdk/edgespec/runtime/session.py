@@ -7,42 +7,29 @@ from pathlib import Path
 from typing import Any
 
 from edgespec.errors import EdgespecError
+from edgespec.manifest import LAYOUT, LmManifest
 from edgespec.models.tokenizer import Tokenizer
 from edgespec.runtime.generate import generate
-from edgespec.runtime.program import ProgramRunner
+from edgespec.runtime.runner import ProgramRunner
 
 
-def open_bundle(bundle: str | Path, verify: bool = False) -> tuple[dict, Tokenizer, ProgramRunner]:
+def open_bundle(bundle: str | Path, verify: bool = False) -> tuple[LmManifest, Tokenizer, ProgramRunner]:
     """(manifest, tokenizer, program runner) of a bundle directory.
 
     The program is checked against the manifest (methods, metadata: cheap) before use;
     `verify` also checks every file's SHA-256 against the manifest."""
-    from edgespec.bundle import PROGRAM, read_manifest, verify_checksums
+    from edgespec.bundle import read_manifest, verify_checksums
 
     manifest = read_manifest(bundle)
-    if manifest.get("task") == "asr":
-        raise EdgespecError(f"bundle '{bundle}' is a speech recognition bundle: use `edgespec transcribe --bundle {bundle} AUDIO.wav`")
+    if not isinstance(manifest, LmManifest):
+        raise EdgespecError(f"bundle '{bundle}' is a {manifest.KIND} bundle, not a language model's: use `{manifest.USE.format(bundle=bundle)}`")
     if verify:
         verify_checksums(bundle, manifest)
-    tk = manifest["tokenizer"]
-    tokenizer = Tokenizer.from_file(
-        Path(bundle) / tk["file"],
-        chat_template=tk.get("chat_template"),
-        bos_id=tk.get("bos_id"),
-        eos_ids=tuple(tk["eos_ids"]),
-        add_bos=tk.get("add_bos", False),
-    )
-    runner = ProgramRunner(Path(bundle) / PROGRAM)
+    tk = manifest.tokenizer
+    tokenizer = Tokenizer.from_file(Path(bundle) / tk.file, chat_template=tk.chat_template, bos_id=tk.bos_id, eos_ids=tk.eos_ids, add_bos=tk.add_bos)
+    runner = ProgramRunner(Path(bundle) / LAYOUT.program)
     check_program(runner, manifest, bundle)
     return manifest, tokenizer, runner
-
-
-def prompt_ids(tokenizer: Tokenizer, prompt: str, chat_template: bool = True) -> list[int]:
-    """Token ids of a user prompt, wrapped in the chat template when the model has one."""
-    if not prompt.strip():
-        raise EdgespecError("the prompt is empty")
-    text = tokenizer.apply_chat_template(prompt) if chat_template and tokenizer.chat_template else prompt
-    return tokenizer.encode(text)
 
 
 def decoder(runner: ProgramRunner, mode: str, lookup: int = 0):
@@ -52,20 +39,18 @@ def decoder(runner: ProgramRunner, mode: str, lookup: int = 0):
         mode = "spec" if runner.has_spec else "ar"
     if mode == "spec":
         if not runner.has_spec:
-            raise EdgespecError(f"program '{runner.path}' has no speculative methods (export with trained streams: recipe streams.weights); use --mode ar")
+            raise EdgespecError(f"program '{runner.path}' has no speculative methods (export with a trained drafter: recipe drafter.weights); use --mode ar")
         return mode, functools.partial(generate, runner.forward, spec=runner, lookup=lookup)
     return mode, functools.partial(generate, runner.forward)
 
 
-def verify_program(bundle_dir: str | Path, manifest: dict[str, Any]) -> dict[str, Any]:
+def verify_program(bundle_dir: str | Path, manifest: LmManifest) -> dict[str, Any]:
     """Load the bundle's program with ExecuTorch and `check_program` it against the manifest.
     Returns the metadata it read."""
-    from edgespec.bundle import PROGRAM
-
-    return check_program(ProgramRunner(Path(bundle_dir) / PROGRAM), manifest, bundle_dir)
+    return check_program(ProgramRunner(Path(bundle_dir) / LAYOUT.program), manifest, bundle_dir)
 
 
-def check_program(runner: ProgramRunner, manifest: dict[str, Any], bundle_dir: str | Path) -> dict[str, Any]:
+def check_program(runner: ProgramRunner, manifest: LmManifest, bundle_dir: str | Path) -> dict[str, Any]:
     """Check that a loaded program answers its metadata methods and agrees with the bundle's
     manifest (methods, vocabulary, EOS ids, speculative tree); EdgespecError naming the first
     difference. Returns the metadata it read."""
@@ -73,22 +58,22 @@ def check_program(runner: ProgramRunner, manifest: dict[str, Any], bundle_dir: s
 
     d = Path(bundle_dir)
     have = set(runner.program.method_names)
-    missing = [m for m in manifest.get("methods", []) if m not in have]
+    missing = [m for m in manifest.methods if m not in have]
     if missing:
         raise EdgespecError(f"bundle '{d}': the manifest lists methods the program lacks: {missing}")
     lists = (C.GET_EOS_IDS, C.GET_SPEC_BRANCHING, C.GET_SPEC_PARENTS)
     meta = {name: runner.constant(name, many=name in lists) for name in C.METADATA_METHODS}
-    if meta[C.GET_VOCAB_SIZE] != manifest["model"]["vocab_size"]:
-        raise EdgespecError(f"bundle '{d}': program vocabulary {meta[C.GET_VOCAB_SIZE]} != manifest {manifest['model']['vocab_size']}")
-    if [int(x) for x in meta[C.GET_EOS_IDS]] != list(manifest["tokenizer"]["eos_ids"]):
-        raise EdgespecError(f"bundle '{d}': program EOS ids {meta[C.GET_EOS_IDS]} != manifest {manifest['tokenizer']['eos_ids']}")
-    spec = manifest.get("speculative")
+    if meta[C.GET_VOCAB_SIZE] != manifest.model.vocab_size:
+        raise EdgespecError(f"bundle '{d}': program vocabulary {meta[C.GET_VOCAB_SIZE]} != manifest {manifest.model.vocab_size}")
+    if [int(x) for x in meta[C.GET_EOS_IDS]] != list(manifest.tokenizer.eos_ids):
+        raise EdgespecError(f"bundle '{d}': program EOS ids {meta[C.GET_EOS_IDS]} != manifest {list(manifest.tokenizer.eos_ids)}")
+    spec = manifest.speculative
     if runner.has_spec != (spec is not None):
         raise EdgespecError(f"bundle '{d}': program {'has' if runner.has_spec else 'lacks'} spec_step but the manifest says the opposite")
     if spec is not None:
         for name in C.SPEC_METADATA_METHODS:
             meta[name] = runner.constant(name, many=name in lists)
         for name, key in ((C.GET_SPEC_BRANCHING, "tree_branching"), (C.GET_SPEC_PARENTS, "tree_parents")):
-            if [int(x) for x in meta[name]] != list(spec[key]):
-                raise EdgespecError(f"bundle '{d}': program {key} {[int(x) for x in meta[name]]} != manifest {list(spec[key])}")
+            if [int(x) for x in meta[name]] != list(getattr(spec, key)):
+                raise EdgespecError(f"bundle '{d}': program {key} {[int(x) for x in meta[name]]} != manifest {list(getattr(spec, key))}")
     return {k: ([int(x) for x in v] if isinstance(v, list) else v) for k, v in meta.items()}

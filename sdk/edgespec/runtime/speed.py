@@ -135,7 +135,7 @@ def summarize(rows: list[dict]) -> dict:
     out: dict = {
         "prompts": len(rows),
         "timed_prompts": len(timed),
-        "lossless": f"{sum(r['lossless'] for r in judged)}/{len(judged)}" if judged else None,
+        "lossless": {"identical": sum(r["lossless"] for r in judged), "prompts": len(judged)} if judged else None,
     }
     if len(timed) < len(rows):
         untimed = len(rows) - len(timed)

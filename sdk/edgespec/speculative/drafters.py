@@ -1,9 +1,9 @@
 """The drafters a speculative program can carry, and their weights files.
 
-`streams.drafter` in the recipe names one: ``streams`` (Speculative Streaming: stream rows
+`drafter.kind` in the recipe names one: ``streams`` (Speculative Streaming: stream rows
 through the top MSA layers, `SpecModel`), ``medusa`` (Medusa-1 heads on the final hidden
 state, `MedusaModel`) or ``hydra`` (heads that also see the token before their target,
-`HydraModel`). All present the same training interface (`forward_train`,
+`HydraModel`). All are a `Drafter`: the same training interface (`forward_train`,
 `lower_hidden`) and the same drafting interface of `edgespec.speculative.step.SpecProgram`
 (`draft`), so one trainer, one replay and one program serve all three.
 
@@ -13,22 +13,57 @@ with; a recipe that names it must agree on those fields (`load_drafter`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 import torch
 from torch import nn
 
-from edgespec.config import StreamsConfig
+from edgespec.config import DrafterConfig, RecipeDeprecation
 from edgespec.errors import EdgespecError
 from edgespec.models.llama import Transformer
 from edgespec.speculative.medusa import HydraHeads, HydraModel, MedusaHeads, MedusaModel
 from edgespec.speculative.streams import SpecModel, StreamParams
 
+
+class Drafter(Protocol):
+    """A drafting model over a frozen base model, as the trainer (`train_drafter`), the replay
+    (`tune.future_ranks`) and `SpecProgram` use it."""
+
+    base: Transformer
+    params: nn.Module | None  # the trained parameters (None: nothing drafted, e.g. prompt lookup)
+    cfg: DrafterConfig | None  # its architecture (gamma, mode, n_layers, ...)
+    first: int  # layer L0: its input is the cached feature h0
+    draft_layers: int  # decoder layers a drafting row runs through (tune's cost model)
+    chains_only: bool  # drafts continue the top-1 before them: only chain trees
+
+    def lower_hidden(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Input of layer L0 [B, T, d] of tokens [B, T] (frozen: the feature cache)."""
+        ...
+
+    def forward_train(
+        self, tokens: torch.Tensor, h0: torch.Tensor | None = None, start: int | torch.Tensor = 0, length: int | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Teacher forcing: (main final hidden [B, T, d], drafting rows' lm-head inputs [B, L, g, d])."""
+        ...
+
+    def main_lora(self, i: int) -> nn.ModuleDict | None:
+        """Adapters of layer i on main rows (None: the untouched base layer)."""
+        ...
+
+    def draft(
+        self, h0: torch.Tensor, h: torch.Tensor, last: torch.Tensor, bonus: torch.Tensor, start_pos, depth: int, head: Callable[[torch.Tensor], torch.Tensor]
+    ) -> torch.Tensor | None:
+        """The next draft [depth, k] after tree row `last` through the drafting `head` (None: nothing drafted)."""
+        ...
+
+
 # the fields a weights file fixes, per drafter; the tree (and the path) are decoding choices
 ARCHITECTURE = {
-    "streams": ("drafter", "mode", "gamma", "n_layers", "lora_rank", "f_rank"),
-    "medusa": ("drafter", "gamma", "n_layers"),  # n_layers: where training cached its features
-    "hydra": ("drafter", "gamma", "n_layers"),
+    "streams": ("kind", "mode", "gamma", "n_layers", "lora_rank", "f_rank"),
+    "medusa": ("kind", "gamma", "n_layers"),  # n_layers: where training cached its features
+    "hydra": ("kind", "gamma", "n_layers"),
 }
 
 
@@ -39,30 +74,33 @@ _BUILD = {
 }
 
 
-def new_drafter(base: Transformer, cfg: StreamsConfig) -> SpecModel | MedusaModel | HydraModel:
-    """Untrained drafting parameters of `cfg.drafter` over the frozen base model."""
-    return _BUILD[cfg.drafter](base, cfg)
+def new_drafter(base: Transformer, cfg: DrafterConfig) -> Drafter:
+    """Untrained drafting parameters of `cfg.kind` over the frozen base model."""
+    return _BUILD[cfg.kind](base, cfg)
 
 
-def architecture(cfg: StreamsConfig) -> dict:
-    return {k: getattr(cfg, k) for k in ARCHITECTURE[cfg.drafter]}
+def architecture(cfg: DrafterConfig) -> dict:
+    return {k: getattr(cfg, k) for k in ARCHITECTURE[cfg.kind]}
 
 
-def read_architecture(blob: dict) -> dict:
-    """The architecture a weights file was trained with (files before 0.2 call it msa_config;
-    files before Medusa heads could ship hold streams)."""
+def read_architecture(blob: dict) -> tuple[dict, bool]:
+    """The architecture a weights file was trained with, in today's field names, and whether
+    the file is of an earlier form (before 2026-12-02 the record is ``streams`` with the kind in
+    ``drafter``; before 0.2 ``msa_config``; before heads it holds streams)."""
+    if "drafter" in blob:
+        return dict(blob["drafter"]), False
     arch = dict(blob["streams"] if "streams" in blob else blob["msa_config"])
-    arch.setdefault("drafter", "streams")
-    return arch
+    arch["kind"] = arch.pop("drafter", "streams")
+    return arch, True
 
 
-def save_drafter(path, params: nn.Module, cfg: StreamsConfig, draft_ids: torch.Tensor | None = None) -> None:
+def save_drafter(path, params: nn.Module, cfg: DrafterConfig, draft_ids: torch.Tensor | None = None) -> None:
     """Write a drafter's weights + their architecture (atomic), and the draft vocabulary
     (`draft_ids`) it was trained over or, in a bundle, its program drafts through."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
-    blob = {"streams": architecture(cfg), "state_dict": {k: v.detach().clone() for k, v in params.state_dict().items()}}
+    blob = {"drafter": architecture(cfg), "state_dict": {k: v.detach().clone() for k, v in params.state_dict().items()}}
     if draft_ids is not None:
         blob["draft_ids"] = draft_ids.clone()
     torch.save(blob, tmp)
@@ -87,9 +125,12 @@ def drafting_vocabulary(path, src, n: int) -> torch.Tensor | None:
     return ids if ids is not None and len(ids) == n else draft_vocabulary(src, n)
 
 
+_PACKAGED = Path(__file__).resolve().parent.parent / "weights"  # drafter weights shipped with edgespec
+
+
 def _weights_path(path) -> Path:
     path = Path(path)
-    packaged = Path(__file__).resolve().parent.parent / "weights" / path.name
+    packaged = _PACKAGED / path.name
     if not path.is_file() and path.parent == Path(".") and packaged.is_file():
         path = packaged  # a file name alone may name weights shipped with edgespec
     if not path.is_file():
@@ -97,27 +138,34 @@ def _weights_path(path) -> Path:
     return path
 
 
-def load_drafter(path, base: Transformer, expect: StreamsConfig | None = None) -> SpecModel | MedusaModel | HydraModel:
+def load_drafter(path, base: Transformer, expect: DrafterConfig | None = None) -> Drafter:
     """The drafting model of a weights file written by `save_drafter` (or `edgespec train`)
     over this base model, its parameters frozen.
 
     `path` is a file, or the bare name of a weights file shipped in `edgespec/weights`.
-    expect: the recipe's streams section; the file must have been trained with the same
-    drafter and architecture, else an error names what differs."""
+    expect: the recipe's drafter section; the file must have been trained with the same
+    drafter kind and architecture, else an error names what differs. A file of an earlier
+    form (not one shipped with edgespec) loads with one `RecipeDeprecation` note."""
     path = _weights_path(path)
     try:
         blob = torch.load(path, weights_only=True)
-        arch = read_architecture(blob)
+        arch, legacy = read_architecture(blob)
     except Exception as e:
         raise EdgespecError(f"drafter weights '{path}' are not a weights file of edgespec: {e}") from None
+    if legacy and path.parent != _PACKAGED:
+        import warnings
+
+        warnings.warn(
+            f"drafter weights '{path}' are in an earlier form; `edgespec train` writes today's (they load as they are)", RecipeDeprecation, stacklevel=2
+        )
     if expect is not None:
-        differ = {k: (getattr(expect, k), arch.get(k)) for k in ARCHITECTURE[expect.drafter] if getattr(expect, k) != arch.get(k)}
+        differ = {k: (getattr(expect, k), arch.get(k)) for k in ARCHITECTURE[expect.kind] if getattr(expect, k) != arch.get(k)}
         if differ:
-            said = ", ".join(f"streams.{k}: recipe {r!r}, file {f!r}" for k, (r, f) in differ.items())
+            said = ", ".join(f"drafter.{k}: recipe {r!r}, file {f!r}" for k, (r, f) in differ.items())
             raise EdgespecError(f"drafter weights '{path}' were trained with another architecture ({said}); set the recipe to match or retrain")
         cfg = expect
     else:
-        cfg = StreamsConfig(**arch, tree=(1,) * arch["gamma"])
+        cfg = DrafterConfig(**arch, tree=(1,) * arch["gamma"])
     try:
         model = new_drafter(base, cfg)
         model.params.load_state_dict(blob["state_dict"])

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from edgespec.config import StreamsConfig
+from edgespec.config import DrafterConfig
 from edgespec.models.llama import Transformer
 from edgespec.speculative.streams import frozen_layers, stream_positions
 
@@ -68,9 +68,10 @@ class HydraHeads(nn.Module):
 
 
 class MedusaModel(nn.Module):
-    """Frozen base + Medusa-1 heads, with the training interface of `SpecModel` and the
-    drafting interface of `edgespec.speculative.step.SpecProgram` (so the heads decode through
-    the same step and tree verifier as the streams).
+    """Frozen base + Medusa-1 heads, a `edgespec.speculative.drafters.Drafter`: the training
+    interface of the streams' `SpecModel` and the drafting interface of
+    `edgespec.speculative.step.SpecProgram` (so the heads decode through the same step and
+    tree verifier as the streams).
 
     Features are cached at the same layer L0 as the streams' (so both baselines train from
     one feature cache); a step runs the frozen top layers without gradients, then the heads.
@@ -84,17 +85,17 @@ class MedusaModel(nn.Module):
         n_top_layers = min(n_top_layers, base.args.n_layers)
         self.base, self.params = base, heads
         # gamma heads over features cached at the streams' layer L0 (no adapters, chain drafts)
-        self.cfg = StreamsConfig(drafter=self.DRAFTER, gamma=heads.n_heads, n_layers=n_top_layers, lora_rank=0, tree=(1,) * heads.n_heads)
+        self.cfg = DrafterConfig(kind=self.DRAFTER, gamma=heads.n_heads, n_layers=n_top_layers, lora_rank=0, tree=(1,) * heads.n_heads)
         self.first = base.args.n_layers - n_top_layers
         self.draft_layers = 0  # a head is one block on the final hidden state, no decoder layers
 
     def lower_hidden(self, tokens: torch.Tensor) -> torch.Tensor:
-        return frozen_layers(self.base, self.base.tok_embeddings(tokens), 0, self.first)
+        return frozen_layers(self.base, self.base.embed(tokens), 0, self.first)
 
     def forward_train(
         self, tokens: torch.Tensor, h0: torch.Tensor | None = None, start: int | torch.Tensor = 0, length: int | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(main final hidden [B, T, d], head inputs [B, L, g, d] at `stream_positions`); see `SpecModel`."""
+        """(main final hidden [B, T, d], head inputs [B, L, g, d] at `stream_positions`); see `SpecModel.forward_train`."""
         if h0 is None:
             h0 = self.lower_hidden(tokens)
         with torch.no_grad():
@@ -132,7 +133,7 @@ class HydraModel(MedusaModel):
         g, T = self.params.n_heads, tokens.shape[1]
         idx = (rows[:, :, None] + 1 + torch.arange(g)).clamp(max=T - 1)  # [B, L, g]
         with torch.no_grad():
-            e = self.base.tok_embeddings(tokens.gather(1, idx.flatten(1)).view(idx.shape))  # [B, L, g, d]
+            e = self.base.embed(tokens.gather(1, idx.flatten(1)).view(idx.shape))  # [B, L, g, d]
         return self.params(h_rows, e.to(h_rows.dtype))
 
     def draft_hidden(self, h0, h, last, start_pos, depth):
@@ -143,7 +144,7 @@ class HydraModel(MedusaModel):
         head's top-1 of the one before (the first, the emitted token `bonus` [1])."""
         s, tok, out = h.index_select(0, last), bonus, []  # [1, d], [1]
         for j in range(depth):
-            s = self.params.step(j, s, self.base.tok_embeddings(tok))
+            s = self.params.step(j, s, self.base.embed(tok))
             ids = head(s)  # [1, k]
             out.append(ids)
             tok = ids[:, 0]

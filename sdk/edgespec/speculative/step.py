@@ -18,43 +18,28 @@ step(last, draft, input_pos, temperature, uniforms, gumbel) -> (tokens, n, next 
     draft vocabulary when one is given (`speculative/vocab.py`), top-k.
 Outputs are a few ids: never full-vocabulary logits per tree node.
 
-The drafting model is any object with `base`, `first` (the layer whose input is kept as
-h0), `cfg.gamma`, `params` (None: nothing drafted, the host fills the draft, e.g. prompt
-lookup), `main_lora(i)` and `draft(h0, h, last, bonus, start_pos, depth, head)`: `SpecModel`
-(streams), `MedusaModel` and `HydraModel` (heads; `edgespec.speculative.drafters`).
+The drafting model is a `edgespec.speculative.drafters.Drafter` (`base`, `first`: the
+layer whose input is kept as h0, `cfg.gamma`, `params`: None when nothing is drafted and the
+host fills the draft, e.g. prompt lookup, `main_lora(i)`, `draft(...)`): `SpecModel`
+(streams), `MedusaModel` or `HydraModel` (heads).
 """
 
 from __future__ import annotations
-
-from collections.abc import Callable
-from typing import Protocol
 
 import torch
 from torch import nn
 
 from edgespec.errors import EdgespecError
-from edgespec.models.llama import Transformer
 from edgespec.speculative.accept import accept_tree
+from edgespec.speculative.drafters import Drafter
 from edgespec.speculative.tree import Tree, placeholder_draft
 from edgespec.speculative.vocab import DraftHead
 
 
-class Drafting(Protocol):
-    base: Transformer
-    first: int
-    params: nn.Module | None
-
-    def main_lora(self, i: int) -> nn.ModuleDict | None: ...
-
-    def draft(
-        self, h0: torch.Tensor, h: torch.Tensor, last: torch.Tensor, bonus: torch.Tensor, start_pos, depth: int, head: Callable[[torch.Tensor], torch.Tensor]
-    ) -> torch.Tensor | None: ...
-
-
 class SpecProgram(nn.Module):
-    """The methods of a speculative program over a `SpecModel` with a fixed tree."""
+    """The methods of a speculative program over a drafting model with a fixed tree."""
 
-    def __init__(self, model: Drafting, tree: Tree, draft_ids: torch.Tensor | None = None):
+    def __init__(self, model: Drafter, tree: Tree, draft_ids: torch.Tensor | None = None):
         """draft_ids [N]: the draft vocabulary (full-vocabulary ids) of the drafting rows'
         lm head; None = the base model's full head."""
         super().__init__()
@@ -83,15 +68,14 @@ class SpecProgram(nn.Module):
 
     def _main(self, tokens: torch.Tensor, start_pos, positions: torch.Tensor, mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
         """Base model over rows tokens [1, T] at `positions` [T]; K/V to [start_pos, start_pos + T).
-        Returns (input of the first MSA layer [T, d], final-norm hidden [T, d])."""
+        Returns (input of layer L0 = `first` [T, d], final-norm hidden [T, d])."""
         base = self.base
-        cos, sin = base.rope_cos.index_select(0, positions), base.rope_sin.index_select(0, positions)
-        x = base.tok_embeddings(tokens)
-        h0 = x
-        for i, layer in enumerate(base.layers):
-            if i == self.first:
-                h0 = x
-            x = layer(x, start_pos, cos, sin, self.main_lora(i), mask)
+        cos, sin = base.rope(positions)
+        N = base.args.n_layers
+        emb = base.embed(tokens)
+        x = base.run_layers(emb, 0, self.first, start_pos, cos, sin, self.main_lora, mask)
+        h0 = x if self.first < N else emb  # first = N (nothing drafted): never read
+        x = base.run_layers(x, self.first, N, start_pos, cos, sin, self.main_lora, mask)
         return h0[0], base.norm(x)[0]
 
     def _head(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -157,8 +141,7 @@ class SpecProgram(nn.Module):
         path, n, tokens = accept_tree(self.tree_children, self.tree_valid, self.depth, nodes, logits, temperature, uniforms, gumbel)
         if not self.tree.is_chain:
             rows = path + pos  # [D + 1]; slots past n get copies, overwritten next call
-            for layer in self.base.layers:
-                layer.attention.kv_cache.compact_(pos, rows)
+            self.base.compact_cache_(pos, rows)
         last_node = path.index_select(0, n - 1)  # [1]
         accepted = n[0].item()
         torch._check(accepted >= 1)

@@ -28,8 +28,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from edgespec.config import StreamsConfig
-from edgespec.models.llama import SDPA, GrowingKV, Transformer, TransformerBlock
+from edgespec.config import DrafterConfig
+from edgespec.models.llama import SDPA, GrowingKV, Transformer, attention_op, linear_shapes
 
 
 class LoRA(nn.Module):
@@ -45,15 +45,10 @@ class LoRA(nn.Module):
         return F.linear(F.linear(x, self.A), self.B) * self.scale
 
 
-def _linears(block: TransformerBlock) -> dict[str, nn.Linear]:
-    a, f = block.attention, block.feed_forward
-    return {"wq": a.wq, "wk": a.wk, "wv": a.wv, "wo": a.wo, "w1": f.w1, "w2": f.w2, "w3": f.w3}
-
-
 class StreamParams(nn.Module):
     """Every trained parameter of Speculative Streaming (a few hundred KB to a few MB)."""
 
-    def __init__(self, base: Transformer, cfg: StreamsConfig):
+    def __init__(self, base: Transformer, cfg: DrafterConfig):
         super().__init__()
         a = base.args
         self.cfg = cfg
@@ -61,11 +56,10 @@ class StreamParams(nn.Module):
         self.f = nn.Sequential(nn.Linear(a.dim, cfg.f_rank, bias=False), nn.Linear(cfg.f_rank, a.dim, bias=False)) if cfg.f_rank else None
         if self.f is not None:
             nn.init.zeros_(self.f[1].weight)
-        first = a.n_layers - cfg.n_layers
         self.lora = nn.ModuleList()
-        for block in base.layers[first:]:
+        for _ in range(min(cfg.n_layers, a.n_layers)):  # the top n_layers
             if cfg.lora_rank:
-                self.lora.append(nn.ModuleDict({n: LoRA(l.in_features, l.out_features, cfg.lora_rank) for n, l in _linears(block).items()}))
+                self.lora.append(nn.ModuleDict({n: LoRA(d_in, d_out, cfg.lora_rank) for n, (d_in, d_out) in linear_shapes(a).items()}))
             else:
                 self.lora.append(nn.ModuleDict())
 
@@ -136,18 +130,11 @@ def stream_positions(start: int | torch.Tensor, batch: int, T: int, length: int 
     return rows.clamp(max=T - 1), rows <= T - 1
 
 
-def _no_cache(base: Transformer, batch: int) -> GrowingKV:
-    return GrowingKV.empty(batch, base.args.n_kv_heads, base.args.head_dim, base.rope_cos.dtype)
-
-
 @torch.no_grad()
 def frozen_layers(base: Transformer, x: torch.Tensor, start: int, stop: int) -> torch.Tensor:
     """Base layers [start, stop) over teacher-forced rows x [B, T, d], no adapters, no cache."""
-    T = x.shape[1]
-    cos, sin = base.rope_cos[:T], base.rope_sin[:T]
-    for i in range(start, stop):
-        x = base.layers[i](x, 0, cos, sin, kv=_no_cache(base, x.shape[0]))
-    return x
+    cos, sin = base.rope(torch.arange(x.shape[1]))
+    return base.run_layers(x, start, stop, 0, cos, sin, kvs=base.new_kvs(x.shape[0], cos.dtype))
 
 
 class SpecModel(nn.Module):
@@ -167,7 +154,11 @@ class SpecModel(nn.Module):
 
     def main_lora(self, i: int) -> nn.ModuleDict | None:
         """Adapters of layer i on main-stream rows: Shared mode only (Lossless: none)."""
-        return self.params.lora[i - self.first] if self.cfg is not None and self.cfg.mode == "shared" and i >= self.first else None
+        return self.stream_lora(i) if self.cfg is not None and self.cfg.mode == "shared" and i >= self.first else None
+
+    def stream_lora(self, i: int) -> nn.ModuleDict:
+        """Adapters of MSA layer i (i >= first) on stream rows."""
+        return self.params.lora[i - self.first]
 
     def forward_train(
         self, tokens: torch.Tensor, h0: torch.Tensor | None = None, start: int | torch.Tensor = 0, length: int | None = None
@@ -189,29 +180,25 @@ class SpecModel(nn.Module):
         g = self.cfg.gamma
         rows, _ = stream_positions(start, B, T, length)  # [B, L]
         L = rows.shape[1]
+        N = base.args.n_layers
         pos = torch.arange(T)
-        cos, sin = base.rope_cos[pos], base.rope_sin[pos]
+        cos, sin = base.rope(pos)
         spos = (rows[:, :, None] + torch.arange(1, g + 1)).reshape(B, L * g)  # stream j sits j steps ahead
-        scos, ssin = base.rope_cos[spos], base.rope_sin[spos]  # [B, L*g, D]
+        scos, ssin = (c.view(B, L * g, -1) for c in base.rope(spos.flatten()))  # [B, L*g, D]
         see = pos[None, None, :] <= rows[:, :, None]  # [B, L, T]: main keys s <= t
         smask = stream_mask(see[:, None], g)  # [B, 1, L*g, T + L*g]
         h_in = h0.gather(1, rows[:, :, None].expand(B, L, h0.shape[-1]))
-        x, h_s = h0, self.params.enter(h_in).reshape(B, L * g, -1)
-        for i in range(self.first, base.args.n_layers):
-            block, main_kv = base.layers[i], _no_cache(base, B)
-            x_new = block(x, 0, cos, sin, self.main_lora(i), None, main_kv)  # causal; keeps its K/V
-            plain, block.attention.sdpa = block.attention.sdpa, StreamSDPA(g)  # the stream mask's structure, not a dense mask
-            try:
-                h_s = block(h_s, 0, scos, ssin, self.params.lora[i - self.first], smask, GrowingKV(main_kv.k, main_kv.v))
-            finally:
-                block.attention.sdpa = plain
-            x = x_new
+        h_s = self.params.enter(h_in).reshape(B, L * g, -1)
+        main_kvs = base.new_kvs(B, cos.dtype)
+        x = base.run_layers(h0, self.first, N, 0, cos, sin, self.main_lora, kvs=main_kvs)  # causal; each layer keeps its K/V
+        with attention_op(base, StreamSDPA(g)):  # the stream mask's structure, not a dense mask
+            h_s = base.run_layers(h_s, self.first, N, 0, scos, ssin, self.stream_lora, smask, [GrowingKV(kv.k, kv.v) for kv in main_kvs])
         return base.norm(x), base.norm(h_s).view(B, L, g, -1)
 
     @torch.no_grad()
     def lower_hidden(self, tokens: torch.Tensor) -> torch.Tensor:
         """Input of layer L0 for teacher forcing (the frozen part; cacheable). [B, T, d]."""
-        return frozen_layers(self.base, self.base.tok_embeddings(tokens), 0, self.first)
+        return frozen_layers(self.base, self.base.embed(tokens), 0, self.first)
 
     def draft(self, h0: torch.Tensor, h: torch.Tensor, last: torch.Tensor, bonus: torch.Tensor, start_pos, depth: int, head) -> torch.Tensor | None:
         """The next draft [depth, k]: `head` (the program's drafting head) over `draft_hidden`."""
@@ -229,10 +216,8 @@ class SpecModel(nn.Module):
             return None
         base = self.base
         x = self.params.enter(h0.index_select(0, last)[0])[:depth][None]  # [1, D, d]
-        positions = torch.arange(depth) + start_pos
-        cos, sin = base.rope_cos.index_select(0, positions), base.rope_sin.index_select(0, positions)
-        for i in range(self.first, base.args.n_layers):
-            x = base.layers[i](x, start_pos, cos, sin, self.params.lora[i - self.first])
+        cos, sin = base.rope(torch.arange(depth) + start_pos)
+        x = base.run_layers(x, self.first, base.args.n_layers, start_pos, cos, sin, self.stream_lora)
         return base.norm(x)[0]
 
 

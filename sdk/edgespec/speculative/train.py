@@ -1,20 +1,18 @@
-"""Training of speculative streams: L = -a0 * next-token - sum_j a_j * (t+1+j)-token.
+"""Training of a drafter (streams or heads; `edgespec train`): the loop, checkpoints, resume.
 
-- Lossless mode trains only stream parameters (P_j, f, stream-only LoRA); the main stream
-  is frozen, so its next-token term is constant and is skipped (a0 is used in shared mode).
-- Frozen features: the input of layer L0 for every training sequence is computed once
-  (`FeatureCache`) and reused every epoch; a step costs only the top n_layers + lm head.
-- Multi-process: under `torchrun` the trainer is wrapped in DistributedDataParallel
+- Frozen features: the input of layer L0 of every training sequence is computed once
+  (`edgespec.speculative.features.FeatureCache`) and reused every epoch; a step costs only
+  the top n_layers + lm head (`edgespec.speculative.loss.DraftLoss`).
+- Multi-process: under `torchrun` the loss module is wrapped in DistributedDataParallel
   (gloo on CPU, nccl on GPU), each rank taking every world_size-th batch.
-- Checkpoints (`ckpt.pt`, atomic) hold stream weights, optimizer, step, the loss log and a
-  fingerprint of what determines the weights (base model, data, stream and training
-  settings); `train_streams` resumes from one only when the fingerprint matches, and the
-  feature cache is reused only for the same base model and data.
+- Checkpoints (`ckpt.pt`, atomic) hold the drafter's weights, optimizer, step, the loss log
+  and a fingerprint of what determines the weights (base model, data, drafter and training
+  settings, `run_fingerprint`); `train_drafter` resumes from one only when the fingerprint
+  matches, and the feature cache is reused only for the same base model and data.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import time
@@ -23,248 +21,20 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from edgespec.config import TrainConfig
-from edgespec.speculative.streams import SpecModel, stream_positions
-
-
-@dataclass
-class Example:
-    tokens: list[int]
-    n_prompt: int
-    # the teacher's top-K at each response position (row r predicts tokens[n_prompt + r]):
-    # ids [R, K] int, probabilities [R, K]; None for hard labels only
-    topk_ids: torch.Tensor | None = None
-    topk_p: torch.Tensor | None = None
-
-
-def tensors_digest(module: nn.Module) -> str:
-    """SHA-256 over a module's state (names, dtypes, shapes, bytes)."""
-    h = hashlib.sha256()
-    for name, t in module.state_dict().items():
-        t = t.detach().contiguous().cpu()
-        h.update(f"{name}:{t.dtype}:{tuple(t.shape)};".encode())
-        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
-    return h.hexdigest()
-
-
-def examples_digest(examples: list[Example]) -> str:
-    """SHA-256 of the training sequences' content (tokens and prompt lengths, in order)."""
-    h = hashlib.sha256()
-    for e in examples:
-        h.update(json.dumps([e.n_prompt, e.tokens], separators=(",", ":")).encode())
-        for t in (e.topk_ids, e.topk_p):
-            if t is not None:
-                h.update(t.contiguous().view(torch.uint8).numpy().tobytes())
-    return h.hexdigest()
-
-
-def run_fingerprint(model: SpecModel, examples: list[Example], hp: TrainConfig, draft_ids: torch.Tensor | None = None) -> str:
-    """What decides the trained weights: base model, stream settings, draft vocabulary, data
-    content and the training settings (not where they are written nor how often)."""
-    settings = {k: v for k, v in asdict(hp).items() if k not in ("data", "out_dir", "checkpoint_every")}
-    vocab = None if draft_ids is None else hashlib.sha256(draft_ids.to(torch.int64).numpy().tobytes()).hexdigest()
-    blob = {"base": tensors_digest(model.base), "streams": repr(model.cfg), "vocab": vocab, "data": examples_digest(examples), "train": settings}
-    return hashlib.sha256(json.dumps(blob, sort_keys=True, default=str).encode()).hexdigest()
-
-
-class FeatureCache:
-    """Layer-L0 inputs of every example, computed once (bf16 in memory, optional file).
-
-    Examples are run in batches of similar lengths (right padding: causal attention keeps
-    real rows exact) of about `batch_tokens` tokens; bf16 runs the frozen layers under bf16
-    autocast (about 3x faster on a CPU with bf16 matrix units; the features are stored in
-    bf16 either way). The file is reused only when the base model's weights, the layer L0,
-    the precision and the examples' content are the same; otherwise it is rebuilt."""
-
-    def __init__(
-        self,
-        model: SpecModel,
-        examples: list[Example],
-        path: Path | None = None,
-        on_progress: Callable[[int], None] = lambda n: None,
-        bf16: bool = False,
-        batch_tokens: int = 8192,
-    ):
-        key = {"base": tensors_digest(model.base), "first": model.first, "bf16": bf16, "data": examples_digest(examples)}
-        if path is not None and path.is_file():
-            blob = torch.load(path)
-            if blob.get("key") == key:
-                self.h = blob["h"]
-                return
-        h: list[torch.Tensor | None] = [None] * len(examples)
-        order = sorted(range(len(examples)), key=lambda i: len(examples[i].tokens))
-        i = 0
-        while i < len(order):
-            n = 1
-            while i + n < len(order) and (n + 1) * len(examples[order[i + n]].tokens) <= batch_tokens:
-                n += 1
-            idx = order[i : i + n]
-            T = len(examples[idx[-1]].tokens)  # the longest of the batch (sorted)
-            tokens = torch.zeros(n, T, dtype=torch.long)
-            for b, k in enumerate(idx):
-                tokens[b, : len(examples[k].tokens)] = torch.tensor(examples[k].tokens)
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-                out = model.lower_hidden(tokens)
-            for b, k in enumerate(idx):
-                h[k] = out[b, : len(examples[k].tokens)].to(torch.bfloat16).clone()
-                on_progress(1)
-            i += n
-        self.h = h
-        if path is not None:
-            tmp = path.with_suffix(".tmp")
-            torch.save({"key": key, "h": self.h}, tmp)
-            tmp.replace(path)
-
-
-def epoch_order(lengths: list[int], batch_size: int, window: int, gen: torch.Generator) -> list[int]:
-    """One epoch's example order: a random permutation cut into windows of `window` batches,
-    each window sorted by `lengths` so that a batch holds similar lengths (padding costs as
-    much as real tokens), the window's batches then shuffled. window 1: plain random order."""
-    perm = torch.randperm(len(lengths), generator=gen).tolist()
-    if window <= 1:
-        return perm
-    out: list[int] = []
-    w = batch_size * window
-    for i in range(0, len(perm), w):
-        chunk = sorted(perm[i : i + w], key=lambda k: lengths[k])
-        batches = [chunk[j : j + batch_size] for j in range(0, len(chunk), batch_size)]
-        for b in torch.randperm(len(batches), generator=gen).tolist():
-            out += batches[b]
-    return out
-
-
-def make_batch(examples: list[Example], feats: list[torch.Tensor], idx: list[int], gamma: int):
-    """Right-padded tokens [B, T], features [B, T, d], main targets [B, T], stream targets
-    [B, T, g] (-100 = ignore), and the teacher's top-K for the main target (index 0) and each
-    stream target (index 1 + j): ids and probabilities [B, T, 1 + g, K] (probability 0 where
-    there is none), or None, None when no example carries soft labels."""
-    T = max(len(examples[i].tokens) for i in idx)
-    d = feats[idx[0]].shape[-1]
-    B = len(idx)
-    tokens = torch.zeros(B, T, dtype=torch.long)
-    h0 = torch.zeros(B, T, d)
-    main_t = torch.full((B, T), -100, dtype=torch.long)
-    stream_t = torch.full((B, T, gamma), -100, dtype=torch.long)
-    K = next((examples[i].topk_ids.shape[1] for i in idx if examples[i].topk_ids is not None), 0)
-    soft_ids = torch.zeros(B, T, 1 + gamma, K, dtype=torch.long)
-    soft_p = torch.zeros(B, T, 1 + gamma, K)
-    for b, i in enumerate(idx):
-        e = examples[i]
-        n = len(e.tokens)
-        seq = torch.tensor(e.tokens)
-        tokens[b, :n] = seq
-        h0[b, :n] = feats[i].float()
-        # the main stream at t predicts t+1; stream j predicts t+1+j; only response tokens count
-        for j in range(gamma + 1):
-            lo = max(0, e.n_prompt - 1 - j)
-            if n - 1 - j > lo:
-                tgt = seq[lo + 1 + j : n]
-                (main_t[b, lo : n - 1 - j] if j == 0 else stream_t[b, lo : n - 1 - j, j - 1]).copy_(tgt)
-                if K and e.topk_ids is not None:  # target s = t + 1 + j is response row s - n_prompt
-                    r0, r1 = lo + 1 + j - e.n_prompt, n - e.n_prompt
-                    soft_ids[b, lo : n - 1 - j, j] = e.topk_ids[r0:r1].long()
-                    soft_p[b, lo : n - 1 - j, j] = e.topk_p[r0:r1].float()
-    if not K:
-        return tokens, h0, main_t, stream_t, None, None
-    return tokens, h0, main_t, stream_t, soft_ids, soft_p
-
-
-class StreamLoss(nn.Module):
-    """forward(batch) -> (loss, per-stream losses, per-stream top-1 accuracy); the module DDP wraps.
-
-    A stream's loss is (1 - b) * CE(hard target) + b * CE(teacher's top-K, renormalized),
-    b = `soft_weight`, the second term only where the batch carries soft labels; in shared mode
-    the main stream's next-token loss (weight a0) is mixed the same way, its top-K term a KL
-    to the original model truncated to K tokens. With a draft
-    vocabulary (`draft_ids`, the program's drafting head) the streams' logits cover only those
-    tokens, as in the program: a target outside it is left out of the loss and counts as a
-    miss in the accuracy. bf16: the MSA layers and the lm head run under bf16 autocast."""
-
-    def __init__(self, model: SpecModel, hp: TrainConfig, draft_ids: torch.Tensor | None = None):
-        super().__init__()
-        self.model = model
-        self.hp = hp
-        self.draft_ids = draft_ids
-        if draft_ids is not None:  # full-vocabulary id -> draft-vocabulary index (-100 outside)
-            local = torch.full((model.base.output.weight.shape[0],), -100, dtype=torch.long)
-            local[draft_ids] = torch.arange(len(draft_ids))
-            self.register_buffer("local", local, persistent=False)
-            # the base lm head is frozen in both modes: slice (and cast) it once, not every step
-            head = model.base.output.weight.detach().index_select(0, draft_ids)
-            self.register_buffer("head", head.to(torch.bfloat16) if hp.bf16 else head, persistent=False)
-
-    def _autocast(self, device: torch.device):
-        return torch.autocast(device.type, dtype=torch.bfloat16, enabled=self.hp.bf16)
-
-    def _ce(self, h: torch.Tensor, targets: torch.Tensor, soft_ids=None, soft_p=None, head: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Loss and top-1 accuracy of hidden rows h [..., d] against targets [...] (-100:
-        none) through `head` [N, d] (None: the model's lm head; else a draft-vocabulary
-        slice, targets and soft labels mapped into it)."""
-        keep = targets != -100
-        rows, tgt = h[keep], targets[keep]  # only rows with a target reach the lm head
-        with self._autocast(rows.device):
-            logits = (self.model.base.output(rows) if head is None else F.linear(rows, head)).float()
-        if head is not None:
-            tgt = self.local[tgt]
-        inside = tgt != -100
-        acc = ((logits.argmax(-1) == tgt) & inside).float().mean()
-        loss = F.cross_entropy(logits, tgt, ignore_index=-100) if inside.any() else logits.sum() * 0
-        if soft_ids is not None and self.hp.soft_weight > 0:
-            p, ids = soft_p[keep], soft_ids[keep]  # [N, K]
-            if head is not None:
-                ids = self.local[ids]
-                p = torch.where(ids == -100, torch.zeros_like(p), p)
-                ids = ids.clamp(min=0)
-            has = p.sum(-1) > 0
-            p = p[has] / p[has].sum(-1, keepdim=True)
-            logq = torch.log_softmax(logits[has], -1).gather(1, ids[has])  # [N', K]
-            soft = -(p * logq).sum(-1).mean() if len(p) else logits.sum() * 0
-            loss = (1 - self.hp.soft_weight) * loss + self.hp.soft_weight * soft
-        return loss, acc
-
-    def forward(self, tokens, h0, main_t, stream_t, soft_ids=None, soft_p=None):
-        # stream rows only over each sequence's positions with a target (its response)
-        B, T, _ = stream_t.shape
-        has = (stream_t != -100).any(-1)  # [B, T]
-        starts = torch.where(has.any(1), has.float().argmax(1), T - 1)
-        ends = T - has.flip(1).float().argmax(1)  # one past the last position with a target
-        length = max(1, int((ends - starts).max()))
-        rows, fresh = stream_positions(starts, B, T, length)  # [B, L]
-
-        def at_rows(x: torch.Tensor) -> torch.Tensor:
-            return x.gather(1, rows.view(B, -1, *([1] * (x.dim() - 2))).expand(B, rows.shape[1], *x.shape[2:]))
-
-        stream_t = at_rows(stream_t).masked_fill(~fresh[..., None], -100)
-        main_soft = (None, None)
-        if soft_ids is not None:  # index 0: the main target (every position); 1 + j: stream j (at the stream rows)
-            main_soft = (soft_ids[:, :, 0], soft_p[:, :, 0])
-            soft_ids, soft_p = at_rows(soft_ids[:, :, 1:]), at_rows(soft_p[:, :, 1:])
-        with self._autocast(tokens.device):
-            main_h, stream_h = self.model.forward_train(tokens, h0, starts, length)
-        head = None if self.draft_ids is None else self.head
-        g = stream_h.shape[2]
-        w = self.hp.stream_weights
-        losses, accs = [], []
-        total = torch.zeros(())
-        for j in range(g):
-            sj = (None, None) if soft_ids is None else (soft_ids[:, :, j], soft_p[:, :, j])
-            lj, aj = self._ce(stream_h[:, :, j], stream_t[:, :, j], *sj, head=head)
-            total = total + w[j] * lj
-            losses.append(lj.detach())
-            accs.append(aj.detach())
-        if self.model.cfg.mode == "shared":
-            # the teacher's top-K is the original model's distribution truncated to K tokens: its
-            # CE term is the KL to it up to a constant (the tail outside the top K is not kept)
-            l0, _ = self._ce(main_h, main_t, *main_soft)
-            total = total + self.hp.main_weight * l0
-        return total, torch.stack(losses), torch.stack(accs)
+from edgespec.speculative.drafters import Drafter, new_drafter, save_drafter
+from edgespec.speculative.features import FeatureCache, run_fingerprint
+from edgespec.speculative.loss import DraftLoss
+from edgespec.speculative.streams import count_parameters
+from edgespec.speculative.train_data import TrainExample, epoch_order, load_examples, make_batch
 
 
 @dataclass
 class TrainLog:
+    """Per step: the loss, each stream's top-1 accuracy (of the batch), response tokens seen."""
+
     steps: list[int] = field(default_factory=list)
     loss: list[float] = field(default_factory=list)
     stream_acc: list[list[float]] = field(default_factory=list)
@@ -273,6 +43,7 @@ class TrainLog:
 
 
 def _dist() -> tuple[int, int]:
+    """(rank, world size): a process group under torchrun, else (0, 1)."""
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         import torch.distributed as dist
 
@@ -282,9 +53,9 @@ def _dist() -> tuple[int, int]:
     return 0, 1
 
 
-def train_streams(
-    model: SpecModel,
-    examples: list[Example],
+def train_drafter(
+    model: Drafter,
+    examples: list[TrainExample],
     feats: list[torch.Tensor],
     hp: TrainConfig,
     out_dir: str | Path,
@@ -293,7 +64,7 @@ def train_streams(
 ) -> TrainLog:
     """Train model.params on examples with `hp` (steps, lr, loss weights, ...; its data, out_dir
     and drafter are the caller's); the streams' loss over the draft vocabulary `draft_ids` when
-    given (`StreamLoss`). Resumable from out_dir/ckpt.pt when that checkpoint was made with
+    given (`DraftLoss`). Resumable from out_dir/ckpt.pt when that checkpoint was made with
     the same `run_fingerprint` (else EdgespecError). Returns the loss log."""
     from edgespec.errors import EdgespecError
 
@@ -319,7 +90,7 @@ def train_streams(
         opt.load_state_dict(blob["opt"])
         step, log = blob["step"], TrainLog(**blob["log"])
 
-    loss_mod: nn.Module = StreamLoss(model, hp, draft_ids)
+    loss_mod: nn.Module = DraftLoss(model, hp, draft_ids)
     if world > 1:
         from torch.nn.parallel import DistributedDataParallel
 
@@ -373,44 +144,13 @@ def train_streams(
     return log
 
 
-def load_examples(path: str | Path, tokenizer, seq_len: int) -> list[Example]:
-    """Self-distilled rows (prompt_ids/response_ids: a JSONL file from `edgespec distill
-    --bundle`, or a directory of shards from `edgespec distill --source`) or text pairs
-    (prompt/response)."""
-    from edgespec.corpus.distill import read_shards
-    from edgespec.corpus.prompts import iter_jsonl
-    from edgespec.errors import EdgespecError
-
-    if Path(path).is_dir():
-        rows = ((n, row) for n, row in enumerate(read_shards(path), 1))
-    else:
-        rows = iter_jsonl(path, skip_torn=True)
-    out = []
-    for n, row in rows:
-        if "prompt_ids" in row:
-            prompt, resp = row["prompt_ids"], row["response_ids"]
-        elif "prompt" in row and "response" in row:
-            prompt = tokenizer.encode(tokenizer.apply_chat_template(row["prompt"]) if tokenizer.chat_template else row["prompt"])
-            resp = tokenizer.encode(row["response"])
-        else:
-            raise EdgespecError(f"{path}:{n}: expected prompt_ids/response_ids or prompt/response")
-        if resp:
-            tokens = (prompt + resp)[:seq_len]
-            n_resp = max(0, len(tokens) - len(prompt))
-            topk_ids, topk_p = (row["topk_ids"][:n_resp], row["topk_p"][:n_resp]) if "topk_ids" in row else (None, None)
-            out.append(Example(tokens, len(prompt), topk_ids, topk_p))
-    if not out:
-        raise EdgespecError(f"training data '{path}' holds no usable rows (make it with `edgespec distill`)")
-    return out
-
-
 def train_from_recipe(recipe, on_status: Callable[[str], None] = lambda s: None, on_step: Callable[[int, float], None] = lambda s, l: None) -> dict:
-    """`edgespec train`: base model -> features -> stream training -> streams.pt in out_dir."""
+    """`edgespec train`: base model -> features -> drafter training -> <drafter>.pt in out_dir
+    (text-pair data in the chat template as the recipe's `model.chat_template` says)."""
     from edgespec.models.load import build_model, read_source, tokenizer_of
-    from edgespec.speculative.drafters import new_drafter, save_drafter
-    from edgespec.speculative.streams import count_parameters
+    from edgespec.speculative.vocab import draft_vocabulary
 
-    s, t = recipe.streams, recipe.train
+    s, t = recipe.drafter, recipe.train
     torch.manual_seed(t.seed)
     src = read_source(recipe.model.source, max(recipe.model.max_seq_len, t.seq_len + s.gamma + 1))
     base = build_model(src)
@@ -420,7 +160,7 @@ def train_from_recipe(recipe, on_status: Callable[[str], None] = lambda s: None,
     out = Path(t.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     on_status("data")
-    examples = load_examples(t.data, tok, t.seq_len)
+    examples = load_examples(t.data, tok, t.seq_len, recipe.model.chat_template)
     if t.soft_weight > 0 and not any(e.topk_ids is not None for e in examples):
         from edgespec.errors import EdgespecError
 
@@ -428,14 +168,12 @@ def train_from_recipe(recipe, on_status: Callable[[str], None] = lambda s: None,
     on_status(f"features ({len(examples)} sequences)")
     feats = FeatureCache(model, examples, out / "features.pt", bf16=t.bf16).h
     on_status("train")
-    from edgespec.speculative.vocab import draft_vocabulary
-
     draft_ids = draft_vocabulary(src, s.draft_vocab)  # the program drafts through it, streams or heads
-    log = train_streams(model, examples, feats, t, out, on_step=on_step, draft_ids=draft_ids)
-    save_drafter(out / f"{s.drafter}.pt", params, model.cfg, draft_ids)  # with the vocabulary it was trained over
+    log = train_drafter(model, examples, feats, t, out, on_step=on_step, draft_ids=draft_ids)
+    save_drafter(out / f"{s.kind}.pt", params, model.cfg, draft_ids)  # with the vocabulary it was trained over
     _plot_log(log, out / "loss.png")
     return {
-        "weights": str(out / f"{s.drafter}.pt"),
+        "weights": str(out / f"{s.kind}.pt"),
         "sequences": len(examples),
         "response_tokens_seen": log.tokens_seen[-1] if log.tokens_seen else 0,
         "steps": log.steps[-1] if log.steps else 0,

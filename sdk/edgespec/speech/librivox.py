@@ -11,7 +11,7 @@ from pathlib import Path
 from edgespec.errors import EdgespecError
 
 LIBRIVOX_DIR = Path("/usr/share/pocketsphinx/test/data/librivox")
-APT_HINT = "apt-get install pocketsphinx-testdata"
+PACKAGE_HINT = "apt-get install pocketsphinx-testdata"
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,7 @@ def librivox_utterances(root: Path = LIBRIVOX_DIR) -> list[Utterance]:
     """The utterances listed in `transcription` (``<s> words </s> (id)`` per line)."""
     listing = root / "transcription"
     if not listing.is_file():
-        raise EdgespecError(f"the asr suite needs the LibriVox test sentences in {root} ({APT_HINT})")
+        raise EdgespecError(f"the asr suite needs the LibriVox test sentences in {root} ({PACKAGE_HINT})")
     out = []
     for line in listing.read_text(encoding="utf-8").splitlines():
         m = re.fullmatch(r"\s*(?:<s>)?(.*?)(?:</s>)?\s*\((\S+)\)\s*", line)

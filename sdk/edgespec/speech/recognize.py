@@ -19,12 +19,13 @@ import torch
 
 from edgespec.errors import EdgespecError
 from edgespec.export import constants as C
-from edgespec.runtime.program import set_threads
+from edgespec.manifest import LAYOUT, AsrManifest
+from edgespec.runtime.runner import set_threads
 from edgespec.speech.ctc import Transcript, decode
-from edgespec.speech.program import usable_samples
+from edgespec.speech.recognizer_program import usable_samples
 
-TOKENS = "tokens.json"
-FRONTEND = "frontend.pt"
+TOKENS = LAYOUT.phoneme_tokens
+FRONTEND = LAYOUT.frontend
 
 
 @dataclass(frozen=True)
@@ -77,17 +78,19 @@ class Recognizer:
     """An ASR bundle loaded for recognition (threads: ExecuTorch threadpool size, 0 = default)."""
 
     def __init__(self, bundle_dir: str | Path, threads: int = 0):
-        from edgespec.bundle import PROGRAM, read_manifest
-        from edgespec.runtime.program import Program
+        from edgespec.bundle import read_manifest
+        from edgespec.runtime.runner import Program
 
         d = Path(bundle_dir)
         self.manifest = read_manifest(d)
-        if self.manifest.get("task") != "asr":
-            raise EdgespecError(f"bundle '{d}' is not a speech recognition bundle (export one with `edgespec export recipes/conformer-hama.yaml`)")
+        if not isinstance(self.manifest, AsrManifest):
+            raise EdgespecError(
+                f"bundle '{d}' is a {self.manifest.KIND} bundle, not a speech recognizer's: use `{self.manifest.USE.format(bundle=d)}` (or export a speech bundle with `edgespec export recipes/conformer-hama.yaml`)"
+            )
         set_threads(threads)
-        self.runner = Program(d / PROGRAM)
+        self.runner = Program(d / LAYOUT.program)
         self.tokens: list[str] = json.loads((d / TOKENS).read_text(encoding="utf-8"))
-        ctc = self.manifest["ctc"]
+        ctc = self.manifest.ctc
         self.temperature, self.blank_bias = float(ctc["temperature"]), float(ctc["blank_bias"])
         self.sample_rate = int(self.runner.constant(C.GET_SAMPLE_RATE))
         self.max_samples = int(self.runner.constant(C.GET_MAX_SAMPLES))
@@ -96,7 +99,7 @@ class Recognizer:
         if not bool(self.runner.constant(C.GET_TAKES_WAVEFORM)):
             from edgespec.models.conformer import ConformerArgs, LogMel
 
-            self.frontend = LogMel(ConformerArgs(**self.manifest["model"]["args"]))
+            self.frontend = LogMel(ConformerArgs(**self.manifest.model.args))
             self.frontend.load_state_dict(torch.load(d / FRONTEND, weights_only=True))
 
     def _run(self, wave: np.ndarray) -> torch.Tensor:
@@ -138,23 +141,22 @@ class Recognizer:
         return decode(lp, self.tokens, self.temperature, self.blank_bias)
 
 
-def verify_asr_program(bundle_dir: str | Path, manifest: dict) -> dict:
+def verify_asr_program(bundle_dir: str | Path, manifest: AsrManifest) -> dict:
     """Load a speech bundle's program and check it against the manifest: every method the
     manifest lists, the metadata of the contract, as many outputs as tokens.json has tokens.
     Returns the metadata it read; EdgespecError naming the first difference."""
-    from edgespec.bundle import PROGRAM
-    from edgespec.runtime.program import Program
+    from edgespec.runtime.runner import Program
 
     d = Path(bundle_dir)
-    prog = Program(d / PROGRAM)
-    missing = sorted(set(manifest.get("methods", [])) - set(prog.program.method_names))
+    prog = Program(d / LAYOUT.program)
+    missing = sorted(set(manifest.methods) - set(prog.program.method_names))
     if missing:
         raise EdgespecError(f"bundle '{d}': the program lacks methods the manifest lists: {missing}")
     meta = {name: prog.constant(name) for name in C.ASR_METADATA_METHODS}
     n_tokens = len(json.loads((d / TOKENS).read_text(encoding="utf-8")))
     if int(meta[C.GET_VOCAB_SIZE]) != n_tokens:
         raise EdgespecError(f"bundle '{d}': the program has {meta[C.GET_VOCAB_SIZE]} outputs but {TOKENS} {n_tokens} tokens")
-    if bool(meta[C.GET_TAKES_WAVEFORM]) != (manifest["recipe"]["model"]["frontend"] == "program"):
+    if bool(meta[C.GET_TAKES_WAVEFORM]) != (manifest.recipe.model.frontend == "program"):
         raise EdgespecError(
             f"bundle '{d}': the program's input ({'waveform' if meta[C.GET_TAKES_WAVEFORM] else 'features'}) differs from the recipe's front end"
         )

@@ -18,8 +18,8 @@ import numpy as np
 import torch
 
 from edgespec.config import AsrRecipe
-from edgespec.harness.gates import GateResult
 from edgespec.harness.metrics import error_rate
+from edgespec.manifest import GateResult
 from edgespec.speech import librivox as L
 from edgespec.speech.audio import read_wav
 from edgespec.speech.ctc import decode
@@ -140,7 +140,7 @@ def validate_asr(bundle_dir: str | Path, recipe: AsrRecipe, on_progress: Callabl
         },
         "overall": overall,
         "rows": rows,
-        "gates": [g.__dict__ for g in gates],
+        "gates": [g.to_dict() for g in gates],
         "passed": all(g.passed for g in gates),
     }
 
@@ -168,7 +168,7 @@ def check_asr_gates(o: dict, recipe: AsrRecipe) -> list[GateResult]:
     return out
 
 
-def render_markdown(report: dict) -> str:
+def render_asr_markdown(report: dict) -> str:
     o = report["overall"]
     pct = lambda x: "n/a" if x is None else f"{100 * x:.1f}%"  # noqa: E731
     lines = [

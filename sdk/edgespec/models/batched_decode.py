@@ -1,5 +1,6 @@
-"""The frozen model as a teacher: batched greedy generation that also returns its top-K
-next-token probabilities (soft labels) at every response position.
+"""Batched eager decoding: greedy generation of many sequences at once that also returns the
+top-K next-token probabilities at every response position (the teacher of self-distillation,
+`edgespec.corpus.distill`: its soft labels).
 
 Self-distillation needs many responses; one sequence at a time through the program is
 ~2,000 tokens/min here. `generate_stream` runs the eager model (bf16 on CPUs with AVX-512
@@ -103,9 +104,8 @@ def as_teacher_(model: Transformer, dtype: torch.dtype = torch.bfloat16) -> Tran
 
 
 def _logits(model: Transformer, tokens: torch.Tensor, start, cos, sin, mask, kvs) -> torch.Tensor:
-    x = model.tok_embeddings(tokens)
-    for layer, kv in zip(model.layers, kvs):
-        x = layer(x, start, cos, sin, mask=mask, kv=kv)
+    """Next-token logits [B, V] of rows tokens [B, T] (the last row of each), K/V in `kvs`."""
+    x = model.run_layers(model.embed(tokens), 0, model.args.n_layers, start, cos, sin, mask=mask, kvs=kvs)
     return model.output(model.norm(x[:, -1])).float()  # [B, V]
 
 
@@ -143,9 +143,9 @@ def generate_stream(
     prompt starts with, prefilled once (`common_prefix`)."""
     a = model.args
     S = min(max_len or a.max_seq_len, a.max_seq_len)
-    cdt = model.tok_embeddings.weight.dtype
+    cdt = model.output.weight.dtype
     cdt = torch.float32 if cdt == torch.float16 else cdt
-    kvs = [BatchKV(batch, S, a.n_kv_heads, a.head_dim, cdt) for _ in model.layers]
+    kvs = [BatchKV(batch, S, a.n_kv_heads, a.head_dim, cdt) for _ in range(a.n_layers)]
     slots = torch.arange(S)
     eos = set(eos_ids)
     queue = iter(prompts)
@@ -156,9 +156,9 @@ def generate_stream(
     ids: list[list[int]] = [[] for _ in range(batch)]
     top: list[list[tuple[torch.Tensor, torch.Tensor]]] = [[] for _ in range(batch)]
     P = len(prefix)
-    shared = [GrowingKV.empty(1, a.n_kv_heads, a.head_dim, cdt) for _ in model.layers]
+    shared = model.new_kvs(1, cdt)
     if P:
-        _logits(model, torch.tensor([list(prefix)]), 0, model.rope_cos[:P], model.rope_sin[:P], None, shared)
+        _logits(model, torch.tensor([list(prefix)]), 0, *model.rope(torch.arange(P)), None, shared)
 
     def emit(b: int, p: torch.Tensor, i: torch.Tensor) -> bool:
         """Record row b's next token from its top-K probabilities p and ids i [K]; True when
@@ -187,7 +187,7 @@ def generate_stream(
                     raise ValueError(f"prompt {k_!r} does not extend the shared prefix")
                 T = len(prompt)
                 grow = [GrowingKV(g.k, g.v) for g in shared]
-                logits = _logits(model, torch.tensor([prompt[P:]]), P, model.rope_cos[P:T], model.rope_sin[P:T], None, grow)
+                logits = _logits(model, torch.tensor([prompt[P:]]), P, *model.rope(torch.arange(P, T)), None, grow)
                 for kv, g in zip(kvs, grow):
                     kv.load_row_(b, g.k, g.v)
                 key[b], budget[b], pos[b] = k_, max_new_tokens, T
@@ -200,7 +200,8 @@ def generate_stream(
         on_step(len(live))
         # one decode step for every row (free rows compute on stale state, ignored)
         mask = torch.zeros(batch, 1, 1, S).masked_fill_((slots[None, :] > pos[:, None])[:, None, None], float("-inf"))  # additive, all layers
-        logits = _logits(model, last[:, None], pos, model.rope_cos[pos][:, None], model.rope_sin[pos][:, None], mask, kvs)
+        cos, sin = model.rope(pos)  # [B, D]: each row at its own position
+        logits = _logits(model, last[:, None], pos, cos[:, None], sin[:, None], mask, kvs)
         p, i = torch.softmax(logits, -1).topk(top_k)  # [B, K] each
         for b in live:
             if emit(b, p[b], i[b]):

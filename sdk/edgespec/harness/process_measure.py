@@ -20,7 +20,7 @@ def stock_decode(pte: str, tokenizer_json: str, texts: list[str], max_new_tokens
     (raw prompts; the first is a warm-up) and this process's peak RSS."""
     from executorch.extension.llm.runner import GenerationConfig, TextLLMRunner
 
-    from edgespec.runtime.program import load_runtime_kernels
+    from edgespec.runtime.runner import load_runtime_kernels
     from edgespec.runtime.speed import peak_rss_mb
 
     load_runtime_kernels()
@@ -56,7 +56,7 @@ def _rss_worker(bundle: str, mode: str, prompts: list[list[int]], max_new_tokens
 def peak_rss_fresh(bundle: str, mode: str, prompts: list[list[int]], max_new_tokens: int) -> float:
     """Peak RSS (MB) of a fresh process that loads the bundle and decodes `prompts` in `mode`."""
     payload = json.dumps({"bundle": str(bundle), "mode": mode, "prompts": prompts, "max_new_tokens": max_new_tokens})
-    out = subprocess.run([sys.executable, "-m", "edgespec.harness.speed"], input=payload, capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-m", "edgespec.harness.process_measure"], input=payload, capture_output=True, text=True)
     if out.returncode != 0:
         raise RuntimeError(f"peak-RSS worker failed: {out.stderr.strip().splitlines()[-1:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])["peak_rss_mb"]

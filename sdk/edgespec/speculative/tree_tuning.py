@@ -30,14 +30,14 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from edgespec.speculative.streams import SpecModel
+from edgespec.speculative.drafters import Drafter
 from edgespec.speculative.tree import Tree, placeholder_draft
 from edgespec.speculative.vocab import restrict_ranks
 
 
 @torch.no_grad()
 def future_ranks(
-    model: SpecModel,
+    model: Drafter,
     sequences: list[tuple[int, list[int]]],
     depth: int,
     vocab: torch.Tensor | None = None,

@@ -1,0 +1,274 @@
+"""The bundle's records: its file layout, `manifest.json` and the validation summary it holds,
+as frozen, validated dataclasses (the machinery of edgespec.config).
+
+`parse_manifest` is the one reader of a manifest: every field is type-checked, an error
+names the field (``manifest field 'tokenizer.eos_ids': ...``); `Manifest.to_dict` is what
+`edgespec.bundle.write_manifest` writes. Bundles of schema 1 written before these records
+(``"k/n"`` losslessness, a ``streams`` recipe section) are read through `_upgrade`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from edgespec.config import AsrRecipe, Recipe, _require, _Section, from_dict, parsing, upgrade_recipe_data
+from edgespec.errors import EdgespecError
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class BundleLayout:
+    """The names of a bundle's files, in one place (the Java core reads `program` and the
+    manifest's `tokenizer.file`)."""
+
+    manifest: str = "manifest.json"
+    program: str = "model.pte"
+    tokenizer: str = "tokenizer.json"
+    recipe: str = "recipe.yaml"
+    drafter: str = "drafter.pt"  # a speculative bundle's drafter weights (edgespec tune reads them)
+    legacy_drafter: str = "streams.pt"  # the same, in bundles written before 2026-12-02
+    phoneme_tokens: str = "tokens.json"  # a speech bundle's output tokens
+    frontend: str = "frontend.pt"  # a speech bundle's host-side log-mel buffers
+    report_md: str = "report.md"
+    report_json: str = "report.json"
+    asr_report_json: str = "asr_report.json"
+
+    @staticmethod
+    def rejected(outdir: str | Path) -> Path:
+        """Where an export whose gates failed leaves its report: `<outdir>.rejected/`."""
+        out = Path(outdir).resolve()
+        return out.parent / f"{out.name}.rejected"
+
+
+LAYOUT = BundleLayout()
+
+
+@dataclass(frozen=True)
+class FileEntry(_Section):
+    sha256: str
+    bytes: int = 0
+
+
+@dataclass(frozen=True)
+class GateResult(_Section):
+    """One gate's verdict: what was measured against which bar."""
+
+    name: str
+    passed: bool
+    measured: float | str | None
+    threshold: float | str
+    message: str
+
+
+@dataclass(frozen=True)
+class Lossless(_Section):
+    """Speculative greedy output identical to autoregressive on `identical` of `prompts`."""
+
+    identical: int
+    prompts: int
+
+    def __str__(self) -> str:
+        return f"{self.identical}/{self.prompts}"
+
+
+@dataclass(frozen=True)
+class Fidelity(_Section):
+    """A program against its source model on `tokens` scored held-out tokens (edgespec.harness.fidelity)."""
+
+    tokens: int
+    perplexity: float
+    reference_perplexity: float
+    perplexity_ratio: float
+    kl_mean: float
+    kl_p99: float
+    top1_agreement: float
+    text: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class LmValidation(_Section):
+    """What a language-model bundle showed in its validate stage (the full report: report.json)."""
+
+    PATH: ClassVar[str] = "validation"
+    passed: bool
+    gates: tuple[GateResult, ...]
+    prompts: int
+    score: float
+    reference_score: float | None = None
+    ar_tokens_per_s: float
+    spec: dict[str, Any] | None = None  # speculative decoding: tokens_per_s, speedup, tokens_per_call, histogram
+    lossless: Lossless | None = None
+    fidelity: Fidelity | None = None
+    peak_rss_mb: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class AsrValidation(_Section):
+    """What a speech bundle showed on the asr suite (the full report: asr_report.json)."""
+
+    PATH: ClassVar[str] = "validation"
+    passed: bool
+    gates: tuple[GateResult, ...]
+    utterances: int
+    per: float
+    per_chunked: float
+    per_eager_fp32: float
+    wer: float
+    rtf: float
+    chunk_ms_median: float
+    agree_engine: float | None = None
+
+
+@dataclass(frozen=True)
+class LmModelInfo(_Section):
+    """The model a language-model bundle was made from: name, source and architecture."""
+
+    PATH: ClassVar[str] = "model"
+    name: str
+    source: str
+    vocab_size: int
+    dim: int = 0
+    n_layers: int = 0
+    n_heads: int = 0
+    n_kv_heads: int = 0
+    hidden_dim: int = 0
+    norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+    tie_embeddings: bool = True
+    max_seq_len: int = 0
+
+
+@dataclass(frozen=True)
+class AsrModelInfo(_Section):
+    PATH: ClassVar[str] = "model"
+    name: str
+    source: str
+    args: dict[str, int | float]  # edgespec.models.conformer.ConformerArgs
+
+
+@dataclass(frozen=True)
+class TokenizerInfo(_Section):
+    PATH: ClassVar[str] = "tokenizer"
+    file: str
+    eos_ids: tuple[int, ...]
+    chat_template: str | None = None  # Jinja text; None: prompts are fed as raw text
+    bos_id: int | None = None
+    add_bos: bool = False
+
+
+@dataclass(frozen=True)
+class QuantizationInfo(_Section):
+    """How the linears got their weights (edgespec.quant.QuantSummary)."""
+
+    PATH: ClassVar[str] = "quantization"
+    carried: int = 0
+    rounded: int = 0
+    unquantized: int = 0
+    rounded_layers: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class SpeculativeInfo(_Section):
+    """The speculative methods of a program: its drafter and draft tree."""
+
+    PATH: ClassVar[str] = "speculative"
+    tree_branching: tuple[int, ...]
+    tree_parents: tuple[int, ...]
+    drafter: str = "streams"  # the drafter kind (bundles before heads: streams)
+    mode: str = "lossless"
+    n_streams: int = 0
+    msa_layers: int = 0
+    weights: str = LAYOUT.drafter  # the bundle's file holding the drafter
+    draft_vocab: int = 0
+    step_attention: str = "rows"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Manifest(_Section):
+    """What every bundle's manifest holds; `task` says which of the subclasses it is."""
+
+    TASK: ClassVar[str] = ""
+    KIND: ClassVar[str] = ""  # what the bundle holds, in words
+    USE: ClassVar[str] = ""  # the command that runs it
+    schema_version: int = SCHEMA_VERSION
+    task: str
+    precision: str
+    methods: tuple[str, ...] = ()
+    reports: tuple[str, ...] = ()
+    files: dict[str, FileEntry] = field(default_factory=dict)
+
+    def _check(self) -> None:
+        for name in self.files:
+            safe = name and not name.startswith(("/", "\\")) and ".." not in Path(name).parts and "\x00" not in name
+            _require(bool(safe), f"files.{name}", "must be a plain relative file name")
+
+    def file_bytes(self, name: str) -> int:
+        return self.files[name].bytes
+
+
+@dataclass(frozen=True, kw_only=True)
+class LmManifest(Manifest):
+    """A language-model bundle: tokenizer, program with `forward` (+ `spec_step`)."""
+
+    TASK: ClassVar[str] = "generate"
+    KIND: ClassVar[str] = "language model"
+    USE: ClassVar[str] = "edgespec generate --bundle {bundle} --prompt TEXT"
+    task: str = "generate"
+    model: LmModelInfo
+    recipe: Recipe
+    tokenizer: TokenizerInfo
+    quantization: QuantizationInfo | None = None
+    speculative: SpeculativeInfo | None = None
+    validation: LmValidation | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class AsrManifest(Manifest):
+    """A speech recognition bundle: program over audio (or features), phoneme tokens."""
+
+    TASK: ClassVar[str] = "asr"
+    KIND: ClassVar[str] = "speech recognition"
+    USE: ClassVar[str] = "edgespec transcribe --bundle {bundle} AUDIO.wav"
+    task: str = "asr"
+    model: AsrModelInfo
+    recipe: AsrRecipe
+    ctc: dict[str, float]
+    streaming: dict[str, int]
+    validation: AsrValidation | None = None
+
+
+MANIFEST_KINDS: dict[str, type[Manifest]] = {m.TASK: m for m in (LmManifest, AsrManifest)}
+
+
+def parse_manifest(data: Any, where: str) -> LmManifest | AsrManifest:
+    """The typed manifest of plain data read from `where` (for messages); EdgespecError naming
+    the first field that is off, or the schema version when it is not this reader's."""
+    if not isinstance(data, dict):
+        raise EdgespecError(f"{where} must hold a JSON object, not {type(data).__name__}")
+    version = data.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise EdgespecError(f"{where}: schema_version {version!r} is not supported (expected {SCHEMA_VERSION}; re-export the bundle with this edgespec)")
+    task = data.get("task", LmManifest.TASK)  # manifests before speech bundles carry no task
+    if task not in MANIFEST_KINDS:
+        raise EdgespecError(f"{where}: task {task!r} is not one of {list(MANIFEST_KINDS)}")
+    try:
+        with parsing("manifest field"):
+            return from_dict(MANIFEST_KINDS[task], _upgrade(data), "")
+    except EdgespecError as e:
+        raise EdgespecError(f"{where}: {e}") from None
+
+
+def _upgrade(data: dict) -> dict:
+    """Schema-1 manifests written before these records, in today's shape."""
+    data = dict(data)
+    if isinstance(data.get("recipe"), dict):
+        data["recipe"] = upgrade_recipe_data(data["recipe"], note=False)
+    v = data.get("validation")
+    if isinstance(v, dict) and isinstance(v.get("lossless"), str) and v["lossless"].count("/") == 1:
+        ok, n = v["lossless"].split("/")
+        if ok.isdigit() and n.isdigit():
+            data["validation"] = {**v, "lossless": {"identical": int(ok), "prompts": int(n)}}
+    return data

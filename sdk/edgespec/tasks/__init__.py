@@ -1,0 +1,47 @@
+"""The tasks a recipe can describe, each a module with one interface.
+
+A task module supplies:
+
+- ``NAME`` (a recipe's and a manifest's ``task``), ``DESCRIPTION``, ``RECIPE`` (its recipe
+  class), ``STAGES`` (what ``build`` announces);
+- ``build(recipe, stage_dir, stage) -> Manifest`` and ``validate(recipe, stage_dir,
+  on_progress) -> Validation``: what `edgespec.bundle.run_export` needs;
+- ``run_validation(bundle_dir, recipe, on_progress) -> report``, ``write_report(report,
+  dir) -> files``, ``render_validation(report) -> str``: `edgespec validate`;
+- ``export_summary(result) -> str``, ``describe(manifest) -> lines``, ``verify(bundle_dir,
+  manifest) -> (metadata, line)``: what the CLI prints for `export`, `info` and `verify`.
+
+Commands pick the task from the recipe (`task_of_recipe`) or the bundle's manifest
+(`task_of_manifest`); nothing else compares task names.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import ModuleType
+
+from edgespec.bundle import ExportResult, run_export
+from edgespec.config import RECIPE_KINDS
+from edgespec.manifest import Manifest
+from edgespec.tasks import asr, language_model
+
+TASKS: dict[str, ModuleType] = {t.NAME: t for t in (language_model, asr)}
+assert {n: t.RECIPE for n, t in TASKS.items()} == RECIPE_KINDS, "a task for every recipe kind"
+
+
+def task_of_recipe(recipe) -> ModuleType:
+    return next(t for t in TASKS.values() if type(recipe) is t.RECIPE)
+
+
+def task_of_manifest(manifest: Manifest) -> ModuleType:
+    return TASKS[manifest.task]
+
+
+def export_recipe(recipe, outdir: str | Path, on_stage=lambda s: None, on_progress=lambda *a: None) -> ExportResult:
+    """`edgespec export`: the recipe's task run into the bundle `outdir` (edgespec.bundle.run_export)."""
+    return run_export(task_of_recipe(recipe), recipe, outdir, on_stage=on_stage, on_progress=on_progress)
+
+
+def export_stages(recipe) -> tuple[str, ...]:
+    """Every stage an export of `recipe` goes through, in order."""
+    return (*task_of_recipe(recipe).STAGES, "validate", "package")

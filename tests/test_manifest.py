@@ -1,0 +1,105 @@
+"""The typed bundle records: round trip, old schema-1 manifests still open, task dispatch."""
+
+import json
+import warnings
+
+import pytest
+from click.testing import CliRunner
+
+from edgespec import bundle as B
+from edgespec.config import Recipe, RecipeDeprecation, load_recipe
+from edgespec.errors import EdgespecError
+from edgespec.manifest import AsrManifest, LmManifest, Lossless, parse_manifest
+from manifests import tiny_manifest, tiny_manifest_data
+
+
+def test_manifest_round_trips_through_json(tmp_path):
+    B.write_manifest(tmp_path, tiny_manifest(speculative={"drafter": "hydra", "draft_vocab": 8192}))
+    m = B.read_manifest(tmp_path)
+    assert isinstance(m, LmManifest) and m.task == "generate" and m.recipe == Recipe()
+    assert m.speculative.drafter == "hydra" and m.speculative.tree_branching == (1,)
+    assert parse_manifest(json.loads((tmp_path / B.MANIFEST).read_text()), "x") == m
+
+
+def test_a_manifest_written_before_the_records_still_opens():
+    """Schema 1 as earlier versions wrote it: no task, losslessness as "k/n", export.backend."""
+    old = tiny_manifest_data()
+    del old["task"]
+    old["recipe"]["export"]["backend"] = "xnnpack"
+    gate = {"name": "lossless", "passed": True, "measured": "3/3", "threshold": "all", "message": "ok"}
+    old["validation"] = {"passed": True, "gates": [gate], "prompts": 3, "score": 0.5, "ar_tokens_per_s": 100.0, "lossless": "3/3", "peak_rss_mb": {"ar": 90}}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # reading a bundle says nothing about its recipe's form
+        m = parse_manifest(old, "old")
+    assert m.task == "generate" and m.validation.lossless == Lossless(3, 3) and str(m.validation.lossless) == "3/3"
+
+
+def test_schema_and_task_errors_name_what_is_off():
+    with pytest.raises(EdgespecError, match="schema_version 2 is not supported"):
+        parse_manifest(tiny_manifest_data(schema_version=2), "m")
+    with pytest.raises(EdgespecError, match="task 'tts' is not one of"):
+        parse_manifest(tiny_manifest_data(task="tts"), "m")
+    with pytest.raises(EdgespecError, match="manifest field 'tokenizer': unknown field"):
+        parse_manifest(tiny_manifest_data(task="asr"), "m")  # an asr manifest has its own records
+    assert AsrManifest.TASK == "asr"
+
+
+def test_an_old_recipe_loads_with_one_note(tmp_path):
+    p = tmp_path / "r.yaml"
+    p.write_text("export:\n  backend: xnnpack\n")
+    with pytest.warns(RecipeDeprecation, match="export.backend was never read"):
+        assert load_recipe(p) == Recipe()
+
+
+def test_cli_prints_the_note_on_one_line(tmp_path):
+    from edgespec.cli import main
+
+    p = tmp_path / "r.yaml"
+    p.write_text("model: {source: /nonexistent/x.gguf}\nexport:\n  backend: xnnpack\n")
+    res = CliRunner().invoke(main, ["normsearch", str(p), "-o", str(tmp_path / "o")])
+    lines = res.output.splitlines()
+    assert res.exit_code == 2 and lines[0].startswith("note: recipe in an older form") and lines[1].startswith("error: "), res.output
+
+
+def test_bundle_commands_take_field_overrides_of_the_bundles_recipe(tmp_path):
+    from edgespec.cli import main
+    from edgespec.cli.terminal import aliases, bundle_recipe
+
+    assert aliases("validate", runs=3, suites=("rag", "qa"), seed=None) == ["validate.runs=3", 'validate.suites=["rag", "qa"]']
+    m = tiny_manifest()
+    r = bundle_recipe(m, [*aliases("validate", runs=3, suites=("rag",)), "validate.gates.min_speedup=1.2", "tune.max_size=8"])
+    assert r.validate.runs == 3 and r.validate.suites == ("rag",) and r.validate.gates.min_speedup == 1.2 and r.tune.max_size == 8
+    B.write_manifest(tmp_path, m)
+    for cmd in ("validate", "tune"):
+        res = CliRunner().invoke(main, [cmd, "--bundle", str(tmp_path), f"{cmd}.nope=1"])
+        assert res.exit_code == 2 and f"recipe field '{cmd}.nope': unknown field" in res.output, res.output
+
+
+def test_a_recipe_with_the_old_streams_section_loads_as_the_drafter_section(tmp_path):
+    p = tmp_path / "old.yaml"
+    p.write_text("streams:\n  drafter: hydra\n  tree: [1, 1, 1]\n  weights: w.pt\n")
+    with pytest.warns(RecipeDeprecation, match=r"'streams:' section is now 'drafter:' \(streams.drafter -> drafter.kind\)"):
+        r = load_recipe(p)
+    assert (r.drafter.kind, r.drafter.tree, r.drafter.weights) == ("hydra", (1, 1, 1), "w.pt")
+    with pytest.warns(RecipeDeprecation, match="'streams.drafter' is now 'drafter.kind'"):
+        assert load_recipe(None, ["streams.drafter=medusa", "drafter.tree=[1,1,1]"]).drafter.kind == "medusa"
+
+
+def test_old_drafter_weights_files_load_with_a_note(tmp_path, tiny_model):
+    import torch
+
+    from edgespec.config import DrafterConfig
+    from edgespec.speculative.drafters import load_drafter, new_drafter, save_drafter
+
+    cfg = DrafterConfig(kind="hydra", gamma=2, n_layers=1, tree=(1, 1))
+    save_drafter(tmp_path / "new.pt", new_drafter(tiny_model, cfg).params, cfg)
+    blob = torch.load(tmp_path / "new.pt", weights_only=True)
+    arch = blob.pop("drafter")
+    blob["streams"] = {("drafter" if k == "kind" else k): v for k, v in arch.items()}  # the form before 0.12
+    torch.save(blob, tmp_path / "old.pt")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        new = load_drafter(tmp_path / "new.pt", tiny_model, expect=cfg)
+    with pytest.warns(RecipeDeprecation, match="earlier form"):
+        old = load_drafter(tmp_path / "old.pt", tiny_model, expect=cfg)
+    assert all(torch.equal(a, b) for a, b in zip(new.params.state_dict().values(), old.params.state_dict().values(), strict=True))
