@@ -17,7 +17,7 @@ from pathlib import Path
 
 from edgespec.bundle import ExportResult, StageClock, Validation
 from edgespec.config import Recipe
-from edgespec.manifest import LAYOUT, LmManifest, LmModelInfo, LmValidation, QuantizationInfo, SpeculativeInfo, TokenizerInfo
+from edgespec.manifest import LAYOUT, GateResult, LmManifest, LmModelInfo, LmValidation, QuantizationInfo, SpeculativeInfo, TokenizerInfo
 
 NAME = "generate"
 DESCRIPTION = "a causal language model (Llama family: SmolLM2, Llama 3.x, Qwen2.x) for text generation, with optional speculative decoding"
@@ -135,7 +135,7 @@ def write_report(report: dict, out_dir: Path) -> list[str]:
 def validate(recipe: Recipe, stage_dir: Path, on_progress: Callable[[str, int, int], None]) -> Validation:
     """The validate stage of an export: the report and the summary its manifest keeps."""
     report = run_validation(stage_dir, recipe, on_progress)
-    gates = tuple(_gate(g) for g in report["gates"])
+    gates = tuple(GateResult(**g) for g in report["gates"])
     o = report["overall"]
     summary = None
     if report["passed"]:
@@ -152,12 +152,6 @@ def validate(recipe: Recipe, stage_dir: Path, on_progress: Callable[[str, int, i
             peak_rss_mb=report["peak_rss_mb"],
         )
     return Validation(report["passed"], gates, summary, lambda out, where: write_report({**report, "bundle": where}, out))
-
-
-def _gate(d: dict):
-    from edgespec.manifest import GateResult
-
-    return GateResult(**d)
 
 
 def export_summary(result: ExportResult) -> str:
