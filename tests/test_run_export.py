@@ -5,12 +5,12 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from manifests import tiny_manifest
 
 from edgespec import bundle as B
 from edgespec.config import Recipe
 from edgespec.errors import GateFailure
 from edgespec.manifest import GateResult
+from manifests import tiny_manifest
 
 
 def _task(passed: bool, seen: list):
