@@ -103,3 +103,15 @@ def test_old_drafter_weights_files_load_with_a_note(tmp_path, tiny_model):
     with pytest.warns(RecipeDeprecation, match="earlier form"):
         old = load_drafter(tmp_path / "old.pt", tiny_model, expect=cfg)
     assert all(torch.equal(a, b) for a, b in zip(new.params.state_dict().values(), old.params.state_dict().values(), strict=True))
+
+
+def test_the_language_model_task_records_the_drafter_it_built():
+    from types import SimpleNamespace
+
+    from edgespec.tasks.language_model import _speculative_info
+
+    recipe = load_recipe("recipes/smollm2-135m-spec.yaml")
+    meta = SimpleNamespace(spec=SimpleNamespace(n_streams=3, branching=(1, 1, 1), parents=(-1, 0, 1, 2)))
+    info = _speculative_info(recipe, meta)
+    assert (info.drafter, info.weights, info.draft_vocab, info.tree_parents) == ("hydra", "drafter.pt", 8192, (-1, 0, 1, 2))
+    assert _speculative_info(recipe, SimpleNamespace(spec=None)) is None

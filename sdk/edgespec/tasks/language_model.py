@@ -107,7 +107,7 @@ def _speculative_info(recipe: Recipe, meta) -> SpeculativeInfo | None:
         return None
     s = recipe.drafter
     return SpeculativeInfo(
-        drafter=s.drafter,
+        drafter=s.kind,
         mode=s.mode,
         n_streams=meta.spec.n_streams,
         msa_layers=s.n_layers,
