@@ -22,27 +22,19 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import torch
 
 from edgespec.runtime.runner import ProgramRunner, load_runtime_kernels
 from edgespec.speculative.tree import placeholder_draft
+from edgespec.speculative.tree_tuning import time_call
 
 
 def _median_ms(fn, reps: int, warmup: int = 3) -> float:
-    for _ in range(warmup):
-        fn()
-    ts = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t)
-    return round(1000 * statistics.median(ts), 3)
+    return round(1000 * time_call(fn, warmup, reps), 3)
 
 
 def _step_inputs(runner: ProgramRunner, context: int) -> list:
