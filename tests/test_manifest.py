@@ -115,3 +115,14 @@ def test_the_language_model_task_records_the_drafter_it_built():
     info = _speculative_info(recipe, meta)
     assert (info.drafter, info.weights, info.draft_vocab, info.tree_parents) == ("hydra", "drafter.pt", 8192, (-1, 0, 1, 2))
     assert _speculative_info(recipe, SimpleNamespace(spec=None)) is None
+
+
+def test_every_recipe_and_manifest_kind_has_its_task():
+    from edgespec.config import RECIPE_KINDS
+    from edgespec.manifest import MANIFEST_KINDS
+    from edgespec.tasks import TASKS, task_of_manifest, task_of_recipe
+
+    assert {n: t.RECIPE for n, t in TASKS.items()} == RECIPE_KINDS and set(MANIFEST_KINDS) == set(TASKS)
+    assert task_of_recipe(Recipe()).NAME == "generate" and task_of_manifest(tiny_manifest()).NAME == "generate"
+    for task in TASKS.values():
+        assert task.STAGES[0] == "load" and {"validate", "package"}.isdisjoint(task.STAGES)
