@@ -20,7 +20,6 @@ import json
 import statistics
 import subprocess
 import sys
-import time
 
 
 def _threads() -> int:
@@ -29,13 +28,9 @@ def _threads() -> int:
 
 
 def _median_ms(fn, reps: int) -> float:
-    fn()
-    ts = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t)
-    return round(1000 * statistics.median(ts), 3)
+    from edgespec.speculative.tree_tuning import time_call
+
+    return round(1000 * time_call(fn, warmup=1, reps=reps), 3)
 
 
 def _worker(bundle: str, mode: str, threads: int, context: int) -> dict:
