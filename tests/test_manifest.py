@@ -126,3 +126,13 @@ def test_every_recipe_and_manifest_kind_has_its_task():
     assert task_of_recipe(Recipe()).NAME == "generate" and task_of_manifest(tiny_manifest()).NAME == "generate"
     for task in TASKS.values():
         assert task.STAGES[0] == "load" and {"validate", "package"}.isdisjoint(task.STAGES)
+
+
+def test_the_model_record_holds_every_field_of_the_decoders_arguments():
+    """LmModelInfo repeats LlamaArgs' fields (manifest.py must import without torch): they stay in step."""
+    import dataclasses
+
+    from edgespec.manifest import LmModelInfo
+    from edgespec.models.llama import LlamaArgs
+
+    assert {f.name for f in dataclasses.fields(LlamaArgs)} <= {f.name for f in dataclasses.fields(LmModelInfo)}

@@ -20,19 +20,20 @@ def _task(passed: bool, seen: list):
         stage("lower")
         return tiny_manifest()
 
-    def validate(recipe, stage_dir: Path, on_progress):
+    def run_validation(stage_dir: Path, recipe, on_progress) -> dict:
         seen.append(B.read_manifest(stage_dir).files[B.PROGRAM].bytes)  # the provisional manifest is there
         gate = GateResult("lossless", passed, "3/3" if passed else "2/3", "all", "identical on 3/3" if passed else "1 differs")
+        return {"passed": passed, "gates": [gate.to_dict()]}
 
-        def write_report(out: Path, where: str) -> list[str]:
-            out.mkdir(parents=True, exist_ok=True)
-            (out / "report.md").write_text(where)
-            return ["report.md"]
+    def write_report(report: dict, out: Path, bundle: str | None = None) -> list[str]:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "report.md").write_text(bundle)
+        return ["report.md"]
 
-        summary = tiny_manifest().validation  # None: the summary's shape is the task's business
-        return B.Validation(passed, (gate,), summary, write_report)
+    def summarize(report: dict):
+        return tiny_manifest().validation  # None: the record's shape is the task's business
 
-    return SimpleNamespace(build=build, validate=validate)
+    return SimpleNamespace(build=build, run_validation=run_validation, summarize=summarize, write_report=write_report)
 
 
 def test_a_passing_export_writes_the_bundle_with_its_report(tmp_path):

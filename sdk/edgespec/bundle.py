@@ -20,12 +20,12 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from edgespec.errors import EdgespecError, GateFailure
-from edgespec.manifest import LAYOUT, SCHEMA_VERSION, FileEntry, GateResult, Manifest, parse_manifest
+from edgespec.manifest import LAYOUT, FileEntry, GateResult, Manifest, parse_manifest
+from edgespec.manifest import SCHEMA_VERSION as SCHEMA_VERSION  # readers check it beside the file names
 
 MANIFEST = LAYOUT.manifest
 PROGRAM = LAYOUT.program
 TOKENIZER = LAYOUT.tokenizer
-__all__ = ["SCHEMA_VERSION", "MANIFEST", "PROGRAM", "TOKENIZER", "run_export", "read_manifest", "write_manifest"]
 
 
 def sha256_file(path: Path) -> str:
@@ -287,24 +287,20 @@ class StageClock:
             self._current = None
 
 
-@dataclass(frozen=True)
-class Validation:
-    """A task's validate stage on a staged bundle: the verdict, the summary the manifest keeps
-    (None when failed) and a writer of the full report into a directory (returns its files)."""
-
-    passed: bool
-    gates: tuple[GateResult, ...]
-    summary: Any
-    write_report: Callable[[Path, str], list[str]]  # (directory, where the bundle lands) -> files
-
-
 class ExportTask(Protocol):
     """What a task (language model, speech) supplies to `run_export` (edgespec.tasks)."""
 
     def build(self, recipe: Any, stage_dir: Path, stage: StageClock) -> Manifest:
         """Run the stages before validation into `stage_dir`; the manifest without files."""
 
-    def validate(self, recipe: Any, stage_dir: Path, on_progress: Callable[[str, int, int], None]) -> Validation: ...
+    def run_validation(self, bundle_dir: Path, recipe: Any, on_progress: Callable[[str, int, int], None]) -> dict:
+        """The validation report of a bundle: at least `passed` and `gates` (GateResult fields)."""
+
+    def summarize(self, report: dict) -> Any:
+        """The validation record the manifest keeps of a passed report."""
+
+    def write_report(self, report: dict, out_dir: Path, bundle: str | None = None) -> list[str]:
+        """The report's files into `out_dir` (`bundle`: where the bundle lands); their names."""
 
 
 @dataclass(frozen=True)
@@ -339,12 +335,12 @@ def run_export(
         manifest = write_manifest(stage_dir, manifest)  # provisional: the validation opens the staged bundle
         stage("validate")
         if recipe.validate.enabled:
-            v = task.validate(recipe, stage_dir, on_progress)
-            if not v.passed:
-                v.write_report(rejected, f"(not written: {outdir})")
-                raise GateFailure([g for g in v.gates if not g.passed], rejected)
-            files = v.write_report(stage_dir, str(outdir))
-            manifest = dataclasses.replace(manifest, reports=(*manifest.reports, *files), validation=v.summary)
+            report = task.run_validation(stage_dir, recipe, on_progress)
+            if not report["passed"]:
+                task.write_report(report, rejected, f"(not written: {outdir})")
+                raise GateFailure([GateResult(**g) for g in report["gates"] if not g["passed"]], rejected)
+            files = task.write_report(report, stage_dir, str(outdir))
+            manifest = dataclasses.replace(manifest, reports=(*manifest.reports, *files), validation=task.summarize(report))
         stage("package")
         manifest = write_manifest(stage_dir, manifest)
         stage.stop()

@@ -666,7 +666,9 @@ def _renamed_path(path: list[str]) -> list[str]:
 
     if path and path[0] in _RENAMED_SECTIONS:
         new, fields = _RENAMED_SECTIONS[path[0]]
-        renamed = [new, *(fields.get(path[1], path[1]) for _ in path[1:2]), *path[2:]]
+        renamed = [new, *path[1:]]
+        if len(path) > 1:
+            renamed[1] = fields.get(path[1], path[1])
         warnings.warn(f"recipe field '{'.'.join(path)}' is now '{'.'.join(renamed)}'", RecipeDeprecation, stacklevel=4)
         return renamed
     return path

@@ -4,10 +4,10 @@ A task module supplies:
 
 - ``NAME`` (a recipe's and a manifest's ``task``), ``DESCRIPTION``, ``RECIPE`` (its recipe
   class), ``STAGES`` (what ``build`` announces);
-- ``build(recipe, stage_dir, stage) -> Manifest`` and ``validate(recipe, stage_dir,
-  on_progress) -> Validation``: what `edgespec.bundle.run_export` needs;
-- ``run_validation(bundle_dir, recipe, on_progress) -> report``, ``write_report(report,
-  dir) -> files``, ``render_validation(report) -> str``: `edgespec validate`;
+- ``build(recipe, stage_dir, stage) -> Manifest``, ``run_validation(bundle_dir, recipe,
+  on_progress) -> report``, ``summarize(report) -> validation record`` and
+  ``write_report(report, dir, bundle=None) -> files``: what `edgespec.bundle.run_export`
+  needs (`edgespec validate` uses the last two of them too, with ``render_validation(report)``);
 - ``export_summary(result) -> str``, ``describe(manifest) -> lines``, ``verify(bundle_dir,
   manifest) -> (metadata, line)``: what the CLI prints for `export`, `info` and `verify`.
 

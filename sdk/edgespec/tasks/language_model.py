@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
-from edgespec.bundle import ExportResult, StageClock, Validation
+from edgespec.bundle import ExportResult, StageClock
 from edgespec.config import Recipe
 from edgespec.manifest import LAYOUT, GateResult, LmManifest, LmModelInfo, LmValidation, QuantizationInfo, SpeculativeInfo, TokenizerInfo
 
@@ -126,32 +126,29 @@ def run_validation(bundle_dir: Path, recipe: Recipe, on_progress: Callable[[str,
     return validate_bundle(bundle_dir, recipe.validate, on_progress=on_progress)
 
 
-def write_report(report: dict, out_dir: Path) -> list[str]:
+def write_report(report: dict, out_dir: Path, bundle: str | None = None) -> list[str]:
+    """report.json, report.md and the plots into `out_dir`; `bundle`: where the bundle lands
+    (an export writes its report before the staged bundle is renamed into place)."""
     from edgespec.harness.report import write_report as write
 
-    return write(report, out_dir)
+    return write(report if bundle is None else {**report, "bundle": bundle}, out_dir)
 
 
-def validate(recipe: Recipe, stage_dir: Path, on_progress: Callable[[str, int, int], None]) -> Validation:
-    """The validate stage of an export: the report and the summary its manifest keeps."""
-    report = run_validation(stage_dir, recipe, on_progress)
-    gates = tuple(GateResult(**g) for g in report["gates"])
+def summarize(report: dict) -> LmValidation:
+    """What the manifest keeps of a passed validation report."""
     o = report["overall"]
-    summary = None
-    if report["passed"]:
-        summary = LmValidation(
-            passed=True,
-            gates=gates,
-            prompts=o["prompts"],
-            score=o["score"],
-            reference_score=o.get("reference_score"),
-            ar_tokens_per_s=o["ar"]["tokens_per_s"],
-            spec=o.get("spec"),
-            lossless=o["lossless"],
-            fidelity=report.get("fidelity"),
-            peak_rss_mb=report["peak_rss_mb"],
-        )
-    return Validation(report["passed"], gates, summary, lambda out, where: write_report({**report, "bundle": where}, out))
+    return LmValidation(
+        passed=True,
+        gates=tuple(GateResult(**g) for g in report["gates"]),
+        prompts=o["prompts"],
+        score=o["score"],
+        reference_score=o.get("reference_score"),
+        ar_tokens_per_s=o["ar"]["tokens_per_s"],
+        spec=o.get("spec"),
+        lossless=o["lossless"],
+        fidelity=report.get("fidelity"),
+        peak_rss_mb=report["peak_rss_mb"],
+    )
 
 
 def export_summary(result: ExportResult) -> str:
