@@ -103,11 +103,12 @@ def _hydra_model(model, gamma: int):
     return HydraModel(model, heads, 1)
 
 
-@pytest.fixture(scope="module", params=["block+draft_vocab", "rows", "hydra"])
+@pytest.fixture(scope="module", params=["block+draft_vocab", "rows", "hydra", "exact"])
 def spec_pte(tmp_path_factory, request):
     """A tiny two-method program (forward, spec_step) run by ExecuTorch: streams with the
     step's attention in one call and a 40-token draft vocabulary, or one row per call with the
-    full head; or Hydra heads drafting a chain depth after depth through the draft vocabulary."""
+    full head; or Hydra heads drafting a chain depth after depth through the draft vocabulary;
+    or streams in a tree with edgespec's exact attention in both methods."""
     from edgespec.export.lowering import ProgramMeta, lower_to_executorch
     from edgespec.export.spec_program import export_spec_methods, spec_meta
     from edgespec.models.llama import LlamaArgs, Transformer
@@ -118,22 +119,22 @@ def spec_pte(tmp_path_factory, request):
     with torch.no_grad():
         for p in model.parameters():
             p.normal_(0, 0.2)
-    rows = request.param != "block+draft_vocab"
-    draft_ids = None if request.param == "rows" else torch.arange(0, 97, 2)[:40]
+    attention = {"block+draft_vocab": "block", "exact": "exact"}.get(request.param, "rows")
+    draft_ids = None if request.param in ("rows", "exact") else torch.arange(0, 97, 2)[:40]
     if request.param == "hydra":
         program = SpecProgram(_hydra_model(model.eval(), 3), Tree((1, 1, 1)), draft_ids).eval()
     else:
         program = SpecProgram(_spec_model(model.eval(), 3), Tree((2, 2, 1)), draft_ids).eval()
     path = tmp_path_factory.mktemp("spec") / "model.pte"
-    path.write_bytes(lower_to_executorch(export_spec_methods(program, rows_per_call=rows), ProgramMeta(64, 97, 2, 1, (2,), spec_meta(program))))
-    return path, program
+    path.write_bytes(lower_to_executorch(export_spec_methods(program, attention), ProgramMeta(64, 97, 2, 1, (2,), spec_meta(program))))
+    return path, program, attention
 
 
 @pytest.mark.slow
 def test_program_spec_greedy_equals_program_autoregressive(spec_pte):
     from edgespec.runtime.runner import ProgramRunner
 
-    path, program = spec_pte
+    path, program, _ = spec_pte
     runner = ProgramRunner(path)
     assert runner.has_spec and runner.branching == program.tree.branching and runner.tree_size == program.tree.size
     eager = EagerSpecMethods(program)
@@ -164,6 +165,8 @@ def test_program_methods_share_one_kv_cache(spec_pte):
     runner.spec_step(prompt[-1], placeholder_draft(runner.depth, runner.topk), len(prompt) - 1, 0.0, half, noise)
     after = runner.forward(torch.tensor([toks[-1:]]), len(prompt) + len(toks) - 1)
     assert torch.allclose(after, full, atol=1e-4)
+    if spec_pte[2] == "exact":  # rows' arithmetic independent of the call: the same bits
+        assert torch.equal(after, full)
 
 
 @pytest.mark.slow

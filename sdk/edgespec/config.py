@@ -276,13 +276,17 @@ class NumericsConfig(_Section):
 class ExportConfig(_Section):
     """Lowering to ExecuTorch (always XNNPACK-delegated).
 
-    step_attention: how the speculative step attends for its few rows: ``rows`` (one
-    `llama::custom_sdpa` call per row, the kernel path of one-token decoding; fastest here
-    with 2 threads) or ``block`` (one call over all rows, causal or tree-masked; fastest
-    with 1 thread, pathological with 2 next to XNNPACK work). docs/speculative-program.md."""
+    step_attention: how a speculative program attends: ``exact`` (edgespec's attention kernel,
+    sdk/edgespec/kernels, in both `forward` and `spec_step`: all rows in one call, each row's
+    arithmetic independent of the row count, so speculative greedy output equals
+    autoregressive greedy output bitwise by construction; built with the system C++
+    compiler on first use), ``rows`` (ExecuTorch's `llama::custom_sdpa`, one call per step
+    row) or ``block`` (`custom_sdpa`, one call for all rows). Programs without speculative
+    methods always use `custom_sdpa`, which ExecuTorch's stock runner has.
+    docs/speculative-program.md."""
 
     PATH: ClassVar[str] = "export"
-    step_attention: Literal["rows", "block"] = "rows"
+    step_attention: Literal["exact", "rows", "block"] = "rows"
 
 
 @dataclass(frozen=True)

@@ -60,15 +60,17 @@ class ProgramMeta:
         }
 
 
-def export_forward(model: torch.nn.Module, max_seq_len: int) -> torch.export.ExportedProgram:
+def export_forward(model: torch.nn.Module, max_seq_len: int, attention: str = "block") -> torch.export.ExportedProgram:
     """`torch.export` of forward with a dynamic token count in [1, max_seq_len - 1], with
-    ExecuTorch's attention and cache ops swapped in for the export only."""
+    custom attention and cache ops swapped in for the export only (`attention`: a key of
+    `edgespec.models.llama.EXPORT_ATTENTION`; "block", ExecuTorch's `llama::custom_sdpa`,
+    keeps the program runnable by ExecuTorch's stock LLM runner)."""
     from edgespec.models.llama import executorch_ops
 
     tokens = torch.zeros((1, 4), dtype=torch.long)
     input_pos = torch.zeros((1,), dtype=torch.long)
     seq = torch.export.Dim("seq_len", min=1, max=max_seq_len - 1)
-    with torch.no_grad(), executorch_ops(model):
+    with torch.no_grad(), executorch_ops(model, attention):
         return torch.export.export(model, (tokens, input_pos), dynamic_shapes=({1: seq}, None), strict=False)
 
 

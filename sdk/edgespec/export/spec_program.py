@@ -44,13 +44,13 @@ def example_step_inputs(program: SpecProgram) -> tuple[torch.Tensor, ...]:
     )
 
 
-def export_spec_methods(program: SpecProgram, rows_per_call: bool = False) -> dict[str, torch.export.ExportedProgram]:
-    """`torch.export` of forward (autoregressive, dynamic length) and spec_step (its
-    attention one row per op call with rows_per_call, else one call for all rows)."""
+def export_spec_methods(program: SpecProgram, attention: str = "block") -> dict[str, torch.export.ExportedProgram]:
+    """`torch.export` of forward (autoregressive, dynamic length) and spec_step, attending
+    with `edgespec.models.llama.EXPORT_ATTENTION[attention]` (`export.step_attention`)."""
     seq = torch.export.Dim("seq_len", min=1, max=program.max_seq_len - 1)
     tokens, pos = torch.zeros((1, 4), dtype=torch.long), torch.zeros((1,), dtype=torch.long)
     out = {}
-    with torch.no_grad(), executorch_ops(program, rows_per_call):
+    with torch.no_grad(), executorch_ops(program, attention):
         out[C.FORWARD] = torch.export.export(_Method(program, "forward"), (tokens, pos), dynamic_shapes=(({1: seq}, None),), strict=False)
         out[C.SPEC_STEP] = torch.export.export(_Method(program, "step"), example_step_inputs(program), strict=False)
     return out

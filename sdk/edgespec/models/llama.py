@@ -205,6 +205,30 @@ class ExecuTorchSDPA(SDPA):
         return torch.ops.llama.custom_sdpa(q, k, v, 0, mask, 0.0, False)
 
 
+class ExactSDPA(SDPA):
+    """edgespec's attention kernel (`edgespec::attention`, sdk/edgespec/kernels), same contract
+    as `SDPA` (export only): one call for all rows, each row's arithmetic independent of the
+    number of rows in the call, so R rows verified together give the bits R one-row calls give.
+    Programs using it need `edgespec.kernels.library.load()` in the process that runs them."""
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start_pos, mask: torch.Tensor | None) -> torch.Tensor:
+        from edgespec.kernels.ops import HEAD_SIZES
+
+        if q.shape[-1] not in HEAD_SIZES:
+            raise ValueError(f"edgespec's exact attention supports head sizes {HEAD_SIZES}, not {q.shape[-1]}; use export.step_attention: rows")
+        if mask is not None and mask.dtype == torch.bool:
+            mask = torch.zeros(mask.shape).masked_fill(~mask, float("-inf"))
+        return torch.ops.edgespec.attention(q, k, v, start_pos, mask)
+
+
+# how an exported program attends (`export.step_attention`): the module executorch_ops swaps in
+EXPORT_ATTENTION: dict[str, Callable[[], SDPA]] = {
+    "block": lambda: ExecuTorchSDPA(rows_per_call=False),
+    "rows": lambda: ExecuTorchSDPA(rows_per_call=True),
+    "exact": lambda: ExactSDPA(),
+}
+
+
 def adapted(linear: nn.Linear, adapters, name: str, x: torch.Tensor) -> torch.Tensor:
     """linear(x) plus the additive adapter registered under `name`, if any (LoRA)."""
     y = linear(x)
@@ -391,17 +415,21 @@ def attention_op(model: nn.Module, sdpa: SDPA):
 
 
 @contextmanager
-def executorch_ops(model: nn.Module, rows_per_call: bool = False):
-    """Within the block, every attention of `model` uses ExecuTorch's custom ops
-    (`ExecuTorchSDPA(rows_per_call)`, `ExecuTorchKVCache` over the same cache buffers), as
-    `torch.export` of a program needs; on exit the plain PyTorch modules are back. Eager code
-    never runs custom ops (ExecuTorch's `replace_sdpa_with_custom_op` idea, undone after export)."""
+def executorch_ops(model: nn.Module, attention: str = "block"):
+    """Within the block, every attention of `model` uses custom ops (`EXPORT_ATTENTION[attention]`:
+    ExecuTorch's `llama::custom_sdpa` or edgespec's exact kernel; `ExecuTorchKVCache` over
+    the same cache buffers), as `torch.export` of a program needs; on exit the plain PyTorch
+    modules are back. Eager code never runs custom ops (ExecuTorch's
+    `replace_sdpa_with_custom_op` idea, undone after export)."""
     load_executorch_llm_ops()
+    import edgespec.kernels.ops  # noqa: F401  (the edgespec::attention schema)
+
+    make_sdpa = EXPORT_ATTENTION[attention]
     swapped = []
     for m in model.modules():
         if isinstance(m, Attention):
             swapped.append((m, m.kv_cache, m.sdpa))
-            m.kv_cache, m.sdpa = ExecuTorchKVCache(m.kv_cache.k_cache, m.kv_cache.v_cache), ExecuTorchSDPA(rows_per_call)
+            m.kv_cache, m.sdpa = ExecuTorchKVCache(m.kv_cache.k_cache, m.kv_cache.v_cache), make_sdpa()
     try:
         yield model
     finally:

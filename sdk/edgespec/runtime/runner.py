@@ -10,11 +10,20 @@ from edgespec.errors import EdgespecError
 from edgespec.export import constants as C
 
 
-def load_runtime_kernels() -> None:
+def load_runtime_kernels() -> str | None:
     """Register the non-delegated kernels an LLM program may use (custom SDPA, KV update,
-    quantized embedding); without them loading fails with 'Missing operator'."""
+    quantized embedding, edgespec's exact attention); without them loading fails with
+    'Missing operator'. Returns why edgespec's kernels could not be built, or None."""
     from executorch.extension.llm.custom_ops import custom_ops  # noqa: F401
     from executorch.kernels import quantized  # noqa: F401
+
+    from edgespec.kernels import library
+
+    try:
+        library.load()
+    except EdgespecError as e:  # only programs that call edgespec::attention need them
+        return str(e)
+    return None
 
 
 def set_threads(n: int) -> None:
@@ -34,14 +43,15 @@ class Program:
         path = Path(path)
         if not path.is_file():
             raise EdgespecError(f"program '{path}' not found")
-        load_runtime_kernels()
+        no_kernels = load_runtime_kernels()
         from executorch.runtime import Runtime, Verification
 
         try:
             self.program = Runtime.get().load_program(path, verification=Verification.InternalConsistency)
             self._forward = self.program.load_method(C.FORWARD)
         except Exception as e:
-            raise EdgespecError(f"program '{path}' could not be loaded by ExecuTorch: {e}") from None
+            why = f" (edgespec's kernels are not loaded: {no_kernels})" if no_kernels else ""
+            raise EdgespecError(f"program '{path}' could not be loaded by ExecuTorch: {e}{why}") from None
         self.path = path
 
     def constant(self, name: str, many: bool = False):

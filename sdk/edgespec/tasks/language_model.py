@@ -75,7 +75,7 @@ def build(recipe: Recipe, stage_dir: Path, stage: StageClock) -> LmManifest:
     if spec is not None:
         from edgespec.export.spec_program import export_spec_methods, spec_meta
 
-        programs = export_spec_methods(spec, rows_per_call=recipe.export.step_attention == "rows")
+        programs = export_spec_methods(spec, recipe.export.step_attention)
     else:
         programs = {"forward": export_forward(model, recipe.model.max_seq_len)}
 

@@ -1,0 +1,279 @@
+// edgespec::attention.out — attention over a static KV cache whose per-row arithmetic does
+// not depend on how many rows a call carries.
+//
+// A query row's output is computed from the sequence of keys it may see (ascending slots)
+// and from nothing else: its scores, their max, the exponentials, the softmax denominator
+// and the weighted sum of values are each reduced in an order fixed by a key's place in that
+// sequence. Rows share loads (a block of rows reads each key and value once), never
+// arithmetic. The library is compiled without floating-point contraction, so every
+// expression rounds as written whichever loop (vectorized or not) computes it. Hence a row
+// verified among R rows of a speculative step, chain or tree, gives the bits the same token
+// decoded alone gives, provided its keys and values are the same bits, which holds by
+// induction over layers when the linear layers are per-row (XNNPACK's GEMMs are).
+// ExecuTorch's llama::custom_sdpa does not have this property: its BLAS GEMM picks kernels
+// by row count and its softmax sums in lanes over a length that includes the other rows.
+//
+// Contract (the op schema is in edgespec/kernels/ops.py):
+//   q [1, T, H, D], k_cache / v_cache [1, S, Hkv, D] (fp32, contiguous), start_pos;
+//   mask None: row t sees keys [0, start_pos + t]  (causal);
+//   mask [T, N] additive fp32: row t sees key j < N unless mask[t, j] is -inf, and
+//   mask[t, j] is added to that key's score.  out [1, T, H, D].
+// Query head h reads key/value head h / (H / Hkv) (grouped-query attention).
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include <executorch/extension/kernel_util/make_boxed_from_unboxed_functor.h>
+#include <executorch/runtime/kernel/kernel_includes.h>
+#include <executorch/runtime/kernel/thread_parallel_interface.h>
+
+namespace edgespec {
+namespace {
+
+using executorch::aten::ScalarType;
+using executorch::aten::Tensor;
+using executorch::runtime::KernelRuntimeContext;
+
+// 8 floats, unaligned loads allowed: GCC/Clang vector extensions, one IEEE operation per
+// lane on any ISA (AVX, NEON as two halves). Reduction lanes: element i of a sequence goes
+// to lane i % 8 and the lanes are combined in a fixed tree.
+typedef float v8f __attribute__((vector_size(32), aligned(4)));
+typedef int32_t v8i __attribute__((vector_size(32), aligned(4)));
+constexpr int kLanes = 8;
+constexpr int kRowBlock = 8;   // query rows that share key/value loads
+constexpr int kKeyChunk = 64;  // keys whose K (V) rows stay in L1 while a row block uses them
+
+inline v8f load8(const float* p) { return *reinterpret_cast<const v8f*>(p); }
+inline void store8(float* p, v8f x) { *reinterpret_cast<v8f*>(p) = x; }
+inline v8f splat(float x) { return v8f{x, x, x, x, x, x, x, x}; }
+inline float lane_total(v8f a) { return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7])); }
+
+// Dot products of q with K key rows (D = 8 * D8): K independent chains that overlap in the
+// pipeline, each reduced exactly as a single one would be.
+template <int D8, int K>
+inline void dots(const float* q, const float* const* k, float* out) {
+  v8f acc[K];
+  for (int j = 0; j < K; ++j) acc[j] = splat(0.f);
+  for (int i = 0; i < D8; ++i) {
+    const v8f qi = load8(q + 8 * i);
+    for (int j = 0; j < K; ++j) acc[j] = acc[j] + qi * load8(k[j] + 8 * i);
+  }
+  for (int j = 0; j < K; ++j) out[j] = lane_total(acc[j]);
+}
+
+// exp(x) for x <= 0, 8 at a time: 2^k * p(r), x = k ln2 + r, |r| <= ln2 / 2, p of degree 6
+// (relative error ~2e-7); each lane independent of the others.
+inline v8f exp_nonpositive(v8f x) {
+  x = x < splat(-87.0f) ? splat(-87.0f) : x;
+  const v8f shifter = splat(12582912.0f);  // 1.5 * 2^23: adding it rounds to an integer
+  const v8f k = (x * splat(1.44269504088896341f) + shifter) - shifter;
+  v8f r = x - k * splat(0.693145751953125f);  // ln2, high part (k * it is exact for |k| < 2^11)
+  r = r - k * splat(1.428606765330187045e-06f);  // ln2, low part
+  v8f p = splat(1.0f / 720.0f);
+  p = p * r + splat(1.0f / 120.0f);
+  p = p * r + splat(1.0f / 24.0f);
+  p = p * r + splat(1.0f / 6.0f);
+  p = p * r + splat(0.5f);
+  p = p * r + splat(1.0f);
+  p = p * r + splat(1.0f);
+  const v8i bits = (__builtin_convertvector(k, v8i) + 127) << 23;
+  return p * (v8f)bits;  // a vector cast reinterprets the bits
+}
+
+struct Rows {
+  const float* q;  // row r of the block at q + r * stride
+  float* out;      // same layout
+  int64_t stride;
+  int64_t n;  // rows in the block
+  const int32_t* keys[kRowBlock];  // the row's visible key slots, ascending
+  int64_t n_keys[kRowBlock];
+  const float* mask[kRowBlock];  // the row's additive mask over slots, or null
+};
+
+// One head, a block of rows: out_r = softmax(q_r . K^T * scale + mask_r) V over row r's keys.
+// w: scratch, [rows][w_stride] with w_stride >= the longest key list rounded up to 8.
+template <int D8>
+void attend_rows(const Rows& rows, const float* k, const float* v, int64_t row_stride, float scale, float* w, int64_t w_stride) {
+  int64_t slot_end = 0;
+  for (int64_t r = 0; r < rows.n; ++r)
+    if (rows.n_keys[r] > 0) slot_end = std::max<int64_t>(slot_end, rows.keys[r][rows.n_keys[r] - 1] + 1);
+  // scores, a chunk of key slots at a time for every row of the block
+  int64_t at[kRowBlock] = {};
+  for (int64_t c1 = kKeyChunk; c1 - kKeyChunk < slot_end; c1 += kKeyChunk) {
+    for (int64_t r = 0; r < rows.n; ++r) {
+      const int32_t* keys = rows.keys[r];
+      const int64_t n = rows.n_keys[r];
+      const float* q = rows.q + r * rows.stride;
+      float* wr = w + r * w_stride;
+      int64_t i = at[r];
+      for (; i + 4 <= n && keys[i + 3] < c1; i += 4) {
+        const float* kb[4] = {k + keys[i] * row_stride, k + keys[i + 1] * row_stride, k + keys[i + 2] * row_stride, k + keys[i + 3] * row_stride};
+        dots<D8, 4>(q, kb, wr + i);
+      }
+      for (; i < n && keys[i] < c1; ++i) {
+        const float* kb[1] = {k + keys[i] * row_stride};
+        dots<D8, 1>(q, kb, wr + i);
+      }
+      at[r] = i;
+    }
+  }
+  // softmax weights per row (unnormalized) and the inverse of their sum
+  float inv_denom[kRowBlock];
+  for (int64_t r = 0; r < rows.n; ++r) {
+    const int64_t n = rows.n_keys[r];
+    float* wr = w + r * w_stride;
+    float m = -std::numeric_limits<float>::infinity();
+    for (int64_t i = 0; i < n; ++i) {
+      float s = wr[i] * scale;
+      if (rows.mask[r] != nullptr) s = s + rows.mask[r][rows.keys[r][i]];
+      wr[i] = s;
+      m = s > m ? s : m;
+    }
+    v8f lanes = splat(0.f);
+    int64_t i = 0;
+    for (; i + kLanes <= n; i += kLanes) {
+      const v8f e = exp_nonpositive(load8(wr + i) - splat(m));
+      store8(wr + i, e);
+      lanes = lanes + e;
+    }
+    if (i < n) {  // the tail through the same lanes: element i still in lane i % 8
+      float tail[kLanes] = {};
+      for (int64_t j = i; j < n; ++j) tail[j - i] = wr[j];
+      const v8f e = exp_nonpositive(load8(tail) - splat(m));
+      for (int64_t j = i; j < n; ++j) {
+        wr[j] = e[j - i];
+        lanes[j - i] = lanes[j - i] + e[j - i];
+      }
+    }
+    inv_denom[r] = n > 0 ? 1.0f / lane_total(lanes) : 0.0f;
+  }
+  // weighted values: out_r[d] accumulates over row r's keys in order
+  v8f acc[kRowBlock][D8];
+  for (int64_t r = 0; r < rows.n; ++r) {
+    for (int d = 0; d < D8; ++d) acc[r][d] = splat(0.f);
+    at[r] = 0;
+  }
+  for (int64_t c1 = kKeyChunk; c1 - kKeyChunk < slot_end; c1 += kKeyChunk) {
+    for (int64_t r = 0; r < rows.n; ++r) {
+      const int32_t* keys = rows.keys[r];
+      const float* wr = w + r * w_stride;
+      v8f o[D8];
+      for (int d = 0; d < D8; ++d) o[d] = acc[r][d];
+      int64_t i = at[r];
+      for (; i < rows.n_keys[r] && keys[i] < c1; ++i) {
+        const float* vi = v + keys[i] * row_stride;
+        const v8f wi = splat(wr[i]);
+        for (int d = 0; d < D8; ++d) o[d] = o[d] + wi * load8(vi + 8 * d);
+      }
+      at[r] = i;
+      for (int d = 0; d < D8; ++d) acc[r][d] = o[d];
+    }
+  }
+  for (int64_t r = 0; r < rows.n; ++r) {
+    float* out = rows.out + r * rows.stride;
+    for (int d = 0; d < D8; ++d) store8(out + 8 * d, acc[r][d] * splat(inv_denom[r]));
+  }
+}
+
+using AttendRows = void (*)(const Rows&, const float*, const float*, int64_t, float, float*, int64_t);
+
+AttendRows attend_rows_for(int64_t D) {
+  switch (D) {
+    case 16: return attend_rows<2>;
+    case 32: return attend_rows<4>;
+    case 48: return attend_rows<6>;
+    case 64: return attend_rows<8>;
+    case 96: return attend_rows<12>;
+    case 128: return attend_rows<16>;
+    case 256: return attend_rows<32>;
+    default: return nullptr;
+  }
+}
+
+Tensor& attention_out(KernelRuntimeContext& ctx, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, int64_t start_pos,
+                      const executorch::aten::optional<Tensor>& mask, Tensor& out) {
+  ET_KERNEL_CHECK_MSG(ctx, q.dim() == 4 && k_cache.dim() == 4 && v_cache.dim() == 4, InvalidArgument, out,
+                      "edgespec::attention: q and the caches must be 4-D [1, T|S, H, D]");
+  ET_KERNEL_CHECK_MSG(ctx,
+                      q.scalar_type() == ScalarType::Float && k_cache.scalar_type() == ScalarType::Float &&
+                          v_cache.scalar_type() == ScalarType::Float,
+                      InvalidArgument, out, "edgespec::attention: fp32 only");
+  const int64_t T = q.size(1), H = q.size(2), D = q.size(3);
+  const int64_t S = k_cache.size(1), Hkv = k_cache.size(2);
+  ET_KERNEL_CHECK_MSG(ctx, q.size(0) == 1 && k_cache.size(3) == D && Hkv > 0 && H % Hkv == 0 && v_cache.size(1) == S, InvalidArgument, out,
+                      "edgespec::attention: shapes do not match");
+  const AttendRows attend = attend_rows_for(D);
+  ET_KERNEL_CHECK_MSG(ctx, attend != nullptr, InvalidArgument, out, "edgespec::attention: head size must be 16, 32, 48, 64, 96, 128 or 256");
+  const float* mask_data = nullptr;
+  int64_t N = start_pos + T;  // key slots any row may see
+  if (mask.has_value()) {
+    const Tensor& mk = mask.value();
+    ET_KERNEL_CHECK_MSG(ctx, mk.scalar_type() == ScalarType::Float && mk.dim() == 2 && mk.size(0) == T && mk.size(1) <= S, InvalidArgument,
+                        out, "edgespec::attention: mask must be fp32 [T, N] with N <= cache length");
+    mask_data = mk.const_data_ptr<float>();
+    N = mk.size(1);
+  } else {
+    ET_KERNEL_CHECK_MSG(ctx, start_pos >= 0 && start_pos + T <= S, InvalidArgument, out, "edgespec::attention: rows past the cache");
+  }
+  ET_KERNEL_CHECK(ctx, executorch::runtime::resize_tensor(out, q.sizes()) == executorch::runtime::Error::Ok, InvalidArgument, out);
+
+  // every row's visible key slots: causal rows are prefixes of one ascending list
+  static thread_local std::vector<int32_t> slots;
+  static thread_local std::vector<int32_t> masked_keys;
+  static thread_local std::vector<int64_t> n_keys;
+  n_keys.resize(T);
+  if (mask_data == nullptr) {
+    slots.resize(N);
+    for (int64_t j = 0; j < N; ++j) slots[j] = static_cast<int32_t>(j);
+    for (int64_t t = 0; t < T; ++t) n_keys[t] = start_pos + t + 1;
+  } else {
+    masked_keys.resize(T * N);
+    for (int64_t t = 0; t < T; ++t) {
+      int64_t n = 0;
+      for (int64_t j = 0; j < N; ++j)
+        if (mask_data[t * N + j] != -std::numeric_limits<float>::infinity()) masked_keys[t * N + n++] = static_cast<int32_t>(j);
+      n_keys[t] = n;
+    }
+  }
+  const int32_t* slot_list = mask_data == nullptr ? slots.data() : masked_keys.data();
+  const int64_t list_stride = mask_data == nullptr ? 0 : N;
+
+  const float* qd = q.const_data_ptr<float>();
+  const float* kd = k_cache.const_data_ptr<float>();
+  const float* vd = v_cache.const_data_ptr<float>();
+  float* od = out.mutable_data_ptr<float>();
+  const int64_t group = H / Hkv, row_stride = Hkv * D;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  const int64_t blocks = (T + kRowBlock - 1) / kRowBlock;
+  const int64_t* nk = n_keys.data();
+  // one task per (head, block of rows); a task's arithmetic does not depend on the thread
+  const int64_t w_stride = (N + kLanes - 1) / kLanes * kLanes;
+  executorch::extension::parallel_for(0, H * blocks, 1, [&](int64_t begin, int64_t end) {
+    static thread_local std::vector<float> w;
+    w.resize(kRowBlock * w_stride);
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t h = item % H, t0 = (item / H) * kRowBlock, g = h / group;
+      Rows rows;
+      rows.n = std::min<int64_t>(kRowBlock, T - t0);
+      rows.q = qd + (t0 * H + h) * D;
+      rows.out = od + (t0 * H + h) * D;
+      rows.stride = H * D;
+      for (int64_t r = 0; r < rows.n; ++r) {
+        rows.keys[r] = slot_list + (t0 + r) * list_stride;
+        rows.n_keys[r] = nk[t0 + r];
+        rows.mask[r] = mask_data == nullptr ? nullptr : mask_data + (t0 + r) * N;
+      }
+      attend(rows, kd + g * D, vd + g * D, row_stride, scale, w.data(), w_stride);
+    }
+  });
+  return out;
+}
+
+}  // namespace
+}  // namespace edgespec
+
+EXECUTORCH_LIBRARY(edgespec, "attention.out", edgespec::attention_out);

@@ -1,0 +1,90 @@
+"""edgespec's exact attention kernel (`export.step_attention: exact`): in a real ExecuTorch
+program, R rows in one call give the bits R one-row calls give (attention output, logits
+and the cache the next call reads), for causal and tree-masked rows, at fp32 and 8da4w."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from edgespec.models.llama import LlamaArgs, Transformer
+
+ARGS = LlamaArgs(dim=96, n_layers=2, n_heads=6, n_kv_heads=2, hidden_dim=192, vocab_size=97, max_seq_len=160)
+
+
+def _model(precision: str) -> Transformer:
+    torch.manual_seed(0)
+    model = Transformer(ARGS)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0, 0.2)
+    if precision == "8da4w":
+        from edgespec.config import QuantConfig
+        from edgespec.quant import quantize_model_
+
+        quantize_model_(model, QuantConfig(scheme="8da4w", group_size=32))
+    return model.eval()
+
+
+def _forward_pte(tmp_path, precision: str, attention: str):
+    from edgespec.export.lowering import ProgramMeta, export_forward, lower_to_executorch
+    from edgespec.runtime.runner import ProgramRunner
+
+    path = tmp_path / f"{precision}-{attention}.pte"
+    path.write_bytes(lower_to_executorch({"forward": export_forward(_model(precision), ARGS.max_seq_len, attention)}, ProgramMeta(160, 97, 2, 1, (2,))))
+    return ProgramRunner(path)
+
+
+@pytest.mark.slow
+def test_kernel_matches_the_reference():
+    """The C++ kernel, called through a one-op program, agrees with `reference_attention`
+    (causal and masked), and its row outputs do not depend on T."""
+    from edgespec.kernels import library
+    from edgespec.kernels.ops import reference_attention
+
+    library.load()
+    torch.manual_seed(1)
+    S, Hkv, H, D = 150, 2, 6, 32
+    k, v = torch.randn(1, S, Hkv, D), torch.randn(1, S, Hkv, D)
+
+    class Op(torch.nn.Module):
+        def forward(self, q, k, v, pos, mask):
+            return torch.ops.edgespec.attention(q, k, v, pos[0].item(), mask)
+
+    import edgespec.kernels.ops  # noqa: F401
+    from executorch.exir import to_edge
+    from executorch.runtime import Runtime
+
+    T = 5
+    q = torch.randn(1, T, H, D)
+    mask = torch.zeros(T, 140).masked_fill(torch.rand(T, 140) < 0.3, float("-inf"))
+    mask[:, 0] = 0.0
+    rows = torch.export.Dim("rows", min=1, max=8)
+    ep = torch.export.export(Op(), (q, k, v, torch.tensor([7]), mask), dynamic_shapes=({1: rows}, None, None, None, {0: rows}), strict=False)
+    pte = to_edge(ep).to_executorch().buffer  # held: the runtime reads the program from these bytes
+    prog = Runtime.get().load_program(pte).load_method("forward")
+    out = prog.execute([q, k, v, torch.tensor([7]), mask])[0]
+    torch.testing.assert_close(out, reference_attention(q, k, v, 7, mask), rtol=1e-5, atol=1e-5)
+    for t in range(T):  # one row at a time: the same bits
+        row = prog.execute([q[:, t : t + 1], k, v, torch.tensor([7]), mask[t : t + 1]])[0]
+        assert torch.equal(row, out[:, t : t + 1])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("precision", ["fp32", "8da4w"])
+def test_rows_in_one_call_equal_one_row_calls(tmp_path, precision):
+    runner = _forward_pte(tmp_path, precision, "exact")
+    g = torch.Generator().manual_seed(2)
+    for trial in range(6):
+        P = int(torch.randint(1, 150, (1,), generator=g))  # key chunks of 64: several, partial
+        prompt = torch.randint(0, 97, (1, P), generator=g)
+        runner.call_forward(prompt, torch.tensor([0]))
+        for R in range(2, 9):
+            rows = torch.randint(0, 97, (1, R), generator=g)
+            block = runner.call_forward(rows, torch.tensor([P]))[0]
+            after_block = runner.call_forward(rows[:, :1], torch.tensor([P + R]))[0]  # reads the block's cache rows
+            for i in range(R):
+                one = runner.call_forward(rows[:, i : i + 1], torch.tensor([P + i]))[0]
+            after_one = runner.call_forward(rows[:, :1], torch.tensor([P + R]))[0]
+            assert torch.equal(block, one), (precision, trial, P, R)
+            assert torch.equal(after_block, after_one), (precision, trial, P, R)
