@@ -4,6 +4,8 @@ and the cache the next call reads), for causal and tree-masked rows, at fp32 and
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -88,3 +90,32 @@ def test_rows_in_one_call_equal_one_row_calls(tmp_path, precision):
             after_one = runner.call_forward(rows[:, :1], torch.tensor([P + R]))[0]
             assert torch.equal(block, one), (precision, trial, P, R)
             assert torch.equal(after_block, after_one), (precision, trial, P, R)
+
+
+_COUNT_THREADS = """
+import sys, torch
+from edgespec.runtime.runner import ProgramRunner, set_threads
+def threads():
+    return int(next(l for l in open('/proc/self/status') if l.startswith('Threads:')).split()[1])
+set_threads(2)
+runner = ProgramRunner(sys.argv[1])
+runner.call_forward(torch.zeros((1, 1), dtype=torch.long), torch.tensor([0]))
+before = threads()
+for T in (50, 4, 8, 2):  # a prefill, then step-sized calls
+    runner.call_forward(torch.ones((1, T), dtype=torch.long), torch.tensor([3]))
+print(before, threads())
+"""
+
+
+@pytest.mark.slow
+def test_multi_row_calls_start_no_threads_of_their_own(tmp_path):
+    """With the exact kernel nothing inside an op starts threads beside ExecuTorch's pool
+    (llama::custom_sdpa's BLAS GEMM starts OpenMP threads on its first multi-row call)."""
+    import subprocess
+    import sys
+
+    runner = _forward_pte(tmp_path, "fp32", "exact")
+    out = subprocess.run([sys.executable, "-c", _COUNT_THREADS, str(runner.path)], capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": ""})
+    assert out.returncode == 0, out.stderr[-2000:]
+    before, after = map(int, out.stdout.split())
+    assert after == before

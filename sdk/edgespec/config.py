@@ -286,7 +286,7 @@ class ExportConfig(_Section):
     docs/speculative-program.md."""
 
     PATH: ClassVar[str] = "export"
-    step_attention: Literal["exact", "rows", "block"] = "rows"
+    step_attention: Literal["exact", "rows", "block"] = "exact"
 
 
 @dataclass(frozen=True)
