@@ -78,9 +78,13 @@ def test_candidates_and_estimates():
     assert (1,) in trees and (1, 1, 1) in trees and (3, 2, 1) in trees and (2, 3) not in trees
     assert all(Tree(b).size <= 16 for b in trees)
     ranks = [torch.tensor([[0, 0, 5], [1, 0, 0], [0, 9, 9], [0, 0, 0]] * 5)]
-    cost = T.StepCostModel.calibrate(0.010, 0.020, Tree((1, 1, 1)), 4 / 30)
+    curve = {1: 0.010, 2: 0.013, 4: 0.0135, 8: 0.015}  # flat from 2 to 8 rows, like XNNPACK's 8-row GEMM
+    cost = T.StepCostModel.calibrate(curve, 0.020, Tree((1, 1, 1)), 4 / 30)
     assert abs(cost(Tree((1, 1, 1))) - 0.020) < 1e-12  # reproduces its calibration point
     assert cost(Tree((3, 2, 1))) > cost(Tree((1, 1, 1))) > cost(Tree((1,)))
+    assert abs(cost.rows_cost(3) - 0.01325) < 1e-12 and abs(cost.rows_cost(10) - 0.01575) < 1e-12  # interpolated, extended
+    # an 8-node tree costs what the curve says, not 7 times an extra row
+    assert Tree((2, 1, 1)).size == 7 and cost(Tree((2, 1, 1))) - cost(Tree((1, 1, 1))) < 0.002
     table = T.estimate(ranks, cost, trees)
     assert table == sorted(table, key=lambda e: -e.tokens_per_s)
     assert all(e.tokens_per_call >= 1 for e in table)

@@ -48,17 +48,19 @@ def tune_bundle(bundle_dir: str | Path, cfg: TuneConfig | None = None, on_progre
     vocab = drafting_vocabulary(weights, src, manifest.speculative.draft_vocab)  # the program's own id map
     ranks = T.future_ranks(spec, seqs, spec.cfg.gamma, vocab)
     on_progress("costs", 0, 1)
-    t_1 = T.forward_cost(runner, context)
+    curve = T.forward_curve(runner, context)
+    t_1 = curve[1]
     t_own = T.step_cost(runner, context)
-    cost = T.StepCostModel.calibrate(t_1, t_own, Tree(runner.branching), spec.draft_layers / base.args.n_layers)
+    cost = T.StepCostModel.calibrate(curve, t_own, Tree(runner.branching), spec.draft_layers / base.args.n_layers)
     # drafts that continue earlier drafts (Hydra) are replayed exactly for chains only
     table = T.estimate(ranks, cost, T.candidate_trees(spec.cfg.gamma, max_size, max_k=1 if spec.chains_only else 4))
     ar_tps = 1.0 / t_1
     return {
         "device_costs_ms": {
             "forward_1_token": round(1000 * t_1, 3),
+            "forward_by_rows": {n: round(1000 * t, 3) for n, t in curve.items()},
             "spec_step_own_tree": round(1000 * t_own, 3),
-            "per_extra_row": round(1000 * cost.c_row, 3),
+            "step_beyond_its_rows": round(1000 * cost.t_extra, 3),
         },
         "context": context,
         "own_tree": list(runner.branching),

@@ -2,13 +2,16 @@
 
 Cost model (per verify-and-draft call, on the device at hand):
 
-    t_step(tree) = t_1 + c_row * ((R - 1) + D * m / N)
+    t_step(tree) = t_fwd(R + D * m / N) + t_extra
 
-A call is one decode-like pass (t_1: the program's `forward` over one token) plus R - 1
-extra tree rows through all N layers and D stream rows through the m MSA layers, each extra
-row-layer costing c_row / N. The speculative methods attend one row per op call, so extra
-rows cost about the same per row; c_row is solved from one measurement of the bundle's own
-`spec_step`. Timing every tree directly would need one program per tree (an export each).
+t_fwd(n) is the program's own `forward` over n rows at the tuning context, measured at
+n = 1, 2, 4, 8 and interpolated piecewise linearly (extrapolated from the last segment past 8):
+the cost curve is not a line (XNNPACK's int4 GEMM runs one kernel for 1 row and an 8-row
+kernel for 2 to 8 rows, so rows 2..8 cost about what 2 cost in the linear layers). A call is
+R tree rows through all N layers plus D stream rows through the m MSA layers (m = 0 for
+heads); t_extra is what the step adds beyond its rows (acceptance, KV compaction, drafting
+head), solved from one measurement of the bundle's own `spec_step`. Timing every tree
+directly would need one program per tree (an export each).
 
 Acceptance model (greedy): a product tree with branching (k_1..k_D) accepts depth d at
 position t iff the true token at t+1+i is within the top-k_i of stream i for every i <= d.
@@ -110,10 +113,18 @@ def time_call(fn, warmup: int = 2, reps: int = 7) -> float:
     return statistics.median(ts)
 
 
-def forward_cost(runner, context: int, reps: int = 7) -> float:
-    """Seconds of the program's forward over one token at position `context`."""
+def forward_cost(runner, context: int, rows: int = 1, reps: int = 7) -> float:
+    """Seconds of the program's forward over `rows` tokens at position `context`."""
     runner.forward(torch.zeros((1, context), dtype=torch.long), 0)
-    return time_call(lambda: runner.forward(torch.zeros((1, 1), dtype=torch.long), context), reps=reps)
+    return time_call(lambda: runner.forward(torch.zeros((1, rows), dtype=torch.long), context), reps=reps)
+
+
+CURVE_ROWS = (1, 2, 4, 8)  # row counts tune measures forward at
+
+
+def forward_curve(runner, context: int, reps: int = 7) -> dict[int, float]:
+    """Seconds of forward over n rows at `context`, for n in CURVE_ROWS."""
+    return {n: forward_cost(runner, context, n, reps) for n in CURVE_ROWS}
 
 
 def step_cost(runner, context: int, reps: int = 7) -> float:
@@ -127,19 +138,34 @@ def step_cost(runner, context: int, reps: int = 7) -> float:
 
 @dataclass(frozen=True)
 class StepCostModel:
-    """t_step(tree) = t_1 + c_row * ((R - 1) + D * msa_fraction) (see module docstring)."""
+    """t_step(tree) = t_fwd(R + D * msa_fraction) + t_extra (see module docstring).
 
-    t_1: float
-    c_row: float
+    curve: ((rows, seconds), ...) of forward, ascending rows, first at 1 row."""
+
+    curve: tuple[tuple[int, float], ...]
+    t_extra: float
     msa_fraction: float
 
+    def rows_cost(self, n: float) -> float:
+        """t_fwd(n): the curve interpolated piecewise linearly, extended from its last segment."""
+        pts = self.curve
+        if len(pts) == 1:
+            return pts[0][1]
+        for (n0, t0), (n1, t1) in zip(pts, pts[1:]):
+            if n <= n1:
+                break
+        return t0 + (t1 - t0) * (n - n0) / (n1 - n0)
+
+    def _rows(self, tree: Tree) -> float:
+        return tree.size + len(tree.branching) * self.msa_fraction
+
     @classmethod
-    def calibrate(cls, t_1: float, t_own: float, own: Tree, msa_fraction: float) -> StepCostModel:
-        rows = (own.size - 1) + len(own.branching) * msa_fraction
-        return cls(t_1, max(0.0, t_own - t_1) / rows, msa_fraction)
+    def calibrate(cls, curve: dict[int, float], t_own: float, own: Tree, msa_fraction: float) -> StepCostModel:
+        model = cls(tuple(sorted(curve.items())), 0.0, msa_fraction)
+        return cls(model.curve, max(0.0, t_own - model.rows_cost(model._rows(own))), msa_fraction)
 
     def __call__(self, tree: Tree) -> float:
-        return self.t_1 + self.c_row * ((tree.size - 1) + len(tree.branching) * self.msa_fraction)
+        return self.rows_cost(self._rows(tree)) + self.t_extra
 
 
 @dataclass(frozen=True)
