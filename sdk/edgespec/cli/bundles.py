@@ -124,7 +124,9 @@ def tune(bundle, overrides, n_prompts, max_new_tokens, max_size, context, top, t
         return
     c, ar_tps = out["device_costs_ms"], out["ar_tokens_per_s"]
     curve = ", ".join(f"{n} {t:.2f}" for n, t in c["forward_by_rows"].items())
-    click.echo(f"cost per call (ms): forward by rows {curve}; spec_step on {out['own_tree']} {c['spec_step_own_tree']:.2f} ({c['step_beyond_its_rows']:.2f} beyond its rows)")
+    click.echo(
+        f"cost per call (ms): forward by rows {curve}; spec_step on {out['own_tree']} {c['spec_step_own_tree']:.2f} ({c['step_beyond_its_rows']:.2f} beyond its rows)"
+    )
     click.echo(f"{'tree':<16}{'nodes':>6}{'tok/call':>10}{'ms/call':>9}{'tok/s':>9}{'vs AR':>7}")
     for e in out["trees"][:top]:
         click.echo(f"{str(e['branching']):<16}{e['size']:>6}{e['tokens_per_call']:>10.3f}{e['ms_per_call']:>9.2f}{e['tokens_per_s']:>9.1f}{e['vs_ar']:>7.3f}")

@@ -43,7 +43,7 @@ def _cpu_key() -> str:
     return platform.machine() + flags
 
 
-def cache_dir() -> Path:
+def kernels_dir() -> Path:
     return Path(os.environ.get("EDGESPEC_CACHE", Path.home() / ".cache" / "edgespec")) / "kernels"
 
 
@@ -57,7 +57,7 @@ def library_path() -> Path:
     h.update(version("executorch").encode())
     h.update(" ".join(compile_command(Path("out"))).encode())
     h.update(_cpu_key().encode())
-    return cache_dir() / f"libedgespec_kernels-{h.hexdigest()[:16]}.so"
+    return kernels_dir() / f"libedgespec_kernels-{h.hexdigest()[:16]}.so"
 
 
 def compile_command(out: Path) -> list[str]:
