@@ -151,9 +151,8 @@ class StepCostModel:
         pts = self.curve
         if len(pts) == 1:
             return pts[0][1]
-        for (n0, t0), (n1, t1) in zip(pts, pts[1:]):
-            if n <= n1:
-                break
+        i = next((i for i in range(1, len(pts) - 1) if n <= pts[i][0]), len(pts) - 1)  # the segment [i - 1, i]
+        (n0, t0), (n1, t1) = pts[i - 1], pts[i]
         return t0 + (t1 - t0) * (n - n0) / (n1 - n0)
 
     def _rows(self, tree: Tree) -> float:
