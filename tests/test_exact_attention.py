@@ -53,9 +53,10 @@ def test_kernel_matches_the_reference():
         def forward(self, q, k, v, pos, mask):
             return torch.ops.edgespec.attention(q, k, v, pos[0].item(), mask)
 
-    import edgespec.kernels.ops  # noqa: F401
     from executorch.exir import to_edge
     from executorch.runtime import Runtime
+
+    import edgespec.kernels.ops  # noqa: F401
 
     T = 5
     q = torch.randn(1, T, H, D)
