@@ -8,7 +8,7 @@ Ratios: t(T)/t(1), and the step over one token of the same program and threads.
 
 With --profile, each call shape is also run once more under ETDump (its own load, ETDump
 adds overhead, so only the split is kept): the share of the call spent in attention
-(`llama::custom_sdpa`), in the linear layers (XNNPACK fully-connected), and in the rest,
+(`llama::custom_sdpa` or `edgespec::attention`), in the linear layers (XNNPACK fully-connected), and in the rest,
 with the number of portable-kernel op calls and of XNNPACK delegate calls per call.
 
     python bench/step_cost.py --program spec8da4w=bundles/spec/model.pte --program stock=/tmp/stock.pte \\
@@ -87,7 +87,7 @@ def _split(etdump: Path) -> dict:
             continue
         if e.name == "Method::execute":
             tot["total"] += e.perf_data.p50
-        elif "custom_sdpa" in e.name:
+        elif "custom_sdpa" in e.name or "edgespec_attention" in e.name or "edgespec::attention" in e.name:
             tot["attention"] += e.perf_data.p50
         elif e.name.startswith("Fully Connected"):
             tot["linear"] += e.perf_data.p50
