@@ -70,11 +70,13 @@ def accept_tree(
         chosen = torch.where(take, i, chosen)
         removed = removed + torch.where(open_ & ~take, p_cand[:, i], 0.0)
     # residual draw per node: best of (scores) among tokens that are not rejected candidates:
-    # the node's valid candidates are struck out (invalid slots aim at an extra column), then
-    # one argmax scan (cheaper in the program than a top-k over the vocabulary)
-    V = scores.shape[1]
-    struck = torch.cat([scores, torch.zeros(R, 1, dtype=scores.dtype)], 1).scatter(1, torch.where(valid, cand, V), float("-inf"))
-    residual = struck.narrow(1, 0, V).argmax(-1)  # [R]
+    # the node's valid candidates are struck out, then one argmax scan (cheaper in the
+    # program than a top-k over the vocabulary, and no [R, V] copy beyond the scatter's own).
+    # Valid slots are a prefix: an invalid slot aims at slot 0's token and writes what slot 0
+    # writes there (-inf, or a leaf's own score back), so duplicate indices agree.
+    slot = torch.where(valid, cand, cand[:, :1])  # [R, k]
+    struck = scores.scatter(1, slot, torch.where(valid[:, :1], float("-inf"), scores.gather(1, slot)))
+    residual = struck.argmax(-1)  # [R]
     # walk from the root (D + 1 steps: the last one at a leaf always emits its residual)
     node = torch.zeros(1, dtype=torch.long)
     alive = torch.ones(1, dtype=torch.bool)
