@@ -33,6 +33,10 @@ def _stock_text(bundle, prompt_text, n):
     import executorch.kernels.quantized  # noqa: F401
     from executorch.extension.llm.runner import GenerationConfig, TextLLMRunner
 
+    from edgespec.kernels import library
+
+    library.load()  # a speculative program attends with edgespec::attention (autoregressive ones need nothing of edgespec's)
+
     runner = TextLLMRunner(str(bundle / "model.pte"), str(bundle / "tokenizer.json"))
     pieces = []
     runner.generate(prompt_text, GenerationConfig(echo=False, max_new_tokens=n, temperature=0.0), token_callback=pieces.append)
