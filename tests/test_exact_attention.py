@@ -120,3 +120,19 @@ def test_multi_row_calls_start_no_threads_of_their_own(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     before, after = map(int, out.stdout.split())
     assert after == before
+
+
+def test_kernel_build_errors_name_the_problem(tmp_path, monkeypatch):
+    """No compiler, or a compiler that fails: a clear error, and nothing half-written in the cache."""
+    from edgespec.errors import EdgespecError
+    from edgespec.kernels import library
+
+    monkeypatch.setenv("EDGESPEC_CACHE", str(tmp_path))
+    monkeypatch.delenv("CXX", raising=False)
+    monkeypatch.setattr(library.shutil, "which", lambda name: None)
+    with pytest.raises(EdgespecError, match="no C..? compiler found"):
+        library.build()
+    monkeypatch.setenv("CXX", "false")  # exits 1 without output
+    with pytest.raises(EdgespecError, match="building edgespec's kernels failed"):
+        library.build()
+    assert not any(library.kernels_dir().glob("*"))
