@@ -4,8 +4,8 @@ Python runtime uses) and load it, which registers the kernels.
 
 The library is cached under ``$EDGESPEC_CACHE`` (default ``~/.cache/edgespec``), keyed by
 the source, the flags, the ExecuTorch version and this CPU (it is built with
-``-march=native``), and
-written to a temporary name first, so an interrupted build leaves nothing half-written.
+``-march=native``), and written to a temporary name first, so an interrupted build leaves
+nothing half-written.
 """
 
 from __future__ import annotations

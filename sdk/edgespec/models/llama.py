@@ -212,10 +212,11 @@ class ExactSDPA(SDPA):
     Programs using it need `edgespec.kernels.library.load()` in the process that runs them."""
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start_pos, mask: torch.Tensor | None) -> torch.Tensor:
+        from edgespec.errors import EdgespecError
         from edgespec.kernels.ops import HEAD_SIZES
 
         if q.shape[-1] not in HEAD_SIZES:
-            raise ValueError(f"edgespec's exact attention supports head sizes {HEAD_SIZES}, not {q.shape[-1]}; use export.step_attention: rows")
+            raise EdgespecError(f"edgespec's exact attention supports head sizes {HEAD_SIZES}, not {q.shape[-1]}; export with export.step_attention=rows")
         if mask is not None and mask.dtype == torch.bool:
             mask = torch.zeros(mask.shape).masked_fill(~mask, float("-inf"))
         return torch.ops.edgespec.attention(q, k, v, start_pos, mask)
