@@ -136,3 +136,12 @@ def test_kernel_build_errors_name_the_problem(tmp_path, monkeypatch):
     with pytest.raises(EdgespecError, match="building edgespec's kernels failed"):
         library.build()
     assert not any(library.kernels_dir().glob("*"))
+
+
+def test_unsupported_head_size_is_a_clear_export_error():
+    from edgespec.errors import EdgespecError
+    from edgespec.export.lowering import export_forward
+
+    model = Transformer(LlamaArgs(dim=40, n_layers=1, n_heads=4, n_kv_heads=2, hidden_dim=64, vocab_size=97, max_seq_len=32)).eval()  # head size 10
+    with pytest.raises(EdgespecError, match="head sizes"):
+        export_forward(model, 32, "exact")
