@@ -113,18 +113,14 @@ def time_call(fn, warmup: int = 2, reps: int = 7) -> float:
     return statistics.median(ts)
 
 
-def forward_cost(runner, context: int, rows: int = 1, reps: int = 7) -> float:
-    """Seconds of the program's forward over `rows` tokens at position `context`."""
-    runner.forward(torch.zeros((1, context), dtype=torch.long), 0)
-    return time_call(lambda: runner.forward(torch.zeros((1, rows), dtype=torch.long), context), reps=reps)
-
-
 CURVE_ROWS = (1, 2, 4, 8)  # row counts tune measures forward at
 
 
 def forward_curve(runner, context: int, reps: int = 7) -> dict[int, float]:
-    """Seconds of forward over n rows at `context`, for n in CURVE_ROWS."""
-    return {n: forward_cost(runner, context, n, reps) for n in CURVE_ROWS}
+    """Seconds of the program's forward over n tokens at position `context`, for n in
+    CURVE_ROWS (one prefill: each call rewrites the same cache slots)."""
+    runner.forward(torch.zeros((1, context), dtype=torch.long), 0)
+    return {n: time_call(lambda n=n: runner.forward(torch.zeros((1, n), dtype=torch.long), context), reps=reps) for n in CURVE_ROWS}
 
 
 def step_cost(runner, context: int, reps: int = 7) -> float:
