@@ -47,10 +47,10 @@ def test_long_accepted_paths_compact_the_cache(tiny_model, branching, monkeypatc
     program = SpecProgram(_spec_model(tiny_model, len(branching)), Tree(branching)).eval()
     V = tiny_model.args.vocab_size
 
-    def oracle(h0, h, last, bonus, start_pos):  # `last`: the row at start_pos - 1; the next root sits at start_pos
-        if int(start_pos) < len(prompt) + len(ar):  # past the budget `full` is padding
-            assert int(bonus) == full[int(start_pos)]  # the call's last emitted token, next call's root
-        s = int(start_pos) + 1
+    def oracle(v):  # `v.last`: the row at start_pos - 1; the next root sits at start_pos
+        if int(v.start_pos) < len(prompt) + len(ar):  # past the budget `full` is padding
+            assert int(v.bonus) == full[int(v.start_pos)]  # the call's last emitted token, next call's root
+        s = int(v.start_pos) + 1
         nxt = full[s : s + program.depth]
         # with two candidates the right one is the second: the walk must look past the first
         return torch.tensor([[(t + 1) % V, t] if program.k == 2 else [t] for t in nxt])
@@ -103,12 +103,24 @@ def _hydra_model(model, gamma: int):
     return HydraModel(model, heads, 1)
 
 
-@pytest.fixture(scope="module", params=["block+draft_vocab", "rows", "hydra", "exact"])
+def _eagle_model(model, gamma: int):
+    from edgespec.speculative.drafters import new_drafter
+
+    torch.manual_seed(1)
+    eagle = new_drafter(model, DrafterConfig(kind="eagle", gamma=gamma, tree=(1,) * gamma))
+    with torch.no_grad():
+        for p in eagle.params.parameters():
+            p.add_(torch.randn_like(p) * 0.1)
+    return eagle
+
+
+@pytest.fixture(scope="module", params=["block+draft_vocab", "rows", "hydra", "exact", "eagle"])
 def spec_pte(tmp_path_factory, request):
     """A tiny two-method program (forward, spec_step) run by ExecuTorch: streams with the
     step's attention in one call and a 40-token draft vocabulary, or one row per call with the
     full head; or Hydra heads drafting a chain depth after depth through the draft vocabulary;
-    or streams in a tree with edgespec's exact attention in both methods."""
+    or streams in a tree with edgespec's exact attention in both methods; or the EAGLE draft
+    layer (its own cache and per-position feature store) drafting a chain, exact attention."""
     from edgespec.export.lowering import ProgramMeta, lower_to_executorch
     from edgespec.export.spec_program import export_spec_methods, spec_meta
     from edgespec.models.llama import LlamaArgs, Transformer
@@ -119,10 +131,12 @@ def spec_pte(tmp_path_factory, request):
     with torch.no_grad():
         for p in model.parameters():
             p.normal_(0, 0.2)
-    attention = {"block+draft_vocab": "block", "exact": "exact"}.get(request.param, "rows")
+    attention = {"block+draft_vocab": "block", "exact": "exact", "eagle": "exact"}.get(request.param, "rows")
     draft_ids = None if request.param in ("rows", "exact") else torch.arange(0, 97, 2)[:40]
     if request.param == "hydra":
         program = SpecProgram(_hydra_model(model.eval(), 3), Tree((1, 1, 1)), draft_ids).eval()
+    elif request.param == "eagle":
+        program = SpecProgram(_eagle_model(model.eval(), 3), Tree((1, 1, 1)), draft_ids).eval()
     else:
         program = SpecProgram(_spec_model(model.eval(), 3), Tree((2, 2, 1)), draft_ids).eval()
     path = tmp_path_factory.mktemp("spec") / "model.pte"

@@ -160,9 +160,11 @@ class _Killed(Exception):
     pass
 
 
-def _run(tiny_model, ex, d, steps=10, lr=1e-3, stop_at=None):
+def _run(tiny_model, ex, d, steps=10, lr=1e-3, stop_at=None, kind="streams"):
+    from edgespec.speculative.drafters import new_drafter
+
     torch.manual_seed(0)
-    spec = SpecModel(tiny_model, StreamParams(tiny_model, DrafterConfig(gamma=2, n_layers=1, lora_rank=4, tree=(1, 1))))
+    spec = new_drafter(tiny_model, DrafterConfig(kind=kind, gamma=2, n_layers=1, lora_rank=4, tree=(1, 1)))
     hp = TrainConfig(steps=steps, batch_size=4, lr=lr, warmup_steps=2, checkpoint_every=5, stream_weights=(1.0, 1.0), bf16=False)
 
     def on_step(step, loss):
@@ -172,12 +174,13 @@ def _run(tiny_model, ex, d, steps=10, lr=1e-3, stop_at=None):
     return train_drafter(spec, ex, FeatureCache(spec, ex).h, hp, d, on_step=on_step), spec
 
 
-def test_killed_run_resumes_to_the_uninterrupted_weights(tiny_model, tmp_path):
+@pytest.mark.parametrize("kind", ["streams", "eagle"])
+def test_killed_run_resumes_to_the_uninterrupted_weights(tiny_model, tmp_path, kind):
     ex = _periodic_examples()
-    full, spec_full = _run(tiny_model, ex, tmp_path / "a")
+    full, spec_full = _run(tiny_model, ex, tmp_path / "a", kind=kind)
     with pytest.raises(_Killed):  # killed after step 7: the checkpoint on disk is step 5's
-        _run(tiny_model, ex, tmp_path / "b", stop_at=7)
-    resumed, spec_res = _run(tiny_model, ex, tmp_path / "b")
+        _run(tiny_model, ex, tmp_path / "b", stop_at=7, kind=kind)
+    resumed, spec_res = _run(tiny_model, ex, tmp_path / "b", kind=kind)
     assert resumed.steps == list(range(1, 11))
     # equal up to multithreaded float reduction order
     torch.testing.assert_close(torch.tensor(resumed.loss[5:]), torch.tensor(full.loss[5:]), atol=1e-2, rtol=1e-3)

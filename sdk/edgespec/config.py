@@ -131,8 +131,10 @@ class DrafterConfig(_Section):
 
     kind: ``streams`` (Speculative Streaming: gamma streams over the top n_layers,
     multi-stream attention), ``medusa`` (gamma Medusa-1 heads on the final hidden state) or
-    ``hydra`` (heads that also see the token before their target); for heads n_layers is
-    only where training caches its features, and the mode is lossless.
+    ``hydra`` (heads that also see the token before their target) or ``eagle`` (one draft
+    decoder layer over fused low/mid/top features of the whole context, drafting chains);
+    for heads n_layers is only where training caches its features, eagle ignores it, and
+    both are lossless.
 
     mode: ``lossless`` (main stream = untouched base model) or ``shared`` (adapters shared
     with the main stream, fine-tuned). tree: branching per depth (top-k of stream d).
@@ -142,7 +144,7 @@ class DrafterConfig(_Section):
     """
 
     PATH: ClassVar[str] = "drafter"
-    kind: Literal["streams", "medusa", "hydra"] = "streams"
+    kind: Literal["streams", "medusa", "hydra", "eagle"] = "streams"
     mode: Literal["lossless", "shared"] = "lossless"
     gamma: int = 3
     n_layers: int = 4
@@ -153,7 +155,11 @@ class DrafterConfig(_Section):
     draft_vocab: int = 0
 
     def _check(self) -> None:
-        _require(self.kind == "streams" or self.mode == "lossless", self._at("mode"), "draft heads leave the base model untouched: mode must be lossless")
+        _require(
+            self.kind == "streams" or self.mode == "lossless",
+            self._at("mode"),
+            "draft heads leave the base model untouched (so does the eagle layer): mode must be lossless",
+        )
         _require(self.draft_vocab >= 0, self._at("draft_vocab"), f"must be >= 0 (0 = the full vocabulary), got {self.draft_vocab}")
         _require(1 <= self.gamma <= 8, self._at("gamma"), f"must be in [1, 8], got {self.gamma}")
         _require(self.n_layers >= 1, self._at("n_layers"), f"must be >= 1, got {self.n_layers}")

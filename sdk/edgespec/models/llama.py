@@ -418,22 +418,27 @@ def attention_op(model: nn.Module, sdpa: SDPA):
 @contextmanager
 def executorch_ops(model: nn.Module, attention: str = "block"):
     """Within the block, every attention of `model` uses custom ops (`EXPORT_ATTENTION[attention]`:
-    ExecuTorch's `llama::custom_sdpa` or edgespec's exact kernel; `ExecuTorchKVCache` over
-    the same cache buffers), as `torch.export` of a program needs; on exit the plain PyTorch
+    ExecuTorch's `llama::custom_sdpa` or edgespec's exact kernel) and every `KVCache` (an
+    attention's, or a drafter's per-position store) is an `ExecuTorchKVCache` over the same
+    buffers, as `torch.export` of a program needs; on exit the plain PyTorch
     modules are back. Eager code never runs custom ops (ExecuTorch's
     `replace_sdpa_with_custom_op` idea, undone after export)."""
     load_executorch_llm_ops()
     import edgespec.kernels.ops  # noqa: F401  (the edgespec::attention schema)
 
     make_sdpa = EXPORT_ATTENTION[attention]
-    swapped = []
-    for m in model.modules():
-        if isinstance(m, Attention):
-            swapped.append((m, m.kv_cache, m.sdpa))
-            m.kv_cache, m.sdpa = ExecuTorchKVCache(m.kv_cache.k_cache, m.kv_cache.v_cache), make_sdpa()
+    caches = [(m, name, c) for m in model.modules() for name, c in m.named_children() if type(c) is KVCache]  # attention's and any other
+    attentions = [(m, m.sdpa) for m in model.modules() if isinstance(m, Attention)]
+    for m, name, c in caches:
+        setattr(m, name, ExecuTorchKVCache(c.k_cache, c.v_cache))
+    for m, _ in attentions:
+        m.sdpa = make_sdpa()
     try:
         yield model
     finally:
-        for m, cache, sdpa in swapped:
-            cache.k_cache, cache.v_cache = m.kv_cache.k_cache, m.kv_cache.v_cache  # (to_half_ may have replaced them)
-            m.kv_cache, m.sdpa = cache, sdpa
+        for m, name, c in caches:
+            swapped = getattr(m, name)
+            c.k_cache, c.v_cache = swapped.k_cache, swapped.v_cache  # (to_half_ may have replaced them)
+            setattr(m, name, c)
+        for m, sdpa in attentions:
+            m.sdpa = sdpa

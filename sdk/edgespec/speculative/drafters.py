@@ -2,10 +2,12 @@
 
 `drafter.kind` in the recipe names one: ``streams`` (Speculative Streaming: stream rows
 through the top MSA layers, `SpecModel`), ``medusa`` (Medusa-1 heads on the final hidden
-state, `MedusaModel`) or ``hydra`` (heads that also see the token before their target,
-`HydraModel`). All are a `Drafter`: the same training interface (`forward_train`,
-`lower_hidden`) and the same drafting interface of `edgespec.speculative.step.SpecProgram`
-(`draft`), so one trainer, one replay and one program serve all three.
+state, `MedusaModel`), ``hydra`` (heads that also see the token before their target,
+`HydraModel`) or ``eagle`` (a draft decoder layer of its own over fused features of the
+whole context, `EagleModel`). All are a `Drafter`: the same training interface
+(`forward_train`, `lower_hidden`) and the same drafting interface of
+`edgespec.speculative.step.SpecProgram` (`prefill`, `draft`), so one trainer, one replay and
+one program serve all four.
 
 A weights file (`save_drafter`) records the drafter and the architecture it was trained
 with; a recipe that names it must agree on those fields (`load_drafter`).
@@ -14,6 +16,7 @@ with; a recipe that names it must agree on those fields (`load_drafter`).
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -23,8 +26,27 @@ from torch import nn
 from edgespec.config import DrafterConfig, RecipeDeprecation
 from edgespec.errors import EdgespecError
 from edgespec.models.llama import Transformer
+from edgespec.speculative.eagle import EagleLayer, EagleModel
 from edgespec.speculative.medusa import HydraHeads, HydraModel, MedusaHeads, MedusaModel
 from edgespec.speculative.streams import SpecModel, StreamParams
+
+
+@dataclass(frozen=True)
+class Verified:
+    """What one step (`edgespec.speculative.step.SpecProgram.step`) verified and accepted, as
+    a drafter's `draft` reads it. R: tree rows, D: the tree's depth, F: the feature width."""
+
+    feats: torch.Tensor  # [R, F] the drafter's features of every tree row (`taps`)
+    h: torch.Tensor  # [R, d] final-norm hidden states of the tree rows
+    path: torch.Tensor  # [D + 1] tree rows of the accepted path, root first (valid up to n)
+    n: torch.Tensor  # [1] tokens accepted (>= 1)
+    tokens: torch.Tensor  # [D + 1] tokens emitted (valid up to n); tokens[i] follows path[i]
+    root: torch.Tensor  # [1] the root's token (emitted by the call before, at position pos)
+    input_pos: torch.Tensor  # [1] pos as a tensor
+    pos: int  # position of the root (a symbolic int in export)
+    start_pos: int  # pos + n: where the bonus token (tokens[n - 1]) goes next call
+    last: torch.Tensor  # [1] path[n - 1], the last accepted tree row
+    bonus: torch.Tensor  # [1] tokens[n - 1]
 
 
 class Drafter(Protocol):
@@ -34,28 +56,34 @@ class Drafter(Protocol):
     base: Transformer
     params: nn.Module | None  # the trained parameters (None: nothing drafted, e.g. prompt lookup)
     cfg: DrafterConfig | None  # its architecture (gamma, mode, n_layers, ...)
-    first: int  # layer L0: its input is the cached feature h0
+    first: int  # layer L0: the first base layer drafting rows run through (n_layers: none)
+    taps: tuple[int, ...]  # layers whose inputs (n_layers: the top output) make its features
     draft_layers: int  # decoder layers a drafting row runs through (tune's cost model)
     chains_only: bool  # drafts continue the top-1 before them: only chain trees
 
     def lower_hidden(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Input of layer L0 [B, T, d] of tokens [B, T] (frozen: the feature cache)."""
+        """Features of tokens [B, T]: the inputs of the `taps` layers, concatenated (frozen: the feature cache)."""
         ...
 
     def forward_train(
         self, tokens: torch.Tensor, h0: torch.Tensor | None = None, start: int | torch.Tensor = 0, length: int | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Teacher forcing: (main final hidden [B, T, d], drafting rows' lm-head inputs [B, L, g, d])."""
+    ) -> tuple[torch.Tensor | None, torch.Tensor]:
+        """Teacher forcing: (main final hidden [B, T, d] or None when the base is untouched
+        and not run, drafting rows' lm-head inputs [B, L, g, d])."""
         ...
 
     def main_lora(self, i: int) -> nn.ModuleDict | None:
         """Adapters of layer i on main rows (None: the untouched base layer)."""
         ...
 
-    def draft(
-        self, h0: torch.Tensor, h: torch.Tensor, last: torch.Tensor, bonus: torch.Tensor, start_pos, depth: int, head: Callable[[torch.Tensor], torch.Tensor]
-    ) -> torch.Tensor | None:
-        """The next draft [depth, k] after tree row `last` through the drafting `head` (None: nothing drafted)."""
+    def prefill(self, feats: torch.Tensor, tokens: torch.Tensor, input_pos: torch.Tensor, start_pos) -> None:
+        """State of its own for prompt rows tokens [T] at start_pos.. with features feats [T, F]
+        (the program's `forward`; a no-op for drafters that keep none)."""
+        ...
+
+    def draft(self, v: Verified, depth: int, head: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor | None:
+        """The next draft [depth, k] after what a step accepted, through the drafting `head`
+        (None: nothing drafted)."""
         ...
 
 
@@ -64,6 +92,7 @@ ARCHITECTURE = {
     "streams": ("kind", "mode", "gamma", "n_layers", "lora_rank", "f_rank"),
     "medusa": ("kind", "gamma", "n_layers"),  # n_layers: where training cached its features
     "hydra": ("kind", "gamma", "n_layers"),
+    "eagle": ("kind", "gamma"),
 }
 
 
@@ -71,6 +100,7 @@ _BUILD = {
     "streams": lambda base, cfg: SpecModel(base, StreamParams(base, cfg)),
     "medusa": lambda base, cfg: MedusaModel(base, MedusaHeads(base.args.dim, cfg.gamma), cfg.n_layers),
     "hydra": lambda base, cfg: HydraModel(base, HydraHeads(base.args.dim, cfg.gamma), cfg.n_layers),
+    "eagle": lambda base, cfg: EagleModel(base, EagleLayer(base), cfg),
 }
 
 

@@ -71,7 +71,7 @@ class FeatureCache:
         bf16: bool = False,
         batch_tokens: int = 8192,
     ):
-        key = {"base": tensors_digest(model.base), "first": model.first, "bf16": bf16, "data": examples_digest(examples)}
+        key = {"base": tensors_digest(model.base), "taps": model.taps, "bf16": bf16, "data": examples_digest(examples)}
         if path is not None and path.is_file():
             blob = torch.load(path)
             if blob.get("key") == key:

@@ -87,6 +87,7 @@ class MedusaModel(nn.Module):
         # gamma heads over features cached at the streams' layer L0 (no adapters, chain drafts)
         self.cfg = DrafterConfig(kind=self.DRAFTER, gamma=heads.n_heads, n_layers=n_top_layers, lora_rank=0, tree=(1,) * heads.n_heads)
         self.first = base.args.n_layers - n_top_layers
+        self.taps = (self.first,)
         self.draft_layers = 0  # a head is one block on the final hidden state, no decoder layers
 
     def lower_hidden(self, tokens: torch.Tensor) -> torch.Tensor:
@@ -115,9 +116,13 @@ class MedusaModel(nn.Module):
         row `last` [1] of h [R, d]: [depth, d]."""
         return self.params(h.index_select(0, last)[0])[:depth]
 
-    def draft(self, h0: torch.Tensor, h: torch.Tensor, last: torch.Tensor, bonus: torch.Tensor, start_pos, depth: int, head) -> torch.Tensor:
-        """The next draft [depth, k]: the program's drafting `head` over the heads' outputs."""
-        return head(self.draft_hidden(h0, h, last, start_pos, depth))
+    def prefill(self, feats, tokens, input_pos, start_pos) -> None:
+        return None  # heads keep no state between calls
+
+    def draft(self, v, depth: int, head) -> torch.Tensor:
+        """The next draft [depth, k] (`edgespec.speculative.step.Verified` v): the program's
+        drafting `head` over the heads' outputs."""
+        return head(self.draft_hidden(v.feats, v.h, v.last, v.start_pos, depth))
 
 
 class HydraModel(MedusaModel):
@@ -139,10 +144,10 @@ class HydraModel(MedusaModel):
     def draft_hidden(self, h0, h, last, start_pos, depth):
         raise NotImplementedError("Hydra heads draft one depth after the other: use draft()")
 
-    def draft(self, h0: torch.Tensor, h: torch.Tensor, last: torch.Tensor, bonus: torch.Tensor, start_pos, depth: int, head) -> torch.Tensor:
+    def draft(self, v, depth: int, head) -> torch.Tensor:
         """The next draft [depth, k], depth after depth: each head continues the drafting
-        head's top-1 of the one before (the first, the emitted token `bonus` [1])."""
-        s, tok, out = h.index_select(0, last), bonus, []  # [1, d], [1]
+        head's top-1 of the one before (the first, the emitted token `v.bonus` [1])."""
+        s, tok, out = v.h.index_select(0, v.last), v.bonus, []  # [1, d], [1]
         for j in range(depth):
             s = self.params.step(j, s, self.base.embed(tok))
             ids = head(s)  # [1, k]

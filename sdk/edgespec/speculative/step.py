@@ -18,8 +18,8 @@ step(last, draft, input_pos, temperature, uniforms, gumbel) -> (tokens, n, next 
     draft vocabulary when one is given (`speculative/vocab.py`), top-k.
 Outputs are a few ids: never full-vocabulary logits per tree node.
 
-The drafting model is a `edgespec.speculative.drafters.Drafter` (`base`, `first`: the
-layer whose input is kept as h0, `cfg.gamma`, `params`: None when nothing is drafted and the
+The drafting model is a `edgespec.speculative.drafters.Drafter` (`base`, `taps`: the
+layers whose inputs it reads as features, `prefill`, `cfg.gamma`, `params`: None when nothing is drafted and the
 host fills the draft, e.g. prompt lookup, `main_lora(i)`, `draft(...)`): `SpecModel`
 (streams), `MedusaModel` or `HydraModel` (heads).
 """
@@ -31,7 +31,7 @@ from torch import nn
 
 from edgespec.errors import EdgespecError
 from edgespec.speculative.accept import accept_tree
-from edgespec.speculative.drafters import Drafter
+from edgespec.speculative.drafters import Drafter, Verified
 from edgespec.speculative.tree import Tree, placeholder_draft
 from edgespec.speculative.vocab import DraftHead
 
@@ -52,7 +52,8 @@ class SpecProgram(nn.Module):
         # mutated KV cache reachable under two names does not export)
         self.base, self.streams, self.cfg = model.base, model.params, model.cfg
         self.main_lora, self.draft_with = model.main_lora, model.draft
-        self.first = model.first
+        self.taps = model.taps
+        self.prefill = model.prefill
         self.draft_head = None if draft_ids is None else DraftHead(model.base.output.weight, draft_ids)
         self.tree, self.depth, self.k = tree, len(tree.branching), tree.k_max
         children, valid = tree.children_table()
@@ -68,15 +69,16 @@ class SpecProgram(nn.Module):
 
     def _main(self, tokens: torch.Tensor, start_pos, positions: torch.Tensor, mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
         """Base model over rows tokens [1, T] at `positions` [T]; K/V to [start_pos, start_pos + T).
-        Returns (input of layer L0 = `first` [T, d], final-norm hidden [T, d])."""
+        Returns (the drafter's features: the inputs of its `taps` layers, concatenated
+        [T, d * len(taps)]; final-norm hidden [T, d])."""
         base = self.base
         cos, sin = base.rope(positions)
-        N = base.args.n_layers
-        emb = base.embed(tokens)
-        x = base.run_layers(emb, 0, self.first, start_pos, cos, sin, self.main_lora, mask)
-        h0 = x if self.first < N else emb  # first = N (nothing drafted): never read
-        x = base.run_layers(x, self.first, N, start_pos, cos, sin, self.main_lora, mask)
-        return h0[0], base.norm(x)[0]
+        x, feats, prev = base.embed(tokens), [], 0
+        for t in (*self.taps, base.args.n_layers):
+            x = base.run_layers(x, prev, t, start_pos, cos, sin, self.main_lora, mask)
+            feats.append(x)
+            prev = t
+        return torch.cat(feats[:-1], -1)[0], base.norm(x)[0]
 
     def _head(self, hidden: torch.Tensor) -> torch.Tensor:
         """The drafting head: top-k token ids [m, k] of drafting rows hidden [m, d]."""
@@ -87,12 +89,10 @@ class SpecProgram(nn.Module):
             return logits.argmax(-1, keepdim=True)
         return logits.topk(self.k, -1).indices
 
-    def _draft(self, h0: torch.Tensor, h: torch.Tensor, last: torch.Tensor, bonus: torch.Tensor, start_pos) -> torch.Tensor:
-        """The next draft [D, k] from tree row `last` [1], the last accepted node (its
-        position is start_pos - 1), given every row's layer-L0 input h0 [R, d], final
-        hidden h [R, d] and the token `bonus` [1] the call emits last (it goes to position
-        start_pos next call); the placeholder when the model drafts nothing."""
-        draft = self.draft_with(h0, h, last, bonus, start_pos, self.depth, self._head)  # [D, k] or None
+    def _draft(self, v: Verified) -> torch.Tensor:
+        """The next draft [D, k] after what the call accepted (`Verified`); the placeholder
+        when the model drafts nothing."""
+        draft = self.draft_with(v, self.depth, self._head)  # [D, k] or None
         return placeholder_draft(self.depth, self.k) if draft is None else draft
 
     def _check_pos(self, start_pos, rows: int) -> None:
@@ -106,7 +106,8 @@ class SpecProgram(nn.Module):
         T = tokens.shape[1]
         start = input_pos[0].item()
         self._check_pos(start, T)
-        _, h = self._main(tokens, start, torch.arange(T) + start, None)
+        feats, h = self._main(tokens, start, torch.arange(T) + start, None)
+        self.prefill(feats, tokens[0], input_pos, start)
         return self.base.output(h[-1:]).float()
 
     def step(
@@ -136,7 +137,7 @@ class SpecProgram(nn.Module):
             rel = torch.arange(pos + R) - pos  # key slot relative to the root
             visible = (rel < 0) | self.tree_visible.index_select(1, rel.clamp(min=0))
             mask = torch.zeros(visible.shape).masked_fill(~visible, float("-inf"))
-        h0, h = self._main(nodes[None], pos, self.node_depth + pos, mask)
+        feats, h = self._main(nodes[None], pos, self.node_depth + pos, mask)
         logits = self.base.output(h).float()  # [R, V]
         path, n, tokens = accept_tree(self.tree_children, self.tree_valid, self.depth, nodes, logits, temperature, uniforms, gumbel)
         if not self.tree.is_chain:
@@ -147,7 +148,8 @@ class SpecProgram(nn.Module):
         torch._check(accepted >= 1)
         torch._check(accepted <= self.depth + 1)
         nxt = pos + accepted
-        return tokens, n, self._draft(h0, h, last_node, tokens.index_select(0, n - 1), nxt)
+        v = Verified(feats, h, path, n, tokens, last, input_pos, pos, nxt, last_node, tokens.index_select(0, n - 1))
+        return tokens, n, self._draft(v)
 
 
 class EagerSpecMethods:

@@ -149,6 +149,7 @@ class SpecModel(nn.Module):
         self.params = params  # None: plain tree verification, no streams (prompt lookup)
         self.cfg = params.cfg if params is not None else None
         self.first = base.args.n_layers - (self.cfg.n_layers if self.cfg is not None else 0)
+        self.taps = (self.first,)  # the program keeps the input of layer L0 for drafting rows
         self.draft_layers = base.args.n_layers - self.first  # layers a drafting row runs through
         self.chains_only = False  # tune: every tree's acceptance is replayed exactly
 
@@ -200,9 +201,13 @@ class SpecModel(nn.Module):
         """Input of layer L0 for teacher forcing (the frozen part; cacheable). [B, T, d]."""
         return frozen_layers(self.base, self.base.embed(tokens), 0, self.first)
 
-    def draft(self, h0: torch.Tensor, h: torch.Tensor, last: torch.Tensor, bonus: torch.Tensor, start_pos, depth: int, head) -> torch.Tensor | None:
-        """The next draft [depth, k]: `head` (the program's drafting head) over `draft_hidden`."""
-        hidden = self.draft_hidden(h0, h, last, start_pos, depth)
+    def prefill(self, feats, tokens, input_pos, start_pos) -> None:
+        return None  # streams keep no state of their own between calls
+
+    def draft(self, v, depth: int, head) -> torch.Tensor | None:
+        """The next draft [depth, k] (`edgespec.speculative.step.Verified` v): `head` (the
+        program's drafting head) over `draft_hidden`."""
+        hidden = self.draft_hidden(v.feats, v.h, v.last, v.start_pos, depth)
         return None if hidden is None else head(hidden)
 
     def draft_hidden(self, h0: torch.Tensor, h: torch.Tensor | None, last: torch.Tensor, start_pos, depth: int) -> torch.Tensor | None:
