@@ -33,11 +33,13 @@ from edgespec.models.tokenizer import encode_prompt
 from edgespec.runtime.session import decoder, open_bundle  # noqa: E402
 from edgespec.runtime.speed import measure, row_stats, summarize  # noqa: E402
 
+DEFAULT_SUITES = ("math", "reasoning", "code")  # () = all nine (edgespec.corpus.prompts.PROMPT_SOURCES)
 
-def _prompts(n: int, tokenizer) -> list[tuple[str, str, list[int]]]:
-    from edgespec.corpus.prompts import mixed_prompts
 
-    return [(p.task, p.text, encode_prompt(tokenizer, p.text, True)) for p in mixed_prompts("heldout", n, ("math", "reasoning", "code"))]
+def _prompts(n: int, tokenizer, suites: tuple[str, ...] = DEFAULT_SUITES) -> list[tuple[str, str, list[int]]]:
+    from edgespec.corpus.prompts import PROMPT_SOURCES, mixed_prompts
+
+    return [(p.task, p.text, encode_prompt(tokenizer, p.text, True)) for p in mixed_prompts("heldout", n, suites or tuple(PROMPT_SOURCES))]
 
 
 def _margin(runner, ids: list[int]) -> float:
@@ -51,7 +53,9 @@ def _margin(runner, ids: list[int]) -> float:
 AGAINST = "ar_against"  # autoregressive decoding of another bundle (--against), timed in the same rounds
 
 
-def run_suite(bundle: str, n: int, max_new_tokens: int, lookup: int, runs: int = 1, against: str | None = None) -> tuple[list[dict], object, object]:
+def run_suite(
+    bundle: str, n: int, max_new_tokens: int, lookup: int, runs: int = 1, against: str | None = None, suites: tuple[str, ...] = DEFAULT_SUITES
+) -> tuple[list[dict], object, object]:
     _, tokenizer, runner = open_bundle(bundle)
     if not runner.has_spec:
         raise SystemExit(f"{bundle}: the program has no speculative methods")
@@ -63,7 +67,7 @@ def run_suite(bundle: str, n: int, max_new_tokens: int, lookup: int, runs: int =
         if other.max_seq_len != runner.max_seq_len:
             raise SystemExit(f"{against}: context {other.max_seq_len}, {bundle}: {runner.max_seq_len}; compare bundles of one context length")
         decoders[AGAINST] = decoder(other, "ar")[1]
-    prompts = _prompts(n, tokenizer)
+    prompts = _prompts(n, tokenizer, suites)
     measured = measure(
         decoders, [ids for _, _, ids in prompts], max_new_tokens=max_new_tokens, max_seq_len=runner.max_seq_len, eos_ids=runner.eos_ids, warmup=1, runs=runs
     )
@@ -126,14 +130,17 @@ def main() -> None:
     ap.add_argument("--stock", help="a .pte made by ExecuTorch's export_llm for the same model and quantization")
     ap.add_argument("--ar-bundle", help="an autoregressive-only bundle of the same model, for the memory/size ratio")
     ap.add_argument("--threads", type=int, default=0, help="ExecuTorch threadpool size (0 = its default, one per core)")
+    ap.add_argument("--suites", default=",".join(DEFAULT_SUITES), help="held-out prompt suites, comma-separated round-robin ('all': the nine)")
     args = ap.parse_args()
+    suites = () if args.suites == "all" else tuple(args.suites.split(","))
     from edgespec.runtime.runner import set_threads
 
     set_threads(args.threads)  # before any program is loaded
 
-    rows, tokenizer, runner = run_suite(args.bundle, args.prompts, args.max_new_tokens, args.lookup, args.runs, args.against)
+    rows, tokenizer, runner = run_suite(args.bundle, args.prompts, args.max_new_tokens, args.lookup, args.runs, args.against, suites)
     report = {
         "bundle": args.bundle,
+        "suites": list(suites) or "all",
         "branching": list(runner.branching),
         "lookup": args.lookup,
         "threads": args.threads or None,
@@ -148,7 +155,7 @@ def main() -> None:
     }
     if args.against:
         report["against"] = {"bundle": args.against, **_over_against(rows)}
-    prepared = _prompts(min(args.prompts, 30), tokenizer)
+    prepared = _prompts(min(args.prompts, 30), tokenizer, suites)
     if args.stock:
         texts = [tokenizer.apply_chat_template(t) for _, t, _ in prepared]
         stock = _stock_worker(args.stock, str(Path(args.bundle) / "tokenizer.json"), texts, args.max_new_tokens)

@@ -46,7 +46,7 @@ def export(recipe_args: tuple[str, ...], outdir: str) -> None:
 @friendly
 def train(recipe_args: tuple[str, ...]) -> None:
     """Train the drafter of RECIPE with FIELD=VALUE overrides (the train section;
-    drafter.kind=medusa|hydra for heads instead of streams); resumes from train.out_dir/ckpt.pt.
+    drafter.kind=medusa|hydra for heads, eagle for a draft layer, instead of streams); resumes from train.out_dir/ckpt.pt.
 
     \b
     Multi-process:

@@ -130,7 +130,9 @@ def save_drafter(path, params: nn.Module, cfg: DrafterConfig, draft_ids: torch.T
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
-    blob = {"drafter": architecture(cfg), "state_dict": {k: v.detach().clone() for k, v in params.state_dict().items()}}
+    store = getattr(params, "store_dtype", None)  # a drafter may keep its file in a narrower float type
+    state = {k: v.detach().to(store if store is not None and v.is_floating_point() else v.dtype).clone() for k, v in params.state_dict().items()}
+    blob = {"drafter": architecture(cfg), "state_dict": state}
     if draft_ids is not None:
         blob["draft_ids"] = draft_ids.clone()
     torch.save(blob, tmp)
