@@ -77,6 +77,9 @@ def test_candidates_and_estimates():
     trees = T.candidate_trees(3, 16)
     assert (1,) in trees and (1, 1, 1) in trees and (3, 2, 1) in trees and (2, 3) not in trees
     assert all(Tree(b).size <= 16 for b in trees)
+    chains = T.candidate_trees(4, 8, chains_only=True)  # top-k only where nothing continues from it
+    assert (1, 1, 1, 4) in chains and (1, 1, 3) in chains and (2, 1) not in chains and (1, 1, 1, 1) in chains
+    assert all(Tree(b).size <= 8 for b in chains)
     ranks = [torch.tensor([[0, 0, 5], [1, 0, 0], [0, 9, 9], [0, 0, 0]] * 5)]
     curve = {1: 0.010, 2: 0.013, 4: 0.0135, 8: 0.015}  # flat from 2 to 8 rows, like XNNPACK's 8-row GEMM
     cost = T.StepCostModel.calibrate(curve, 0.020, Tree((1, 1, 1)), 4 / 30)

@@ -52,8 +52,8 @@ def tune_bundle(bundle_dir: str | Path, cfg: TuneConfig | None = None, on_progre
     t_1 = curve[1]
     t_own = T.step_cost(runner, context)
     cost = T.StepCostModel.calibrate(curve, t_own, Tree(runner.branching), spec.draft_layers / base.args.n_layers)
-    # drafts that continue earlier drafts (Hydra) are replayed exactly for chains only
-    table = T.estimate(ranks, cost, T.candidate_trees(spec.cfg.gamma, max_size, max_k=1 if spec.chains_only else 4))
+    # drafts that continue earlier drafts (Hydra, eagle) are replayed exactly for chains (top-k at the last depth only)
+    table = T.estimate(ranks, cost, T.candidate_trees(spec.cfg.gamma, max_size, chains_only=spec.chains_only))
     ar_tps = 1.0 / t_1
     return {
         "device_costs_ms": {

@@ -59,7 +59,7 @@ class Drafter(Protocol):
     first: int  # layer L0: the first base layer drafting rows run through (n_layers: none)
     taps: tuple[int, ...]  # layers whose inputs (n_layers: the top output) make its features
     draft_layers: int  # decoder layers a drafting row runs through (tune's cost model)
-    chains_only: bool  # drafts continue the top-1 before them: only chain trees
+    chains_only: bool  # drafts continue the top-1 before them: chains (top-k at the last depth only)
 
     def lower_hidden(self, tokens: torch.Tensor) -> torch.Tensor:
         """Features of tokens [B, T]: the inputs of the `taps` layers, concatenated (frozen: the feature cache)."""

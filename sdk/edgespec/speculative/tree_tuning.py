@@ -91,12 +91,17 @@ def replay(ranks: list[torch.Tensor], branching: tuple[int, ...]) -> tuple[float
     return sum(calls) / max(1, len(calls)), len(calls)
 
 
-def candidate_trees(max_depth: int, max_size: int, max_k: int = 4) -> list[tuple[int, ...]]:
-    """Non-increasing branching tuples up to `max_depth` deep with at most `max_size` nodes."""
+def candidate_trees(max_depth: int, max_size: int, max_k: int = 4, chains_only: bool = False) -> list[tuple[int, ...]]:
+    """Non-increasing branching tuples up to `max_depth` deep with at most `max_size` nodes.
+
+    chains_only: for drafters whose depth j continues the top-1 of depth j - 1 (Hydra,
+    eagle), only a chain with top-k at its last depth, (1, ..., 1, k): every node then
+    has the parent its draft was made from, so replay stays exact."""
     out = []
     for d in range(1, max_depth + 1):
         for b in itertools.product(range(1, max_k + 1), repeat=d):
-            if list(b) == sorted(b, reverse=True) and Tree(b).size <= max_size:
+            fits = all(k == 1 for k in b[:-1]) if chains_only else list(b) == sorted(b, reverse=True)
+            if fits and Tree(b).size <= max_size:
                 out.append(b)
     return out
 
