@@ -64,8 +64,8 @@ def test_speculative_blocking_equals_autoregressive_blocking(tiny_model, n, bran
     full = prompt + plain + [0] * 8
     V = tiny_model.args.vocab_size
 
-    def oracle(h0, h, last, bonus, start_pos):
-        s = int(start_pos) + 1
+    def oracle(v):
+        s = int(v.start_pos) + 1
         return torch.tensor([[(t + 1) % V, t] if program.k == 2 else [t] for t in full[s : s + program.depth]])
 
     monkeypatch.setattr(program, "_draft", oracle)
