@@ -52,9 +52,10 @@ def pass_mask(T: int, j: int) -> torch.Tensor:
 
 
 class EagleLayer(nn.Module):
-    """The drafter's trained parameters: the feature fusion, the input map, one decoder block
-    (its own KV cache) and its final norm. The block and norm start as copies of the base
-    model's top layer and final norm, the fusion as the top feature alone."""
+    """The drafter's trained parameters: the feature fusion, the input map (each input
+    RMS-normalized), one decoder block (its own KV cache) and its final norm. The block and
+    norm start as copies of the base model's top layer and final norm, the fusion as the top
+    feature alone, the input map as the sum of token and feature."""
 
     store_dtype = torch.bfloat16  # its weights file (5.2M parameters for SmolLM2-135M: 10 MB, not 21); trained under bf16 autocast
 
@@ -62,7 +63,11 @@ class EagleLayer(nn.Module):
         super().__init__()
         a = base.args
         d = a.dim
+        # every input is RMS-normalized first: the taps' scales differ by 10-1000x (the
+        # middle layer's first position reaches 2e4) and the embedding's rms is ~0.1
+        self.tap_norms = nn.ModuleList(RMSNorm(d, a.norm_eps) for _ in range(3))
         self.fuse = nn.Linear(3 * d, d, bias=False)  # W_f: [low ; mid ; top] -> g
+        self.e_norm, self.g_norm = RMSNorm(d, a.norm_eps), RMSNorm(d, a.norm_eps)
         self.inp = nn.Linear(2 * d, d, bias=False)  # W_in: [e(x) ; g] -> u
         self.block = TransformerBlock(a)
         self.norm = RMSNorm(d, a.norm_eps)
@@ -72,14 +77,17 @@ class EagleLayer(nn.Module):
             self.norm.weight.copy_(base.norm.weight)
             eye = torch.eye(d)
             self.fuse.weight.zero_()
-            self.fuse.weight[:, 2 * d :] = eye
-            self.inp.weight.zero_()
-            self.inp.weight[:, d:] = eye
-            self.inp.weight[:, :d] = torch.randn(d, d) * 0.02
+            self.fuse.weight[:, 2 * d :] = eye  # g starts as the (normalized) top feature
+            self.inp.weight.copy_(torch.cat([eye, eye], 1))  # u starts as token + feature
+
+    def fused(self, feats: torch.Tensor) -> torch.Tensor:
+        """g = W_f [n(low) ; n(mid) ; n(top)]: features [..., 3d] -> [..., d]."""
+        taps = feats.to(self.fuse.weight.dtype).chunk(3, -1)
+        return self.fuse(torch.cat([n(t) for n, t in zip(self.tap_norms, taps, strict=True)], -1))
 
     def enter(self, e: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
-        """u = W_in [e ; g]: [..., d], [..., d] -> [..., d]."""
-        return self.inp(torch.cat([e, g.to(e.dtype)], -1))
+        """u = W_in [n(e) ; n(g)]: [..., d], [..., d] -> [..., d]."""
+        return self.inp(torch.cat([self.e_norm(e), self.g_norm(g.to(e.dtype))], -1))
 
 
 class EagleModel(nn.Module):
@@ -124,7 +132,7 @@ class EagleModel(nn.Module):
             h0 = self.lower_hidden(tokens)
         gamma = self.cfg.gamma
         e = self.base.embed(tokens).detach()  # [B, T, d]
-        g = p.fuse(h0.to(p.fuse.weight.dtype))  # [B, T, d]
+        g = p.fused(h0)  # [B, T, d]
         feat = torch.cat([torch.zeros_like(g[:, :1]), g[:, :-1]], 1)  # g_{p-1}, 0 at p = 0
         bk = p.block.attention
         kv = GrowingKV.empty(B, bk.n_kv_heads, bk.head_dim, e.dtype)
@@ -152,7 +160,7 @@ class EagleModel(nn.Module):
         those positions, tokens [rows] at them; g of the position before (g_prev [1, d]).
         Writes the g store and the layer's cache; returns the layer outputs [rows, d]."""
         p = self.params
-        g = p.fuse(feats.to(p.fuse.weight.dtype))  # [rows, d]
+        g = p.fused(feats)  # [rows, d]
         p.g_store.update(start_pos, g[None, :, None], g[None, :, None])
         prev = torch.cat([g_prev, g], 0).narrow(0, 0, rows)  # [rows, d]: g of the position before each
         u = p.enter(self.base.embed(tokens), prev)[None]
