@@ -57,6 +57,7 @@ class EagleLayer(nn.Module):
     norm start as copies of the base model's top layer and final norm, the fusion as the top
     feature alone, the input map as the sum of token and feature."""
 
+    quantize_like_base = True  # export quantizes its linears with the base model's scheme (tasks/language_model.py)
     store_dtype = torch.bfloat16  # its weights file (5.2M parameters for SmolLM2-135M: 10 MB, not 21); trained under bf16 autocast
 
     def __init__(self, base: Transformer):

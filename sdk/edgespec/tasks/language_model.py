@@ -68,6 +68,10 @@ def build(recipe: Recipe, stage_dir: Path, stage: StageClock) -> LmManifest:
         quantize_model_(spec.draft_head, dataclasses.replace(recipe.quant, head_bits=4))
     if spec is not None and recipe.quant.scheme == "fp16":
         spec.streams.half()  # stream adapters follow the activations' dtype
+    elif spec is not None and getattr(spec.streams, "quantize_like_base", False):
+        # a drafter with a decoder layer of its own: in fp32 its weights, read once per drafting
+        # call, cost as many bytes as a quarter of the 8da4w base model
+        quantize_model_(spec.streams, recipe.quant)
 
     stage("export")
     from edgespec.export.lowering import ProgramMeta, export_forward, lower_to_executorch
