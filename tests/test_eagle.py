@@ -80,3 +80,19 @@ def test_eagle_trains_and_reloads(tiny_model, tmp_path):
     again = load_drafter(tmp_path / "eagle.pt", tiny_model, model.cfg)
     for a, b in zip(model.params.state_dict().values(), again.params.state_dict().values(), strict=True):
         assert a.to(torch.bfloat16).float().equal(b)  # the file keeps bf16 (`EagleLayer.store_dtype`)
+
+
+def test_quantized_draft_layer_still_drafts_losslessly(tiny_model):
+    """Export quantizes the draft layer like the base (`EagleLayer.quantize_like_base`): its
+    drafts change, the output does not."""
+    from edgespec.config import QuantConfig
+    from edgespec.quant import quantize_model_
+
+    model = _eagle(tiny_model)
+    assert model.params.quantize_like_base
+    summary = quantize_model_(model.params, QuantConfig(scheme="8da4w", group_size=32))
+    assert len(summary.rounded) == 9  # fuse, inp and the block's seven linears
+    prompt = [4, 8, 15, 16, 23, 42, 4, 8]
+    ar = generate(eager_step(tiny_model), prompt, max_new_tokens=24, max_seq_len=64, eos_ids=()).completion_ids
+    spec = EagerSpecMethods(SpecProgram(model, Tree((1, 1, 1))))
+    assert generate(spec.forward, prompt, max_new_tokens=24, max_seq_len=64, eos_ids=(), spec=spec).completion_ids == ar
