@@ -22,7 +22,8 @@ from pathlib import Path
 
 from edgespec.errors import EdgespecError
 
-SOURCES = ("attention.cpp",)
+SOURCES = ("attention.cpp", "block_linear.cpp", "glue.cpp")  # compiled into one library
+HEADERS = ("block_linear.h", "vec8.h")  # included by them (part of the cache key)
 _HERE = Path(__file__).parent
 
 
@@ -52,7 +53,7 @@ def library_path() -> Path:
     from importlib.metadata import version
 
     h = hashlib.sha256()
-    for name in SOURCES:
+    for name in SOURCES + HEADERS:
         h.update((_HERE / name).read_bytes())
     h.update(version("executorch").encode())
     h.update(" ".join(compile_command(Path("out"))).encode())

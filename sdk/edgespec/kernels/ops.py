@@ -5,6 +5,14 @@ tracing and a plain-PyTorch reference (eager calls). The runtime kernels are C++
 `edgespec::attention(q [1, T, H, D], k_cache [1, S, Hkv, D], v_cache, start_pos, mask)`:
 mask None = causal (row t sees keys [0, start_pos + t]); else an additive fp32 mask [T, N]
 over keys [0, N), -inf = not visible. Per-row arithmetic independent of T: see attention.cpp.
+
+`edgespec::block_linear(x [..., K], weight uint8, format, out_features) -> [..., N]`: a linear
+over packed GGUF-style blocks (`edgespec.kernels.block_linear`, block_linear.h); per-row
+arithmetic independent of the row count, bitwise equal to `reference_block_linear`.
+
+`edgespec::rms_norm(x, weight, eps)`, `edgespec::rope(x [B, T, H, D], cos [T, D], sin [T, D])`,
+`edgespec::silu_mul(a, b)`: the glue between a block-kernel program's linears (glue.cpp),
+each what `edgespec.models.llama`'s RMSNorm, `apply_rope` and SwiGLU gate compute.
 """
 
 from __future__ import annotations
@@ -15,6 +23,8 @@ HEAD_SIZES = (16, 32, 48, 64, 96, 128, 256)  # what attention.cpp is compiled fo
 
 _lib = torch.library.Library("edgespec", "DEF")
 _lib.define("attention(Tensor q, Tensor k_cache, Tensor v_cache, SymInt start_pos, Tensor? mask=None) -> Tensor")
+_lib.define("block_linear(Tensor x, Tensor weight, int format, int out_features) -> Tensor")
+_lib.define("block_linear.out(Tensor x, Tensor weight, int format, int out_features, *, Tensor(a!) out) -> Tensor(a!)")
 _lib.define("attention.out(Tensor q, Tensor k_cache, Tensor v_cache, SymInt start_pos, Tensor? mask=None, *, Tensor(a!) out) -> Tensor(a!)")
 
 
@@ -52,3 +62,69 @@ def _attention_fake(q, k_cache, v_cache, start_pos, mask=None):
 @torch.library.register_fake("edgespec::attention.out")
 def _attention_out_fake(q, k_cache, v_cache, start_pos, mask=None, *, out):
     return out
+
+
+def _block_linear_eager(x, weight, format, out_features):
+    from edgespec.kernels.block_linear import FORMAT_IDS, reference_block_linear, unpack
+
+    name = {v: k for k, v in FORMAT_IDS.items()}[format]
+    return reference_block_linear(x, unpack(weight, name, out_features, x.shape[-1]))
+
+
+@torch.library.impl(_lib, "block_linear", "CompositeExplicitAutograd")
+def _block_linear(x, weight, format, out_features):
+    return _block_linear_eager(x, weight, format, out_features)
+
+
+@torch.library.impl(_lib, "block_linear.out", "CompositeExplicitAutograd")
+def _block_linear_out(x, weight, format, out_features, *, out):
+    out.copy_(_block_linear_eager(x, weight, format, out_features))
+    return out
+
+
+@torch.library.register_fake("edgespec::block_linear")
+def _block_linear_fake(x, weight, format, out_features):
+    return x.new_empty((*x.shape[:-1], out_features))
+
+
+@torch.library.register_fake("edgespec::block_linear.out")
+def _block_linear_out_fake(x, weight, format, out_features, *, out):
+    return out
+
+
+_lib.define("rms_norm(Tensor x, Tensor weight, float eps) -> Tensor")
+_lib.define("rms_norm.out(Tensor x, Tensor weight, float eps, *, Tensor(a!) out) -> Tensor(a!)")
+_lib.define("rope(Tensor x, Tensor cos, Tensor sin) -> Tensor")
+_lib.define("rope.out(Tensor x, Tensor cos, Tensor sin, *, Tensor(a!) out) -> Tensor(a!)")
+_lib.define("silu_mul(Tensor a, Tensor b) -> Tensor")
+_lib.define("silu_mul.out(Tensor a, Tensor b, *, Tensor(a!) out) -> Tensor(a!)")
+
+
+def reference_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
+
+
+def reference_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    x0, x1 = x[..., 0::2], x[..., 1::2]
+    swapped = torch.stack([-x1, x0], -1).flatten(-2)
+    return x * cos[None, :, None] + swapped * sin[None, :, None]
+
+
+def reference_silu_mul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.silu(a) * b
+
+
+def _glue(name: str, ref) -> None:
+    torch.library.impl(_lib, name, "CompositeExplicitAutograd")(ref)
+
+    def out_variant(*args, out):
+        out.copy_(ref(*args))
+        return out
+
+    torch.library.impl(_lib, f"{name}.out", "CompositeExplicitAutograd")(out_variant)
+    torch.library.register_fake(f"edgespec::{name}")(lambda x, *rest: torch.empty_like(x))
+    torch.library.register_fake(f"edgespec::{name}.out")(lambda *args, out: out)
+
+
+for _name, _ref in (("rms_norm", reference_rms_norm), ("rope", reference_rope), ("silu_mul", reference_silu_mul)):
+    _glue(_name, _ref)

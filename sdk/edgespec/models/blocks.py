@@ -6,11 +6,17 @@ input dimension, with integer codes centred on zero:
     Q4_0  w = d (q - 8)                q in 0..15    code = q - 8, scale = d, no offset
     Q4_1  w = d q + m = d (q - 8) + (m + 8 d)        code = q - 8, scale = d, offset = m + 8 d
     Q8_0  w = d q                      q in -127..127 code = q,    scale = d, no offset
+    Q4_K  per sub-block j of 32 in a super-block of 256: w = (d sc_j) q - (dmin m_j),
+          q in 0..15, sc_j and m_j 6-bit: Q4_1's form with scale d sc_j and min -dmin m_j
+          (each product exact in fp32)
+    Q6_K  per sub-block j of 16: w = (d sc_j) (q - 32), q 6-bit, sc_j int8: code q - 32 with a
+          scale per 16 (`scale_block` 16; edgespec's block kernel computes it as it is)
 
 A symmetric 4-bit code with one scale per block is exactly XNNPACK's blockwise int4 weight
 (qb4w), so Q4_0 and the first term of Q4_1 go into a program without a second rounding; the
 Q4_1 offset is a per-block constant times the sum of the block's activations
-(`edgespec.quant`). Other GGUF types have no such form here (`BLOCK_FORMATS`): their weights
+(`edgespec.quant`); edgespec's block kernel computes Q4_1 and Q4_K from `mins`, the
+per-block minimum itself. Other GGUF types have no such form here (`BLOCK_FORMATS`): their weights
 are dequantized and, if the recipe quantizes, rounded again.
 """
 
@@ -21,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-BLOCK = 32  # elements per block in Q4_0, Q4_1 and Q8_0
+from edgespec.kernels.block_linear import BLOCK  # elements per block of a code scale (Q4_0, Q4_1, Q8_0; Q4_K sub-blocks)
 
 
 @dataclass(frozen=True)
@@ -29,17 +35,21 @@ class BlockWeights:
     """One weight matrix [out, in] in blocks of `BLOCK` along `in`.
 
     codes int8 [out, in] (-8..7 for 4-bit formats, -127..127 for Q8_0); scales, offsets fp32
-    [out, in / BLOCK] (offsets None when the format has none). `dequantize()` is the weight."""
+    [out, in / BLOCK] (offsets None when the format has none); mins: for 4-bit formats with a
+    min (Q4_1, Q4_K) the file's own, w = scale (code + 8) + mins, exact where `offsets` (their
+    sum with 8 scale) may have rounded. `dequantize()` is the weight."""
 
     format: str
     bits: int
     codes: torch.Tensor
     scales: torch.Tensor
     offsets: torch.Tensor | None = None
+    mins: torch.Tensor | None = None
+    scale_block: int = BLOCK  # elements per scale: 16 for Q6_K
 
     def dequantize(self) -> torch.Tensor:
         out, n = self.codes.shape
-        w = self.codes.float().view(out, n // BLOCK, BLOCK) * self.scales[..., None]
+        w = self.codes.float().view(out, n // self.scale_block, self.scale_block) * self.scales[..., None]
         if self.offsets is not None:
             w = w + self.offsets[..., None]
         return w.view(out, n)
@@ -52,38 +62,84 @@ def _nibbles(qs: np.ndarray) -> np.ndarray:
 
 def _q4_0(blocks: np.ndarray):
     d = blocks[:, :2].copy().view(np.float16).astype(np.float32)
-    return _nibbles(blocks[:, 2:]).astype(np.int8) - 8, d, None
+    return _nibbles(blocks[:, 2:]).astype(np.int8) - 8, d, None, None
 
 
 def _q4_1(blocks: np.ndarray):
     d = blocks[:, :2].copy().view(np.float16).astype(np.float32)
     m = blocks[:, 2:4].copy().view(np.float16).astype(np.float32)
-    return _nibbles(blocks[:, 4:]).astype(np.int8) - 8, d, m + 8.0 * d  # exact in fp32 (two fp16 terms)
+    return _nibbles(blocks[:, 4:]).astype(np.int8) - 8, d, m + 8.0 * d, m
+
+
+def _q4_k(blocks: np.ndarray):
+    """[n, 144] super-blocks (d, dmin fp16; 12 bytes of 6-bit scales and mins; 128 bytes of
+    nibbles: bytes 32c..32c+31 hold sub-block 2c in their low nibbles, 2c+1 in the high ones)
+    -> per sub-block of 32: codes [8n, 32], scale, offset, min."""
+    n = blocks.shape[0]
+    d = blocks[:, 0:2].copy().view(np.float16).astype(np.float32)  # [n, 1]
+    dmin = blocks[:, 2:4].copy().view(np.float16).astype(np.float32)
+    sc = blocks[:, 4:16].astype(np.uint8)
+    scale = np.empty((n, 8), np.uint8)
+    mn = np.empty((n, 8), np.uint8)
+    scale[:, :4], mn[:, :4] = sc[:, 0:4] & 63, sc[:, 4:8] & 63
+    scale[:, 4:] = (sc[:, 8:12] & 0x0F) | ((sc[:, 0:4] >> 6) << 4)
+    mn[:, 4:] = (sc[:, 8:12] >> 4) | ((sc[:, 4:8] >> 6) << 4)
+    qs = blocks[:, 16:].reshape(n, 4, 32)
+    q = np.stack([qs & 0x0F, qs >> 4], axis=2).reshape(n * 8, 32)  # sub-blocks 2c, 2c+1
+    s = (d * scale.astype(np.float32)).reshape(-1)
+    m = -(dmin * mn.astype(np.float32)).reshape(-1)
+    return q.astype(np.int8) - 8, s, m + 8.0 * s, m
 
 
 def _q8_0(blocks: np.ndarray):
     d = blocks[:, :2].copy().view(np.float16).astype(np.float32)
-    return blocks[:, 2:].copy().view(np.int8), d, None
+    return blocks[:, 2:].copy().view(np.int8), d, None, None
 
 
-# GGUF type name -> (bits of a code, bytes per block, parser of [n_blocks, bytes] -> codes, d, offset)
-BLOCK_FORMATS = {"Q4_0": (4, 18, _q4_0), "Q4_1": (4, 20, _q4_1), "Q8_0": (8, 34, _q8_0)}
+def _q6_k(blocks: np.ndarray):
+    """[n, 210] super-blocks (low 4 bits ql[128], high 2 bits qh[64], int8 scales[16], d fp16)
+    -> per sub-block of 16: codes q - 32 [16n, 16] and scale d * sc."""
+    n = blocks.shape[0]
+    ql, qh = blocks[:, :128].reshape(n, 2, 64), blocks[:, 128:192].reshape(n, 2, 32)
+    sc = blocks[:, 192:208].view(np.int8).astype(np.float32)
+    d = blocks[:, 208:210].copy().view(np.float16).astype(np.float32)
+    lo = np.stack([ql[:, :, :32] & 0x0F, ql[:, :, 32:] & 0x0F, ql[:, :, :32] >> 4, ql[:, :, 32:] >> 4], 2)  # [n, 2, 4, 32]
+    hi = np.stack([(qh >> s) & 3 for s in (0, 2, 4, 6)], 2)
+    q = (lo | (hi << 4)).astype(np.int8) - 32  # element 128h + 32k + l
+    return q.reshape(n * 16, 16), (d * sc).reshape(-1), None, None
+
+
+# GGUF type name -> (bits of a code, elements and bytes per file block, parser of
+# [n_file_blocks, bytes] -> codes [n_blocks, 32], scale, offset, min per block of 32)
+BLOCK_FORMATS = {
+    "Q4_0": (4, 32, 18, _q4_0),
+    "Q4_1": (4, 32, 20, _q4_1),
+    "Q8_0": (8, 32, 34, _q8_0),
+    "Q4_K": (4, 256, 144, _q4_k),
+    "Q6_K": (6, 256, 210, _q6_k),
+}
 
 
 def read_blocks(format: str, raw: np.ndarray, shape: tuple[int, int]) -> BlockWeights:
     """Parse the raw bytes of one GGUF tensor (`GGUFReader` tensor data, [out, row bytes])
     of type `format` (a key of `BLOCK_FORMATS`) and shape [out, in]."""
-    bits, nbytes, parse = BLOCK_FORMATS[format]
+    bits, per_block, nbytes, parse = BLOCK_FORMATS[format]
     out, n = shape
-    if n % BLOCK:
-        raise ValueError(f"a {format} row of {n} elements is not whole blocks of {BLOCK}")
-    blocks = np.ascontiguousarray(raw, dtype=np.uint8).reshape(out * n // BLOCK, nbytes)
-    codes, d, off = parse(blocks)
-    g = n // BLOCK
+    if n % per_block:
+        raise ValueError(f"a {format} row of {n} elements is not whole blocks of {per_block}")
+    blocks = np.ascontiguousarray(raw, dtype=np.uint8).reshape(out * n // per_block, nbytes)
+    codes, d, off, mins = parse(blocks)
+    scale_block = 16 if format == "Q6_K" else BLOCK
+
+    def per_row(a):
+        return None if a is None else torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32).reshape(out, -1))
+
     return BlockWeights(
         format=format,
         bits=bits,
         codes=torch.from_numpy(np.ascontiguousarray(codes).reshape(out, n)),
-        scales=torch.from_numpy(d.reshape(out, g).copy()),
-        offsets=None if off is None else torch.from_numpy(off.reshape(out, g).copy()),
+        scales=per_row(d),
+        offsets=per_row(off),
+        mins=per_row(mins),
+        scale_block=scale_block,
     )

@@ -93,11 +93,13 @@ def load_gguf(path: str | Path, max_seq_len: int) -> ModelSource:
 
     state: dict[str, torch.Tensor] = {}
     blocks: dict[str, BlockWeights] = {}
+    file_types: dict[str, str] = {}
     for t in reader.tensors:
         name = _meta_name(t.name)
         if name is None:
             continue
         shape = tuple(int(s) for s in reversed(t.shape))  # GGUF lists dims innermost-first
+        file_types[name] = t.tensor_type.name
         if t.tensor_type.name in BLOCK_FORMATS and len(shape) == 2:
             blocks[name] = read_blocks(t.tensor_type.name, t.data, shape)
             state[name] = blocks[name].dequantize()
@@ -106,6 +108,7 @@ def load_gguf(path: str | Path, max_seq_len: int) -> ModelSource:
             state[name] = torch.from_numpy(np.ascontiguousarray(w.reshape(shape)))
     if args.tie_embeddings:
         state["output.weight"] = state["tok_embeddings.weight"]
+        file_types["output.weight"] = file_types["tok_embeddings.weight"]
         if "tok_embeddings.weight" in blocks:
             blocks["output.weight"] = blocks["tok_embeddings.weight"]
 
@@ -129,4 +132,5 @@ def load_gguf(path: str | Path, max_seq_len: int) -> ModelSource:
         eos_ids=eos_ids,
         add_bos=bool(_field(reader, "tokenizer.ggml.add_bos_token", False)),
         blocks=blocks,
+        file_types=file_types,
     )

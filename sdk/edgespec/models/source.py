@@ -18,6 +18,8 @@ class ModelSource:
     interleaved-pair RoPE layout. tokenizer_json is a complete `tokenizer.json` text.
     blocks: the weights a block-quantized file stores, by the same names, as the file's own
     codes and scales (empty for fp32/bf16 sources); `state_dict` holds them dequantized.
+    file_types: the storage type of every weight of a GGUF file by the same names ("Q6_K",
+    "F32", ...), so what quantization rounds again can be reported by its source type.
     """
 
     name: str
@@ -29,3 +31,4 @@ class ModelSource:
     eos_ids: tuple[int, ...]
     add_bos: bool = False
     blocks: dict[str, BlockWeights] = field(default_factory=dict)
+    file_types: dict[str, str] = field(default_factory=dict)

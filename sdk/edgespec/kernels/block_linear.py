@@ -1,0 +1,197 @@
+"""Linear layers over GGUF-style weight blocks: the packed weights edgespec's kernel streams
+(`block_linear.h`), their eager reference, and `BlockLinear`, the module a quantized model
+holds.
+
+    y[i, n] = sum_g  (d_w[n,g] d_x[i,g]) dot(q_w[n,g], q_x[i,g]) + m_w[n,g] s_x[i,g]
+
+over blocks g of 32 input channels in ascending order, the activations quantized once per
+call to int8 per block of 32 (llama.cpp's q8_1: d_x = amax/127, q_x = round-half-even(x/d_x),
+s_x = d_x sum q_x). Weight formats (`BlockCodes.format`):
+
+    U4H  w = d q + m, q in 0..15, d and m fp16     Q4_0 (m = -8 d), Q4_1
+    U4F  the same with fp32 d and m                 Q4_K sub-blocks, 4-bit roundings made here
+    S8H  w = d q, q in -128..127, d fp16           Q8_0
+    S8F  w = d q with an fp32 d per 16              Q6_K (q - 32, d = the super-block's d x sc)
+
+`reference_block_linear` evaluates the kernel's float operations in the kernel's order (the
+integer dots are exact in fp32), so eager code computes the program's bits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+BLOCK = 32
+TILE_ROWS = 8
+FORMAT_IDS = {"U4H": 1, "U4F": 2, "S8H": 3, "S8F": 4}  # block_linear.h's Format
+TILE_BYTES = {"U4H": 160, "U4F": 192, "S8H": 272, "S8F": 320}
+_U4_SLOT_ROW = (0, 4, 1, 5, 2, 6, 3, 7)  # the row in each 16-byte code slot of a 4-bit tile (block_linear.h)
+_U4_ROW_SLOT = tuple(_U4_SLOT_ROW.index(r) for r in range(TILE_ROWS))
+
+
+@dataclass(frozen=True)
+class BlockCodes:
+    """One weight matrix [out, in] in the kernel's terms: codes int8 [out, in] (0..15 for U4*,
+    -128..127 for S8*), d and m fp32 [out, in / 32] (m None for S8*; S8F's d is [out, in / 16])."""
+
+    format: str
+    codes: torch.Tensor
+    d: torch.Tensor
+    m: torch.Tensor | None = None
+
+    def __post_init__(self) -> None:
+        if self.format not in FORMAT_IDS:
+            raise ValueError(f"unknown block format {self.format!r}; one of {sorted(FORMAT_IDS)}")
+        out, n = self.codes.shape
+        if n % BLOCK:
+            raise ValueError(f"a row of {n} input channels is not whole blocks of {BLOCK}")
+        s8 = self.format.startswith("S8")
+        if (self.m is None) != s8:
+            raise ValueError(f"{self.format} {'has no' if s8 else 'needs a'} per-block min")
+        if self.format == "U4H" and not (_fp16_exact(self.d) and _fp16_exact(self.m)):
+            raise ValueError("U4H scales must be fp16 values; use U4F")
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return tuple(self.codes.shape)
+
+    @property
+    def scale_block(self) -> int:
+        return BLOCK // 2 if self.format == "S8F" else BLOCK
+
+    def dequantize(self) -> torch.Tensor:
+        out, n = self.codes.shape
+        if self.format == "S8F":
+            return (self.codes.float().view(out, -1, BLOCK // 2) * self.d[..., None]).view(out, n)
+        w = self.codes.float().view(out, n // BLOCK, BLOCK) * self.d[..., None]
+        if self.m is not None:
+            w = w + self.m[..., None]
+        return w.view(out, n)
+
+
+def _fp16_exact(t: torch.Tensor) -> bool:
+    return bool((t.half().float() == t).all())
+
+
+def pack(blocks: BlockCodes) -> torch.Tensor:
+    """The kernel's layout (block_linear.h): uint8 [ceil(out/8) * in/32 * tile bytes]."""
+    out, n = blocks.shape
+    g = n // BLOCK
+    nt = -(-out // TILE_ROWS)
+    pad = nt * TILE_ROWS - out
+
+    def tiles(a: np.ndarray) -> np.ndarray:  # [out, g, ...] -> [nt, g, 8, ...], zero-padded rows
+        a = np.concatenate([a, np.zeros((pad, *a.shape[1:]), a.dtype)]) if pad else a
+        return np.ascontiguousarray(a.reshape(nt, TILE_ROWS, *a.shape[1:]).swapaxes(1, 2))
+
+    codes = tiles(blocks.codes.numpy().reshape(out, g, BLOCK))
+    scales = (blocks.d, blocks.m)
+    if blocks.format == "S8F":  # the scales of each block's two halves, one after the other
+        scales = (blocks.d[:, 0::2].contiguous(), blocks.d[:, 1::2].contiguous())
+    if blocks.format.startswith("S8"):
+        code_bytes = codes.view(np.uint8).reshape(nt, g, TILE_ROWS * BLOCK)
+    else:
+        c = codes[:, :, list(_U4_SLOT_ROW)].astype(np.uint8)
+        code_bytes = (c[..., :16] | (c[..., 16:] << 4)).reshape(nt, g, 16 * TILE_ROWS)
+    scale_dtype = np.float32 if blocks.format in ("U4F", "S8F") else np.float16
+    parts = [code_bytes] + [tiles(t.numpy().astype(scale_dtype)).view(np.uint8).reshape(nt, g, -1) for t in scales if t is not None]
+    return torch.from_numpy(np.ascontiguousarray(np.concatenate(parts, axis=2)).reshape(-1))
+
+
+def unpack(packed: torch.Tensor, format: str, out: int, n: int) -> BlockCodes:
+    """`pack`'s inverse."""
+    g, nt, tb = n // BLOCK, -(-out // TILE_ROWS), TILE_BYTES[format]
+    t = np.ascontiguousarray(packed.numpy().reshape(nt, g, tb))
+    R = TILE_ROWS
+    if format == "S8H":
+        cb = R * BLOCK
+        codes = t[..., :cb].view(np.int8).reshape(nt, g, R, BLOCK)
+        scales = [t[..., cb : cb + 2 * R].view(np.float16)]
+    elif format == "S8F":
+        cb = R * BLOCK
+        codes = t[..., :cb].view(np.int8).reshape(nt, g, R, BLOCK)
+        scales = [t[..., cb : cb + 4 * R].view(np.float32), t[..., cb + 4 * R : cb + 8 * R].view(np.float32)]
+    else:
+        cb = 16 * R
+        b = t[..., :cb].reshape(nt, g, R, 16)
+        slots = np.concatenate([b & 0x0F, b >> 4], axis=-1).astype(np.int8)
+        codes = slots[:, :, list(_U4_ROW_SLOT)]
+        dt = np.float32 if format == "U4F" else np.float16
+        w = np.dtype(dt).itemsize * R
+        scales = [t[..., cb : cb + w].view(dt), t[..., cb + w : cb + 2 * w].view(dt)]
+
+    def rows(a: np.ndarray) -> torch.Tensor:  # [nt, g, 8, ...] -> [out, g, ...]
+        return torch.from_numpy(np.ascontiguousarray(a.swapaxes(1, 2).reshape(nt * TILE_ROWS, g, *a.shape[3:])[:out]))
+
+    d, m = [rows(s.reshape(nt, g, R)).float() for s in scales] + [None] * (2 - len(scales))
+    if format == "S8F":  # halves back in element order
+        d, m = torch.stack([d, m], -1).reshape(out, 2 * g), None
+    return BlockCodes(format, rows(codes).reshape(out, n), d, m)
+
+
+def quantize_activations(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """x [M, K] -> codes (integer-valued fp32) [M, G, 32], d [M, G], s = d * sum(codes) [M, G]:
+    block_linear.h's `quantize_rows`, operation for operation."""
+    xb = x.float().reshape(x.shape[0], -1, BLOCK)
+    d = xb.abs().amax(-1) / 127.0
+    inv = torch.where(d > 0, 1.0 / torch.where(d > 0, d, torch.ones_like(d)), torch.zeros_like(d))
+    q = torch.round(xb * inv[..., None]).clamp(-127, 127)
+    return q, d, d * q.sum(-1)
+
+
+def reference_block_linear(x: torch.Tensor, blocks: BlockCodes, rows_per_pass: int = 64) -> torch.Tensor:
+    """What the kernel computes, bit for bit: x [..., K] -> [..., N] fp32. Each block's term
+    is formed elementwise for all blocks at once; only the sum over blocks runs block by
+    block, in the kernel's order (`rows_per_pass` activation rows at a time bound the memory)."""
+    out, n = blocks.shape
+    lead = x.shape[:-1]
+    q, dx, sx = quantize_activations(x.reshape(-1, n))
+    half, G = BLOCK // 2, n // BLOCK  # the kernel's integer dots are per half block (S8F scales each half)
+    w = blocks.codes.float().view(out, 2 * G, half)
+    d = blocks.d.t()  # [G or 2G, N]
+    rows = []
+    for i in range(0, q.shape[0], rows_per_pass):
+        qi, dxi, sxi = q[i : i + rows_per_pass], dx[i : i + rows_per_pass], sx[i : i + rows_per_pass]
+        dots = torch.einsum("mgj,ngj->gmn", qi.reshape(qi.shape[0], 2 * G, half), w)  # integers below 2^24: exact
+        lo, hi = dots[0::2], dots[1::2]  # [G, m, N]
+        if blocks.format == "S8F":
+            t = (d[0::2, None, :] * dxi.t()[:, :, None]) * lo + (d[1::2, None, :] * dxi.t()[:, :, None]) * hi
+        else:
+            t = (d[:, None, :] * dxi.t()[:, :, None]) * (lo + hi)
+            if blocks.m is not None:
+                t = t + blocks.m.t()[:, None, :] * sxi.t()[:, :, None]
+        acc = torch.zeros(qi.shape[0], out)
+        for g in range(G):
+            acc = acc + t[g]
+        rows.append(acc)
+    return torch.cat(rows).view(*lead, out)
+
+
+class BlockLinear(nn.Module):
+    """A bias-free linear over packed weight blocks. Eager calls run the reference (same
+    bits as the kernel); inside `kernel_ops` (export) it is the op `edgespec::block_linear`,
+    whose weight is the packed buffer stored in the program."""
+
+    def __init__(self, blocks: BlockCodes):
+        super().__init__()
+        self.out_features, self.in_features = blocks.shape
+        self.format = blocks.format
+        self.register_buffer("packed", pack(blocks))
+        self._blocks = blocks  # unpacked, for eager calls
+        self.use_kernel = False
+
+    @property
+    def blocks(self) -> BlockCodes:
+        return self._blocks
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.use_kernel:  # the op's schema: edgespec.kernels.ops (imported by `executorch_ops`)
+            return torch.ops.edgespec.block_linear(x, self.packed, FORMAT_IDS[self.format], self.out_features)
+        return reference_block_linear(x, self._blocks)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, format={self.format}"

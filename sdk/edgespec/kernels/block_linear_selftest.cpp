@@ -1,0 +1,102 @@
+// Self-test of block_linear.h with no ExecuTorch: on random tiles of every format, the path
+// this CPU dispatches to gives the portable path's bits, and a row's result does not depend
+// on how many rows the call carries (M = 1..8, and 70 for the prefill chunks) or on how the
+// tile rows are split among threads. Built and run by tests/test_block_linear.py, natively
+// and cross-compiled for aarch64 under qemu. Prints the path tested; exit 1 on a mismatch.
+
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "block_linear.h"
+
+namespace B = edgespec::blocks;
+
+namespace {
+
+uint16_t float_to_half(float f) {  // inputs are normal fp16 values by construction
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
+  const uint32_t sign = (b >> 16) & 0x8000u;
+  const int32_t exp = static_cast<int32_t>((b >> 23) & 0xff) - 127 + 15;
+  return static_cast<uint16_t>(sign | (static_cast<uint32_t>(exp) << 10) | ((b >> 13) & 0x3ffu));
+}
+
+std::vector<uint8_t> random_tiles(int64_t format, int64_t nt, int64_t g, std::mt19937& rng) {
+  const int64_t tb = B::tile_bytes(format);
+  std::vector<uint8_t> w(nt * g * tb);
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_real_distribution<float> mag(0.5f, 2.f);
+  std::uniform_int_distribution<int> e(-12, -2);
+  for (int64_t t = 0; t < nt * g; ++t) {
+    uint8_t* p = w.data() + t * tb;
+    const int64_t cb = B::code_bytes(format);
+    for (int64_t j = 0; j < cb; ++j) p[j] = static_cast<uint8_t>(byte(rng));
+    for (int r = 0; r < 8; ++r) {
+      const float dv = std::ldexp(mag(rng), e(rng)), mv = -std::ldexp(mag(rng), e(rng) + 3);
+      if (format == B::kU4F || format == B::kS8F) {
+        const float dd = dv * 1.0001f;  // not an fp16 value
+        const float mm = format == B::kS8F ? dv * 0.37f : mv;  // S8F: the second half's scale
+        std::memcpy(p + cb + 4 * r, &dd, 4);
+        std::memcpy(p + cb + 32 + 4 * r, &mm, 4);
+      } else {
+        const uint16_t hd = float_to_half(dv), hm = float_to_half(mv);
+        std::memcpy(p + cb + 2 * r, &hd, 2);
+        if (format == B::kU4H) std::memcpy(p + cb + 16 + 2 * r, &hm, 2);
+      }
+    }
+  }
+  return w;
+}
+
+// out [m, n] for rows x [m, k] through `path`, the tile rows split at `split`
+std::vector<float> run(B::Path path, int64_t format, const std::vector<uint8_t>& w, const float* x, int64_t m, int64_t k, int64_t n, int64_t split) {
+  const int64_t g = k / B::kBlock, nt = (n + B::kTileRows - 1) / B::kTileRows;
+  std::vector<int8_t> q(m * k);
+  std::vector<float> d(m * g), s(m * g), out(m * n, -1.f);
+  B::quantize_rows(x, m, k, q.data(), d.data(), s.data());
+  const B::QuantizedRows rows{q.data(), d.data(), s.data(), k, g};
+  B::linear_tile_rows(path, format, w.data(), rows, m, n, 0, split, out.data());
+  B::linear_tile_rows(path, format, w.data(), rows, m, n, split, nt, out.data());
+  return out;
+}
+
+}  // namespace
+
+int main() {
+  std::mt19937 rng(1234);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  const B::Path best = B::best_path();
+  int failures = 0;
+  for (int64_t format : {B::kU4H, B::kU4F, B::kS8H, B::kS8F}) {
+    for (int64_t k : {32, 96, 576}) {
+      const int64_t n = 45, nt = (n + B::kTileRows - 1) / B::kTileRows;  // a padded last tile
+      const auto w = random_tiles(format, nt, k / B::kBlock, rng);
+      const int64_t max_m = 70;
+      std::vector<float> x(max_m * k);
+      for (auto& v : x) v = normal(rng) * (rng() % 5 == 0 ? 8.f : 1.f);
+      for (int j = 0; j < 16; ++j) x[j] = 0.f;  // an all-zero half block (d = 0)
+      const std::vector<float> alone = [&] {
+        std::vector<float> a(max_m * n);
+        for (int64_t i = 0; i < max_m; ++i) {
+          const auto r = run(B::Path::kPortable, format, w, x.data() + i * k, 1, k, n, nt);
+          std::memcpy(a.data() + i * n, r.data(), n * sizeof(float));
+        }
+        return a;
+      }();
+      for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 70}) {
+        for (B::Path path : {B::Path::kPortable, best}) {
+          const auto got = run(path, format, w, x.data(), m, k, n, nt / 2);
+          if (std::memcmp(got.data(), alone.data(), m * n * sizeof(float)) != 0) {
+            std::printf("MISMATCH format=%lld k=%lld m=%lld path=%s\n", static_cast<long long>(format), static_cast<long long>(k),
+                        static_cast<long long>(m), B::path_name(path));
+            ++failures;
+          }
+        }
+      }
+    }
+  }
+  std::printf("%s %s\n", failures ? "FAILED" : "ok", B::path_name(best));
+  return failures ? 1 : 0;
+}

@@ -1,0 +1,110 @@
+// The small ops between the linear layers of a block-kernel program (`quant.kernel: edgespec`),
+// fused so a layer's glue is a handful of op calls instead of XNNPACK delegate segments
+// (each delegate call costs ~9 us on this CPU: more than the arithmetic it does).
+// Schemas and eager references in edgespec/kernels/ops.py.
+//
+//   rms_norm(x [..., D], weight [D], eps) = x * (1 / sqrt(mean(x^2) + eps)) * weight
+//   rope(x [B, T, H, D], cos [T, D], sin [T, D]): interleaved pairs (x0, x1) of each head
+//       -> (x0 cos - x1 sin, x1 cos + x0 sin)         (edgespec.models.llama.apply_rope)
+//   silu_mul(a, b) = a * sigmoid(a) * b               (SwiGLU's gate; vec8.h's exp)
+// Every op is per row (and per element but for rms_norm's sum, reduced in a fixed order), so
+// a row's result does not depend on how many rows a call carries.
+
+#include <cmath>
+#include <cstdint>
+
+#include <executorch/extension/kernel_util/make_boxed_from_unboxed_functor.h>
+#include <executorch/runtime/kernel/kernel_includes.h>
+
+#include "vec8.h"
+
+namespace edgespec {
+namespace {
+
+using executorch::aten::ScalarType;
+using executorch::aten::Tensor;
+using executorch::runtime::KernelRuntimeContext;
+
+bool resize_like(const Tensor& x, Tensor& out) { return executorch::runtime::resize_tensor(out, x.sizes()) == executorch::runtime::Error::Ok; }
+
+Tensor& rms_norm_out(KernelRuntimeContext& ctx, const Tensor& x, const Tensor& weight, double eps, Tensor& out) {
+  ET_KERNEL_CHECK_MSG(ctx, x.scalar_type() == ScalarType::Float && weight.scalar_type() == ScalarType::Float && x.dim() >= 1, InvalidArgument,
+                      out, "edgespec::rms_norm: fp32 x [..., D] and weight [D]");
+  const int64_t D = x.size(x.dim() - 1);
+  ET_KERNEL_CHECK_MSG(ctx, weight.numel() == D, InvalidArgument, out, "edgespec::rms_norm: weight must have D elements");
+  ET_KERNEL_CHECK(ctx, resize_like(x, out), InvalidArgument, out);
+  const float* xd = x.const_data_ptr<float>();
+  const float* w = weight.const_data_ptr<float>();
+  float* o = out.mutable_data_ptr<float>();
+  const float e = static_cast<float>(eps);
+  for (int64_t r = 0, rows = x.numel() / D; r < rows; ++r) {
+    const float* xr = xd + r * D;
+    float lanes[8] = {};  // element i in lane i % 8, the lanes summed in a fixed tree
+    for (int64_t i = 0; i < D; ++i) lanes[i % 8] += xr[i] * xr[i];
+    const float sum = ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6])) + ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]));
+    const float inv = 1.0f / std::sqrt(sum / static_cast<float>(D) + e);
+    for (int64_t i = 0; i < D; ++i) o[r * D + i] = (xr[i] * inv) * w[i];
+  }
+  return out;
+}
+
+Tensor& rope_out(KernelRuntimeContext& ctx, const Tensor& x, const Tensor& cos, const Tensor& sin, Tensor& out) {
+  ET_KERNEL_CHECK_MSG(ctx, x.scalar_type() == ScalarType::Float && x.dim() == 4 && cos.dim() == 2 && sin.dim() == 2, InvalidArgument, out,
+                      "edgespec::rope: fp32 x [B, T, H, D], cos and sin [T, D]");
+  const int64_t B = x.size(0), T = x.size(1), H = x.size(2), D = x.size(3);
+  ET_KERNEL_CHECK_MSG(ctx, D % 2 == 0 && cos.size(0) == T && cos.size(1) == D && sin.size(0) == T && sin.size(1) == D, InvalidArgument, out,
+                      "edgespec::rope: cos and sin must be [T, D] with D even");
+  ET_KERNEL_CHECK(ctx, resize_like(x, out), InvalidArgument, out);
+  const float* xd = x.const_data_ptr<float>();
+  const float* c = cos.const_data_ptr<float>();
+  const float* s = sin.const_data_ptr<float>();
+  float* o = out.mutable_data_ptr<float>();
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t h = 0; h < H; ++h) {
+        const int64_t base = ((b * T + t) * H + h) * D;
+        const float* ct = c + t * D;
+        const float* st = s + t * D;
+        for (int64_t i = 0; i < D; i += 2) {
+          const float x0 = xd[base + i], x1 = xd[base + i + 1];
+          o[base + i] = x0 * ct[i] + (-x1) * st[i];
+          o[base + i + 1] = x1 * ct[i + 1] + x0 * st[i + 1];
+        }
+      }
+  return out;
+}
+
+Tensor& silu_mul_out(KernelRuntimeContext& ctx, const Tensor& a, const Tensor& b, Tensor& out) {
+  ET_KERNEL_CHECK_MSG(ctx, a.scalar_type() == ScalarType::Float && b.scalar_type() == ScalarType::Float && a.numel() == b.numel(),
+                      InvalidArgument, out, "edgespec::silu_mul: fp32 a and b of one shape");
+  ET_KERNEL_CHECK(ctx, resize_like(a, out), InvalidArgument, out);
+  const float* ad = a.const_data_ptr<float>();
+  const float* bd = b.const_data_ptr<float>();
+  float* o = out.mutable_data_ptr<float>();
+  // sigmoid(a) from e = exp(-|a|) <= 1: 1 / (1 + e) for a >= 0, e / (1 + e) below
+  using namespace edgespec::vec;
+  const int64_t n = a.numel();
+  int64_t i = 0;
+  auto eight = [&](const float* pa, const float* pb, float* po) {
+    const v8f x = load8(pa);
+    const v8f e = exp_nonpositive(x < splat(0.f) ? x : -x);
+    const v8f den = splat(1.f) + e;
+    const v8f sig = x < splat(0.f) ? e / den : splat(1.f) / den;
+    store8(po, x * sig * load8(pb));
+  };
+  for (; i + kLanes <= n; i += kLanes) eight(ad + i, bd + i, o + i);
+  if (i < n) {  // the tail through the same lanes
+    float ta[kLanes] = {}, tb[kLanes] = {}, to[kLanes];
+    for (int64_t j = i; j < n; ++j) ta[j - i] = ad[j], tb[j - i] = bd[j];
+    eight(ta, tb, to);
+    for (int64_t j = i; j < n; ++j) o[j] = to[j - i];
+  }
+  return out;
+}
+
+}  // namespace
+}  // namespace edgespec
+
+EXECUTORCH_LIBRARY(edgespec, "rms_norm.out", edgespec::rms_norm_out);
+EXECUTORCH_LIBRARY(edgespec, "rope.out", edgespec::rope_out);
+EXECUTORCH_LIBRARY(edgespec, "silu_mul.out", edgespec::silu_mul_out);

@@ -1,0 +1,284 @@
+"""edgespec's linear kernel over GGUF-style blocks (`quant.kernel: edgespec`): the packed
+layout, carrying a file's blocks exactly, the kernel's paths against each other (natively
+and, cross-compiled, on aarch64 under qemu), and the op in real ExecuTorch programs bitwise
+equal to its eager reference for every format and every row count."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from edgespec.kernels.block_linear import BLOCK, BlockCodes, BlockLinear, pack, reference_block_linear, unpack
+
+KERNELS = Path(__file__).resolve().parent.parent / "sdk" / "edgespec" / "kernels"
+
+
+def _codes(fmt: str, out: int, n: int, seed: int = 0) -> BlockCodes:
+    g = torch.Generator().manual_seed(seed)
+    G = n // BLOCK
+    if fmt.startswith("S8"):
+        d = torch.rand(out, G if fmt == "S8H" else 2 * G, generator=g) * 0.01
+        return BlockCodes(fmt, torch.randint(-128, 128, (out, n), generator=g, dtype=torch.int8), d.half().float() if fmt == "S8H" else d)
+    d, m = torch.rand(out, G, generator=g) * 0.05, -torch.rand(out, G, generator=g) * 0.4
+    if fmt == "U4H":
+        d, m = d.half().float(), m.half().float()
+    return BlockCodes(fmt, torch.randint(0, 16, (out, n), generator=g, dtype=torch.int8), d, m)
+
+
+@pytest.mark.parametrize("fmt", ["U4H", "U4F", "S8H", "S8F"])
+def test_pack_roundtrip(fmt):
+    b = _codes(fmt, 23, 96)  # a padded last tile
+    u = unpack(pack(b), fmt, 23, 96)
+    assert torch.equal(u.codes, b.codes) and torch.equal(u.d, b.d)
+    assert (u.m is None) == (b.m is None) and (u.m is None or torch.equal(u.m, b.m))
+
+
+def test_u4h_refuses_scales_fp16_cannot_hold():
+    b = _codes("U4F", 4, 32)
+    with pytest.raises(ValueError, match="fp16"):
+        BlockCodes("U4H", b.codes, b.d * 1.0001, b.m)
+
+
+@pytest.mark.parametrize("fmt", ["Q4_0", "Q4_1", "Q8_0"])
+def test_carried_blocks_are_the_files_weights(fmt):
+    """A GGUF block tensor (written with the `gguf` package's own quantizer) in the kernel's
+    terms dequantizes to exactly what `gguf` dequantizes."""
+    from gguf import GGMLQuantizationType, quants
+
+    from edgespec.models.blocks import read_blocks
+    from edgespec.quant import carried_codes
+
+    qt = GGMLQuantizationType[fmt]
+    w = np.random.default_rng(0).normal(0, 0.05, (8, 64)).astype(np.float32)
+    raw = quants.quantize(w, qt)
+    codes = carried_codes(read_blocks(fmt, raw, w.shape))
+    assert torch.equal(codes.dequantize(), torch.from_numpy(quants.dequantize(raw, qt).astype(np.float32)))
+
+
+def test_reference_is_close_to_the_float_product():
+    """The block arithmetic (int8 activations per block of 32) stays within a fraction of a
+    percent of the float product with the same weights."""
+    b = _codes("U4H", 64, 576)
+    x = torch.randn(3, 576)
+    exact = x @ b.dequantize().T
+    err = (reference_block_linear(x, b) - exact).norm() / exact.norm()
+    assert err < 0.01
+
+
+def test_rounded_blocks_fit_the_weights():
+    from edgespec.quant import asymmetric_blocks, symmetric8_blocks
+
+    w = torch.randn(16, 128) * 0.1
+    err4 = {r: (asymmetric_blocks(w, r).dequantize() - w).pow(2).sum() for r in ("maxabs", "mse")}
+    assert err4["mse"] <= err4["maxabs"]
+    assert err4["maxabs"] / w.pow(2).sum() < 0.01
+    assert (symmetric8_blocks(w).dequantize() - w).abs().max() <= w.abs().max() / 127
+
+
+def _selftest(compiler: list[str], run: list[str], tmp_path: Path) -> str:
+    exe = tmp_path / "selftest"
+    build = subprocess.run(
+        [*compiler, "-O3", "-ffp-contract=off", "-std=c++17", str(KERNELS / "block_linear_selftest.cpp"), "-o", str(exe)], capture_output=True, text=True
+    )
+    assert build.returncode == 0, build.stderr[-2000:]
+    done = subprocess.run([*run, str(exe)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout.strip()
+
+
+def test_kernel_paths_agree_natively(tmp_path):
+    """The SIMD path this CPU dispatches to gives the portable path's bits, for every format,
+    M = 1..8 and 70 rows, and any split of the tile rows among threads."""
+    out = _selftest([shutil.which("g++") or "c++", "-march=native"], [], tmp_path)
+    assert out.startswith("ok ")
+    if "avx2" in Path("/proc/cpuinfo").read_text():
+        assert out == "ok avx2"
+
+
+def test_kernel_paths_agree_on_aarch64(tmp_path):
+    """Cross-compiled for aarch64 (Debian's g++-aarch64-linux-gnu) and run under qemu: the
+    NEON dot-product path (`-cpu max`) and the portable one (a Cortex-A53 has no dotprod)
+    each give the portable bits."""
+    cxx, qemu = shutil.which("aarch64-linux-gnu-g++"), shutil.which("qemu-aarch64")
+    assert cxx and qemu, "install g++-aarch64-linux-gnu and qemu-user (README's test command does)"
+    assert _selftest([cxx, "-static"], [qemu, "-cpu", "max"], tmp_path) == "ok neon-dotprod"
+    done = subprocess.run([qemu, "-cpu", "cortex-a53", str(tmp_path / "selftest")], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "ok portable", done.stdout
+
+
+def _program(module: torch.nn.Module, k: int):
+    from executorch.exir import to_edge
+    from executorch.runtime import Runtime
+
+    import edgespec.kernels.ops  # noqa: F401  (the op's schema)
+    from edgespec.kernels import library
+
+    library.load()
+    seq = torch.export.Dim("T", min=1, max=100)
+    ep = torch.export.export(module, (torch.zeros(1, 4, k),), dynamic_shapes=({1: seq},), strict=False)
+    program = Runtime.get().load_program(to_edge(ep).to_executorch().buffer)
+    return program, program.load_method("forward")  # the method lives as long as its program
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt", ["U4H", "U4F", "S8H", "S8F"])
+def test_program_equals_reference_for_every_row_count(fmt):
+    """The op in a real `.pte`, 1..8 and 70 rows: bitwise the eager reference, hence a row's
+    result does not depend on how many rows share the call (speculative verification stays
+    exact)."""
+    out, k = 45, 192
+    b = _codes(fmt, out, k, seed=3)
+    linear = BlockLinear(b)
+    linear.use_kernel = True
+    _keep, method = _program(linear, k)
+    x = torch.randn(1, 70, k) * 3
+    ref = reference_block_linear(x, b)
+    alone = torch.cat([method.execute([x[:, i : i + 1].contiguous()])[0] for i in range(70)], 1)
+    assert torch.equal(alone, ref)
+    for m in (*range(1, 9), 70):
+        assert torch.equal(method.execute([x[:, :m].contiguous()])[0], alone[:, :m]), m
+
+
+def _k_quant_bytes(qtype: str, rows: int, cols: int, rng: np.random.Generator) -> np.ndarray:
+    """Raw GGUF super-blocks of `qtype` (Q4_K or Q6_K; `gguf` cannot quantize to them):
+    random codes, scales and mins, fp16 super-block scales of a realistic size."""
+    nbytes = {"Q4_K": 144, "Q6_K": 210}[qtype]
+    raw = rng.integers(0, 256, (rows * cols // 256, nbytes), dtype=np.uint8)
+    if qtype == "Q4_K":
+        raw[:, 0:4] = np.stack([rng.uniform(1e-3, 4e-3, len(raw)), rng.uniform(1e-3, 4e-3, len(raw))], 1).astype(np.float16).view(np.uint8)
+    else:
+        raw[:, 208:210] = rng.uniform(1e-4, 4e-4, (len(raw), 1)).astype(np.float16).view(np.uint8)
+    return raw.reshape(rows, -1)
+
+
+def write_q4_k_m_gguf(path: Path) -> dict[str, np.ndarray]:
+    """A 1-layer Llama GGUF laid out like llama.cpp's Q4_K_M (Q4_K matrices, Q6_K for
+    attn_v and ffn_down, the embedding Q8_0); returns what `gguf` dequantizes by GGUF name."""
+    import gguf
+
+    from tiny_models import vocabulary, write_llama_gguf
+
+    dim, hidden, heads, kv = 256, 512, 4, 2
+    rng = np.random.default_rng(0)
+    kv_dim = kv * dim // heads
+    layout = {
+        "token_embd.weight": ((len(vocabulary()), dim), "Q8_0"),
+        "blk.0.attn_q.weight": ((dim, dim), "Q4_K"),
+        "blk.0.attn_k.weight": ((kv_dim, dim), "Q4_K"),
+        "blk.0.attn_v.weight": ((kv_dim, dim), "Q6_K"),
+        "blk.0.attn_output.weight": ((dim, dim), "Q4_K"),
+        "blk.0.ffn_gate.weight": ((hidden, dim), "Q4_K"),
+        "blk.0.ffn_up.weight": ((hidden, dim), "Q4_K"),
+        "blk.0.ffn_down.weight": ((dim, hidden), "Q6_K"),
+    }
+    deq, tensors = {}, {}
+    for name, (shape, fmt) in layout.items():
+        qtype = getattr(gguf.GGMLQuantizationType, fmt)
+        raw = gguf.quants.quantize((0.05 * rng.standard_normal(shape)).astype(np.float32), qtype) if fmt == "Q8_0" else _k_quant_bytes(fmt, *shape, rng)
+        tensors[name] = (raw, fmt)
+        deq[name] = gguf.quants.dequantize(raw, qtype).reshape(shape)
+    write_llama_gguf(path, dim, hidden, heads, kv, tensors)
+    return deq
+
+
+def test_q4_k_m_file_is_carried_not_rounded(tmp_path):
+    """Q4_K and Q6_K matrices are carried into edgespec's kernel exactly (Q4_K sub-blocks of 32
+    with scale d sc and min -dmin m, Q6_K's codes q - 32 with a scale per 16: equal to `gguf`'s
+    dequantization); nothing is rounded again; the carried layers compute with the file's
+    weights."""
+    from edgespec.config import QuantConfig
+    from edgespec.models.gguf import load_gguf
+    from edgespec.models.load import build_model
+    from edgespec.quant import quantize_model_
+
+    deq = write_q4_k_m_gguf(tmp_path / "m.gguf")
+    src = load_gguf(tmp_path / "m.gguf", 64)
+    q = src.blocks["layers.0.attention.wq.weight"]
+    assert q.format == "Q4_K"
+    assert torch.equal(q.dequantize(), torch.from_numpy(deq["blk.0.attn_q.weight"]))
+    down = src.blocks["layers.0.feed_forward.w2.weight"]
+    assert down.format == "Q6_K" and torch.equal(down.dequantize(), torch.from_numpy(deq["blk.0.ffn_down.weight"]))
+    model = build_model(src)
+    summary = quantize_model_(model, QuantConfig(scheme="8da4w", kernel="edgespec"), src.blocks, src.file_types)
+    assert summary.rounded == [] and summary.rounded_from == {} and len(summary.carried) == 8
+    w2 = model.layers[0].feed_forward.w2
+    assert w2.format == "S8F" and torch.equal(w2.blocks.dequantize(), src.state_dict["layers.0.feed_forward.w2.weight"])
+    wq = model.layers[0].attention.wq
+    assert isinstance(wq, BlockLinear) and wq.format == "U4F"  # d * sc is not an fp16 value in general
+    w_file = src.state_dict["layers.0.attention.wq.weight"]
+    assert torch.equal(wq.blocks.dequantize(), w_file)
+    x = torch.randn(5, 256)
+    exact = x @ w_file.T
+    assert (wq(x) - exact).norm() / exact.norm() < 0.01
+
+
+@pytest.mark.slow
+def test_block_kernel_program_is_row_invariant_end_to_end(tmp_path):
+    """A tiny Llama with every linear on edgespec's block kernel (`quant.kernel: edgespec`),
+    lowered with no delegate (block kernel, fused glue and edgespec's attention end to end):
+    its logits follow the eager model's, and a prompt prefilled in one call gives bitwise
+    the logits of the same tokens decoded one at a time (every op is per row)."""
+    from executorch.runtime import Runtime
+
+    from edgespec.config import QuantConfig
+    from edgespec.export.lowering import ProgramMeta, export_forward, lower_to_executorch
+    from edgespec.kernels import library
+    from edgespec.models.llama import LlamaArgs
+    from edgespec.quant import quantize_model_
+    from tiny_models import random_transformer
+
+    library.load()
+    args = LlamaArgs(dim=96, n_layers=2, n_heads=6, n_kv_heads=2, hidden_dim=160, vocab_size=97, max_seq_len=64)
+    model = random_transformer(args)
+    summary = quantize_model_(model, QuantConfig(scheme="8da4w", kernel="edgespec"))
+    assert len(summary.rounded) == 2 * 7 + 1 and all(isinstance(m, BlockLinear) for m in (model.output, model.layers[1].feed_forward.w2))
+    model.eval()
+    pte = lower_to_executorch({"forward": export_forward(model, args.max_seq_len, "exact")}, ProgramMeta(64, 97, 2, 1, (2,)), xnnpack=False)
+    program = Runtime.get().load_program(pte)
+    method = program.load_method("forward")
+    tokens = torch.randint(0, 97, (1, 9))
+    prefill = method.execute([tokens, torch.tensor([0])])[0]
+    with torch.no_grad():
+        model.reset_cache()
+        eager = model(tokens, torch.tensor([0]))
+    assert (prefill - eager).abs().max() < 1e-3 * eager.abs().max()
+    for i in range(9):
+        one = method.execute([tokens[:, i : i + 1], torch.tensor([i])])[0]
+    assert torch.equal(one, prefill)
+
+
+@pytest.mark.slow
+def test_glue_ops_match_their_references():
+    """edgespec::rms_norm, rope and silu_mul (kernels/glue.cpp) in a real `.pte` agree with
+    the model's own PyTorch arithmetic (sizes that are not multiples of the vector width)."""
+    from executorch.exir import to_edge
+    from executorch.runtime import Runtime
+
+    import edgespec.kernels.ops  # noqa: F401
+    from edgespec.kernels import library
+    from edgespec.models.llama import RMSNorm, apply_rope, rope_tables
+
+    library.load()
+
+    class Glue(torch.nn.Module):
+        def forward(self, x, w, q, cos, sin, a, b):
+            return torch.ops.edgespec.rms_norm(x, w, 1e-5), torch.ops.edgespec.rope(q, cos, sin), torch.ops.edgespec.silu_mul(a, b)
+
+    x, w = torch.randn(1, 3, 100) * 4, torch.randn(100)
+    q = torch.randn(1, 3, 5, 64)
+    cos, sin = (t[7:10] for t in rope_tables(64, 16, 10000.0))
+    a, b = torch.randn(1, 3, 1539) * 6, torch.randn(1, 3, 1539)
+    args = (x, w, q, cos, sin, a, b)
+    program = Runtime.get().load_program(to_edge(torch.export.export(Glue(), args, strict=False)).to_executorch().buffer)
+    norm, rot, gate = program.load_method("forward").execute(list(args))
+    ref_norm = RMSNorm(100, 1e-5)
+    with torch.no_grad():
+        ref_norm.weight.copy_(w)
+    torch.testing.assert_close(norm, ref_norm(x), rtol=1e-5, atol=1e-5)
+    assert torch.equal(rot, apply_rope(q, cos, sin))  # the same operations per element
+    torch.testing.assert_close(gate, torch.nn.functional.silu(a) * b, rtol=1e-6, atol=1e-5)
