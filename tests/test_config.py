@@ -32,6 +32,8 @@ def test_yaml_round_trip():
         ({"model": []}, "model"),
         ({"drafter": {"draft_vocab": -1}}, "drafter.draft_vocab"),
         ({"export": {"step_attention": "flash"}}, "export.step_attention"),
+        ({"quant": {"group_size": 64}}, "quant.kernel"),  # the block kernel's blocks are 32
+        ({"quant": {"kernel": "mkl"}}, "quant.kernel"),
     ],
 )
 def test_bad_fields_name_the_field(data, path):
@@ -114,3 +116,11 @@ def test_medusa_heads_are_lossless_only():
     assert DrafterConfig(kind="medusa", tree=(1, 1, 1)).kind == "medusa"
     with pytest.raises(EdgespecError, match=r"drafter.mode.*draft heads leave the base model untouched"):
         DrafterConfig(kind="medusa", mode="shared", tree=(1, 1, 1))
+
+
+def test_block_kernel_is_for_quantized_linears_only():
+    """`quant.kernel: edgespec` (the default) computes 8da4w/8da8w linears; fp32 and fp16
+    programs keep XNNPACK whatever the field says."""
+    assert QuantConfig().block_kernel and QuantConfig(scheme="8da8w").block_kernel
+    assert not QuantConfig(scheme="fp32").block_kernel and not QuantConfig(scheme="fp16").block_kernel
+    assert not QuantConfig(kernel="xnnpack").block_kernel

@@ -117,8 +117,9 @@ def test_8da4w_program_matches_eager_quantized_model_and_stock_runner(q_bundle):
             agree += int(logits.argmax()) == t
             total += 1
             logits, pos = r.forward(torch.tensor([[t]]), pos), pos + 1
-    # dynamic int8 activations are rounded differently by torchao's reference ops and by
-    # XNNPACK's kernels, which flips near-ties; measured here: 82 / 87 = 0.94
+    # the block kernel's linears are bitwise its eager reference's; the glue between them
+    # (norms, rotations, attention) rounds differently in the program, which flips near-ties
+    # (with XNNPACK's linears it was 82 / 87 = 0.94)
     assert agree / total >= 0.9, (agree, total)
 
 
@@ -171,8 +172,8 @@ def test_8da4w_export_validated_the_program(q_bundle):
     m = read_manifest(q_bundle)
     v = m.validation
     assert v.passed and v.prompts == 4 and [g.name for g in v.gates] == ["min_score_ratio", "min_top1_agreement", "max_perplexity_ratio"]
-    # the GGUF's 210 Q4_1 linears carried over, the Q8_0 lm head rounded to int8 per channel
-    assert m.quantization.carried == 210 and m.quantization.rounded == 1
+    # the GGUF's 210 Q4_1 linears and its Q8_0 lm head carried over (edgespec's block kernel)
+    assert m.recipe.quant.kernel == "edgespec" and m.quantization.carried == 211 and m.quantization.rounded == 0
     report = json.loads((q_bundle / "report.json").read_text())
     assert report["precision"] == "8da4w" and set(report["suites"]) == {"rag", "qa"}
     f = report["fidelity"]  # 4 chunks of 256 (the program's context is 256): 512 scored tokens

@@ -103,6 +103,15 @@ class QuantConfig(_Section):
     dequantized weights again. rounding: how weights without carried blocks get their scales,
     ``maxabs`` (torchao's default) or ``mse`` (least squared error per block). head_bits: the
     lm head's weights in 8da4w, 4 (group_size blocks) or 8 (per output channel).
+
+    kernel: what computes the 8da4w/8da8w linears (fp32 and fp16 programs have none).
+    ``edgespec`` (the default: edgespec's own op over GGUF-style blocks,
+    `edgespec.kernels.block_linear`, int8 activations per block of 32 as llama.cpp computes,
+    Q4_0/Q4_1/Q4_K/Q6_K/Q8_0 carried exactly; the glue between linears and the attention are
+    edgespec's ops too, so the program needs edgespec's kernel library wherever it runs) or
+    ``xnnpack`` (torchao's tensors lowered to XNNPACK's qd8 GEMMs, int8 activations per token:
+    a program ExecuTorch's stock runner and the prebuilt Android AAR run as they are). With
+    ``edgespec`` the block is 32 (group_size 32) and the lm head's 8 bits are Q8_0 blocks.
     """
 
     PATH: ClassVar[str] = "quant"
@@ -112,6 +121,12 @@ class QuantConfig(_Section):
     carry_blocks: bool = True
     rounding: Literal["maxabs", "mse"] = "maxabs"
     head_bits: int = 8
+    kernel: Literal["edgespec", "xnnpack"] = "edgespec"
+
+    @property
+    def block_kernel(self) -> bool:
+        """The program's linears are edgespec's block kernel (8da4w/8da8w with kernel edgespec)."""
+        return self.kernel == "edgespec" and self.scheme in ("8da4w", "8da8w")
 
     def _check(self) -> None:
         _require(
@@ -122,6 +137,11 @@ class QuantConfig(_Section):
         _require(self.group_size > 0 and self.group_size % 16 == 0, self._at("group_size"), f"must be a positive multiple of 16, got {self.group_size}")
         _require(self.embedding_bits in (0, 4, 8), self._at("embedding_bits"), f"must be 0 (off), 4 or 8, got {self.embedding_bits}")
         _require(self.head_bits in (4, 8), self._at("head_bits"), f"must be 4 or 8, got {self.head_bits}")
+        _require(
+            self.kernel != "edgespec" or self.scheme not in ("8da4w", "8da8w") or self.group_size == 32,
+            self._at("kernel"),
+            f"edgespec's block kernel computes linears in blocks of 32, not group_size {self.group_size}; use group_size 32 or kernel: xnnpack",
+        )
 
 
 @dataclass(frozen=True)
@@ -475,7 +495,7 @@ class AsrValidateConfig(_Section):
 
 
 def _asr_quant() -> QuantConfig:
-    return QuantConfig(scheme="8da8w")
+    return QuantConfig(scheme="8da8w", kernel="xnnpack")
 
 
 def _asr_numerics() -> NumericsConfig:
@@ -502,6 +522,7 @@ class AsrRecipe(_Section):
             self.quant.scheme in ("fp32", "fp16", "8da8w", "8da4w"), "quant.scheme", f"an asr recipe takes fp32, fp16, 8da8w or 8da4w, got {self.quant.scheme}"
         )
         _require(self.quant.embedding_bits == 0, "quant.embedding_bits", "a Conformer has no embedding table; leave it 0")
+        _require(self.quant.kernel == "xnnpack", "quant.kernel", "a speech program's linears (with biases) run on XNNPACK: set quant.kernel: xnnpack")
 
 
 RECIPE_KINDS: dict[str, type] = {"generate": Recipe, "asr": AsrRecipe}

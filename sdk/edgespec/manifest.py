@@ -168,6 +168,7 @@ class QuantizationInfo(_Section):
     rounded: int = 0
     unquantized: int = 0
     rounded_layers: tuple[str, ...] = ()
+    rounded_from: dict[str, int] = field(default_factory=dict)  # rounded layers by the source file's storage type
 
 
 @dataclass(frozen=True)

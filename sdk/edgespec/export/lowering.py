@@ -74,8 +74,10 @@ def export_forward(model: torch.nn.Module, max_seq_len: int, attention: str = "b
         return torch.export.export(model, (tokens, input_pos), dynamic_shapes=({1: seq}, None), strict=False)
 
 
-def lower_to_executorch(programs: dict[str, torch.export.ExportedProgram], meta: ProgramMeta) -> bytes:
-    """XNNPACK-delegate every method and serialize to `.pte` bytes."""
+def lower_to_executorch(programs: dict[str, torch.export.ExportedProgram], meta: ProgramMeta, xnnpack: bool = True) -> bytes:
+    """XNNPACK-delegate every method (xnnpack=False: none; a program whose every linear and
+    every glue op is edgespec's own, where a delegate call would cost more than the elementwise
+    op it runs) and serialize to `.pte` bytes."""
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import EdgeCompileConfig, ExecutorchBackendConfig, to_edge_transform_and_lower
     from executorch.exir.passes import MemoryPlanningPass
@@ -88,7 +90,7 @@ def lower_to_executorch(programs: dict[str, torch.export.ExportedProgram], meta:
         # between them share delegate subgraphs. (Dynamically quantized linears first, in a
         # partitioner of their own, made every linear its own subgraph: SmolLM2's one-token
         # forward made 303 delegate calls, now 184; bench/step_cost.py --profile counts them.)
-        partitioner=[XnnpackPartitioner()],
+        partitioner=[XnnpackPartitioner()] if xnnpack else [],
         compile_config=EdgeCompileConfig(_check_ir_validity=False, _skip_dim_order=True),
         constant_methods=meta.constant_methods(),
     )

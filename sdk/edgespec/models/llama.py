@@ -21,6 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from edgespec.kernels.block_linear import BlockLinear
+
 
 def load_executorch_llm_ops() -> None:
     """Register ExecuTorch's LLM custom ops (`llama::custom_sdpa`, `llama::update_cache`)."""
@@ -54,8 +56,11 @@ class RMSNorm(nn.Module):
         super().__init__()
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(dim))
+        self.use_kernel = False  # edgespec::rms_norm (set by `executorch_ops` for block-kernel programs)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.use_kernel:
+            return torch.ops.edgespec.rms_norm(x, self.weight, self.eps)
         x32 = x.float()
         y = x32 * torch.rsqrt(x32.pow(2).unflatten(-1, (1, -1)).mean((-2, -1), keepdim=True).flatten(-2) + self.eps)
         return y.type_as(x) * self.weight
@@ -252,6 +257,7 @@ class Attention(nn.Module):
         self.kv_cache = KVCache.zeros(args.max_seq_len, args.n_kv_heads, args.head_dim)
         self.sdpa = SDPA()
         self.register_buffer("rope_swap", pair_swap(args.head_dim), persistent=False)
+        self.use_kernel = False  # edgespec::rope (set by `executorch_ops` for block-kernel programs)
 
     def forward(
         self, x: torch.Tensor, start_pos, cos: torch.Tensor, sin: torch.Tensor, adapters=None, mask: torch.Tensor | None = None, kv: GrowingKV | None = None
@@ -264,7 +270,10 @@ class Attention(nn.Module):
         q = adapted(self.wq, adapters, "wq", x).view(B, T, self.n_heads, self.head_dim)
         k = adapted(self.wk, adapters, "wk", x).view(B, T, self.n_kv_heads, self.head_dim)
         v = adapted(self.wv, adapters, "wv", x).view(B, T, self.n_kv_heads, self.head_dim)
-        q, k = apply_rope(q, cos, sin, self.rope_swap), apply_rope(k, cos, sin, self.rope_swap)
+        if self.use_kernel:
+            q, k = torch.ops.edgespec.rope(q, cos, sin), torch.ops.edgespec.rope(k, cos, sin)
+        else:
+            q, k = apply_rope(q, cos, sin, self.rope_swap), apply_rope(k, cos, sin, self.rope_swap)
         kv = self.kv_cache if kv is None else kv
         cdt = kv.dtype  # the cache and attention stay fp32 in fp16 models
         keys, values = kv.update(start_pos, k.to(cdt), v.to(cdt))
@@ -278,9 +287,12 @@ class FeedForward(nn.Module):
         self.w1 = nn.Linear(dim, hidden_dim, bias=False)  # gate
         self.w3 = nn.Linear(dim, hidden_dim, bias=False)  # up
         self.w2 = nn.Linear(hidden_dim, dim, bias=False)  # down
+        self.use_kernel = False  # edgespec::silu_mul (set by `executorch_ops` for block-kernel programs)
 
     def forward(self, x: torch.Tensor, adapters=None) -> torch.Tensor:
-        return adapted(self.w2, adapters, "w2", F.silu(adapted(self.w1, adapters, "w1", x)) * adapted(self.w3, adapters, "w3", x))
+        gate, up = adapted(self.w1, adapters, "w1", x), adapted(self.w3, adapters, "w3", x)
+        h = torch.ops.edgespec.silu_mul(gate, up) if self.use_kernel else F.silu(gate) * up
+        return adapted(self.w2, adapters, "w2", h)
 
 
 def linear_shapes(args: LlamaArgs) -> dict[str, tuple[int, int]]:
@@ -427,15 +439,23 @@ def executorch_ops(model: nn.Module, attention: str = "block"):
     import edgespec.kernels.ops  # noqa: F401  (the edgespec::attention schema)
 
     make_sdpa = EXPORT_ATTENTION[attention]
+    # a program with edgespec's block kernel needs edgespec's library anyway: its glue between
+    # linears is edgespec's fused ops too (no XNNPACK delegate call per norm, rotation, gate)
+    block_linears = [m for m in model.modules() if isinstance(m, BlockLinear)]
+    glue = [m for m in model.modules() if isinstance(m, (RMSNorm, Attention, FeedForward))] if block_linears else []
     caches = [(m, name, c) for m in model.modules() for name, c in m.named_children() if type(c) is KVCache]  # attention's and any other
     attentions = [(m, m.sdpa) for m in model.modules() if isinstance(m, Attention)]
     for m, name, c in caches:
         setattr(m, name, ExecuTorchKVCache(c.k_cache, c.v_cache))
     for m, _ in attentions:
         m.sdpa = make_sdpa()
+    for m in block_linears + glue:
+        m.use_kernel = True
     try:
         yield model
     finally:
+        for m in block_linears + glue:
+            m.use_kernel = False
         for m, name, c in caches:
             swapped = getattr(m, name)
             c.k_cache, c.v_cache = swapped.k_cache, swapped.v_cache  # (to_half_ may have replaced them)

@@ -83,7 +83,7 @@ class EagleLayer(nn.Module):
 
     def fused(self, feats: torch.Tensor) -> torch.Tensor:
         """g = W_f [n(low) ; n(mid) ; n(top)]: features [..., 3d] -> [..., d]."""
-        taps = feats.to(self.fuse.weight.dtype).chunk(3, -1)
+        taps = feats.to(self.norm.weight.dtype).chunk(3, -1)  # (fuse may be a BlockLinear: no .weight)
         return self.fuse(torch.cat([n(t) for n, t in zip(self.tap_norms, taps, strict=True)], -1))
 
     def enter(self, e: torch.Tensor, g: torch.Tensor) -> torch.Tensor:

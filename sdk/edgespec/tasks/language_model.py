@@ -61,7 +61,7 @@ def build(recipe: Recipe, stage_dir: Path, stage: StageClock) -> LmManifest:
     stage("quantize")
     from edgespec.quant import quantize_model_
 
-    quant_summary = quantize_model_(model, recipe.quant, src.blocks)
+    quant_summary = quantize_model_(model, recipe.quant, src.blocks, src.file_types)
     if spec is not None and spec.draft_head is not None:
         # a slice of the lm head that only drafts: 4-bit whatever the head's precision (a
         # cheaper draft; verification uses the full head)
@@ -81,12 +81,17 @@ def build(recipe: Recipe, stage_dir: Path, stage: StageClock) -> LmManifest:
 
         programs = export_spec_methods(spec, recipe.export.step_attention)
     else:
-        programs = {"forward": export_forward(model, recipe.model.max_seq_len)}
+        # a program of edgespec's block kernel needs edgespec's library anyway: its attention
+        # is edgespec's too (one row: ~4x faster than llama::custom_sdpa here, bench/attention_paths.py)
+        attention = "exact" if recipe.quant.block_kernel else "block"
+        programs = {"forward": export_forward(model, recipe.model.max_seq_len, attention)}
 
     stage("lower")
     bos = src.bos_id if src.bos_id is not None else src.eos_ids[0]
     meta = ProgramMeta(recipe.model.max_seq_len, src.args.vocab_size, src.args.n_layers, bos, src.eos_ids, spec_meta(spec) if spec is not None else None)
-    (stage_dir / LAYOUT.program).write_bytes(lower_to_executorch(programs, meta))
+    # an autoregressive block-kernel program is edgespec's ops end to end: nothing to delegate
+    xnnpack = not recipe.quant.block_kernel or spec is not None
+    (stage_dir / LAYOUT.program).write_bytes(lower_to_executorch(programs, meta, xnnpack=xnnpack))
     (stage_dir / LAYOUT.tokenizer).write_text(src.tokenizer_json)
     return LmManifest(
         model=LmModelInfo(name=src.name, source=recipe.model.source, **asdict(src.args)),
@@ -169,7 +174,10 @@ def export_summary(result: ExportResult) -> str:
         f = v.fidelity
         fid = f", held-out vs fp32: top-1 {f.top1_agreement:.1%}, perplexity {f.perplexity_ratio:.3f}x, KL {f.kl_mean:.4f}" if f else ""
         checked = f"; validated on {v.prompts} prompts: score {v.score:.3f}{ref}{fid}, AR {v.ar_tokens_per_s:.1f} tok/s{spec}, gates passed; report {result.bundle_dir}/{LAYOUT.report_md}"
-    return f"wrote {result.bundle_dir} ({m.precision}, {LAYOUT.program} {size_mb:.1f} MB) in {total:.0f}s [{parts}]{checked}"
+    q = m.quantization
+    rounded = ", ".join(f"{n} layers re-rounded from {t}" for t, n in q.rounded_from.items() if t not in ("F32", "F16", "BF16")) if q else ""
+    rounded = f"; {rounded}" if rounded else ""
+    return f"wrote {result.bundle_dir} ({m.precision}, {LAYOUT.program} {size_mb:.1f} MB) in {total:.0f}s [{parts}]{rounded}{checked}"
 
 
 def describe(m: LmManifest) -> list[str]:
