@@ -163,7 +163,7 @@ def main() -> None:
             "peak_rss_mb": peak_rss_fresh(b, "ar", [encode_prompt(tokenizer, "Name three colours.", True)], 32),
             **{f"decode_tokens_per_s_{t}t": speeds[t][b]["decode_tokens_per_s"] for t in (1, 2)},
             **{f"speed_ratio_to_first_{t}t": speeds[t][b]["ratio_to_first"] for t in (1, 2)},
-            "fidelity": fid.as_dict(),
+            "fidelity": fid.to_dict(),
             "suites_score": v and v.score,
             "suites_reference_score": v and v.reference_score,
         }
@@ -174,7 +174,7 @@ def main() -> None:
     if args.llama_cpp:
         from edgespec.models.load import EMBEDDED, embedded_path
 
-        src = rows and open_bundle(args.bundles[0])[0]["recipe"]["model"]["source"]
+        src = open_bundle(args.bundles[0])[0].recipe.model.source
         path = embedded_path(src) if src in EMBEDDED else Path(src)
         tokens = sum(len(c) for c in heldout_chunks(tokenizer, args.chunks, CHUNK))
         report["llama_cpp"] = {**llama_cpp(args.llama_cpp, path, heldout_text(), args.chunks, CHUNK), "edgespec_tokens_in_chunks": tokens}

@@ -8,7 +8,7 @@ Ratios: t(T)/t(1), and the step over one token of the same program and threads.
 
 With --profile, each call shape is also run once more under ETDump (its own load, ETDump
 adds overhead, so only the split is kept): the share of the call spent in attention
-(`llama::custom_sdpa` or `edgespec::attention`), in the linear layers (XNNPACK fully-connected), and in the rest,
+(`llama::custom_sdpa` or `edgespec::attention`), in the linear layers (XNNPACK fully-connected or `edgespec::block_linear`), and in the rest,
 with the number of portable-kernel op calls and of XNNPACK delegate calls per call.
 
     python bench/step_cost.py --program spec8da4w=bundles/spec/model.pte --program stock=/tmp/stock.pte \\
@@ -89,7 +89,7 @@ def _split(etdump: Path) -> dict:
             tot["total"] += e.perf_data.p50
         elif "custom_sdpa" in e.name or "edgespec_attention" in e.name or "edgespec::attention" in e.name:
             tot["attention"] += e.perf_data.p50
-        elif e.name.startswith("Fully Connected"):
+        elif e.name.startswith("Fully Connected") or "block_linear" in e.name:  # XNNPACK's or edgespec's block kernel
             tot["linear"] += e.perf_data.p50
         if e.name.startswith("native_call_"):
             tot["portable_op_calls"] += 1
