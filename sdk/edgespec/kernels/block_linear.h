@@ -17,16 +17,19 @@
 //
 // Packed weights: output rows in tiles of 8 (kTileRows; the last tile zero-padded), a tile
 // row's blocks consecutive in memory, so a thread streams one contiguous range:
-//   tile(rg, g) at byte (rg * G + g) * tile_bytes(format), holding rows 8rg..8rg+7, block g:
-//   U4H (Q4_0, Q4_1): codes [8][16] bytes, slot s holding row kU4SlotRow[s] = 0 4 1 5 2 6 3 7
-//                     (byte j: element j in the low nibble, element j + 16 in the high one:
-//                     GGUF's order), then d fp16[8] and m fp16[8] in row order       (160 bytes)
+//   tile(rg, g) at byte (rg * G + g) * tile_bytes(format), holding rows 8rg..8rg+7, block g.
+// Codes are interleaved by groups of 4 elements: group c is 32 bytes, 4 of each row in row
+// order, so one 32-bit lane of a SIMD dot product (x86 vpdpbusd / pmaddubsw + pmaddwd, Arm
+// sdot) is one row's partial dot, and the 8 rows' dots land in row order with no horizontal add:
+//   U4H (Q4_0, Q4_1): codes: group c (0..3), row r, byte e at 32c + 4r + e holds element
+//                     4c + e in the low nibble and 16 + 4c + e in the high one (GGUF pairs j
+//                     with j + 16 too), then d fp16[8] and m fp16[8] in row order   (160 bytes)
 //   U4F (Q4_K's sub-blocks, rounded fp32 sources): the same with fp32 d and m       (192 bytes)
-//   S8H (Q8_0): codes [8][32] int8 in row order, then d fp16[8]                     (272 bytes)
-//   S8F (Q6_K): codes [8][32] int8 (q - 32) in row order, then fp32 scales [8] of
-//               elements 0..15 and [8] of elements 16..31 (d * sc per 16: exact)  (320 bytes)
+//   S8H (Q8_0): codes: group c (0..7), row r, byte e at 32c + 4r + e = element 4c + e
+//               (int8), then d fp16[8]                                              (272 bytes)
+//   S8F (Q6_K): codes as S8H (q - 32), then fp32 scales [8] of elements 0..15 and [8] of
+//               elements 16..31 (d * sc per 16: exact)                               (320 bytes)
 //               its term is (d_lo d_x) dot_lo + (d_hi d_x) dot_hi
-// The U4 slot order makes AVX2's three hadds of four two-row products land in row order.
 // edgespec/kernels/block_linear.py writes this layout; the two must agree.
 
 #pragma once
@@ -61,8 +64,6 @@ constexpr int64_t tile_bytes(int64_t format) {
 }
 constexpr bool is_s8(int64_t format) { return format == kS8H || format == kS8F; }
 constexpr int64_t code_bytes(int64_t format) { return is_s8(format) ? 256 : 128; }
-constexpr int kU4SlotRow[8] = {0, 4, 1, 5, 2, 6, 3, 7};  // the row in each 16-byte code slot
-constexpr int kU4RowSlot[8] = {0, 2, 4, 6, 1, 3, 5, 7};  // its inverse
 
 // Activation rows quantized per block: row i's codes at q + i * k, scales at d + i * g.
 struct QuantizedRows {
@@ -135,14 +136,14 @@ inline void tile_scales(int64_t format, const uint8_t* t, float* d, float* m) {
 
 // Row r's 32 codes of a tile as integers.
 inline void tile_codes(int64_t format, const uint8_t* t, int r, int32_t* c) {
-  if (is_s8(format)) {
-    for (int j = 0; j < 32; ++j) c[j] = static_cast<int8_t>(t[32 * r + j]);
-    return;
-  }
-  const uint8_t* b = t + 16 * kU4RowSlot[r];
-  for (int j = 0; j < 16; ++j) {
-    c[j] = b[j] & 0x0f;
-    c[j + 16] = b[j] >> 4;
+  for (int j = 0; j < (is_s8(format) ? 32 : 16); ++j) {
+    const uint8_t b = t[32 * (j / 4) + 4 * r + j % 4];
+    if (is_s8(format)) {
+      c[j] = static_cast<int8_t>(b);
+    } else {
+      c[j] = b & 0x0f;
+      c[j + 16] = b >> 4;
+    }
   }
 }
 
@@ -177,89 +178,233 @@ inline void tile_row_portable(int64_t format, const uint8_t* w, const QuantizedR
 }
 
 #if EDGESPEC_X86
-// AVX2: per tile, the exact integer dots of its 8 rows with one activation block in one
-// __m256i (maddubs + madd, then hadds), then the epilogue on 8 float lanes.
-// FixedM > 0: the row count known at compile time (one row: accumulators stay in registers).
-template <int64_t F, int64_t FixedM = 0>
-__attribute__((target("avx2,fma,f16c"))) inline void tile_row_avx2(const uint8_t* w, const QuantizedRows& x, int64_t m_, float* acc) {
+// How an x86 path forms the integer dots of unsigned 8-bit by signed 8-bit codes, 4 products
+// per int32 lane: AVX2's maddubs + madd (int16 pair sums, then pairs of those), or one VNNI
+// `vpdpbusd` (AVX-VNNI's VEX encoding, or AVX-512-VNNI's EVEX one on 256-bit registers).
+// Every form is exact, so every path gives the same bits.
+enum class Dot { kMaddubs, kVex, kEvex };
+
+// acc + the dots of u (unsigned) and s (signed) by groups of 4 bytes: `vpdpbusd` as inline
+// assembly (`%{`, `%}`: literal braces in GCC extended asm), so the function around it stays
+// plain AVX2 (no AVX-512 instruction elsewhere)
+template <Dot D>
+__attribute__((target("avx2"))) inline __m256i dpbusd(__m256i acc, __m256i u, __m256i s) {
+  if constexpr (D == Dot::kVex) {
+    asm("%{vex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(u), "x"(s));
+  } else {
+    asm("%{evex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(u), "x"(s));
+  }
+  return acc;
+}
+
+// x86: per tile and activation row, the 8 rows' exact integer dots with one activation block
+// in one __m256i (lane r = row r: each 4-byte group of the block broadcast to every lane), then
+// the epilogue on 8 float lanes. M: the activation rows (1..kRowChunk), known at compile time
+// so every row's accumulator stays in a register.
+template <int64_t F, Dot D, int64_t M>
+__attribute__((target("avx2,fma,f16c"))) inline void tile_row_x86(const uint8_t* w, const QuantizedRows& x, int64_t, float* acc) {
   constexpr int64_t tb = tile_bytes(F);
-  const int64_t m = FixedM > 0 ? FixedM : m_;
   const __m256i ones = _mm256_set1_epi16(1);
   const __m256i low4 = _mm256_set1_epi8(0x0f);
-  __m256 a[kRowChunk];
-  for (int64_t i = 0; i < m; ++i) a[i] = _mm256_loadu_ps(acc + 8 * i);
+  __m256 a[M];
+  for (int64_t i = 0; i < M; ++i) a[i] = _mm256_loadu_ps(acc + 8 * i);
   for (int64_t g = 0; g < x.g; ++g) {
     const uint8_t* t = w + g * tb;
-    _mm_prefetch(reinterpret_cast<const char*>(t + 4 * tb), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(t + 4 * tb + 64), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(t + 4 * tb + 128), _MM_HINT_T0);
-    if constexpr (F == kU4F) {
-      _mm_prefetch(reinterpret_cast<const char*>(t + 4 * tb + 191), _MM_HINT_T0);
-    } else if constexpr (is_s8(F)) {
-      _mm_prefetch(reinterpret_cast<const char*>(t + 4 * tb + 192), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(t + 4 * tb + 256), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(t + 4 * tb + tb - 1), _MM_HINT_T0);
-    }
+    for (int64_t off = 0; off < tb; off += 64) _mm_prefetch(reinterpret_cast<const char*>(t + 4 * tb + off), _MM_HINT_T0);
     const __m256 d8 = F == kU4F || F == kS8F ? _mm256_loadu_ps(reinterpret_cast<const float*>(t + code_bytes(F)))
                                              : _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t + code_bytes(F))));
+    // wv[c]: elements 4c..4c+3 of the 8 rows (c = 0..7)
+    __m256i wv[8];
     if constexpr (is_s8(F)) {
-      __m256i wa[8], ws[8];
-      for (int r = 0; r < 8; ++r) {
-        ws[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(t + 32 * r));
-        wa[r] = _mm256_abs_epi8(ws[r]);
+      for (int c = 0; c < 8; ++c) wv[c] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(t + 32 * c));
+    } else {
+      for (int c = 0; c < 4; ++c) {
+        const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(t + 32 * c));
+        wv[c] = _mm256_and_si256(b, low4);
+        wv[c + 4] = _mm256_and_si256(_mm256_srli_epi16(b, 4), low4);
       }
-      for (int64_t i = 0; i < m; ++i) {
-        const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q + i * x.k + g * kBlock));
-        __m256i p[8];
-        for (int r = 0; r < 8; ++r) p[r] = _mm256_madd_epi16(_mm256_maddubs_epi16(wa[r], _mm256_sign_epi8(xv, ws[r])), ones);
-        const __m256i h0 = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));  // rows 0-3: low | high halves
-        const __m256i h1 = _mm256_hadd_epi32(_mm256_hadd_epi32(p[4], p[5]), _mm256_hadd_epi32(p[6], p[7]));
-        const __m256i lo = _mm256_permute2x128_si256(h0, h1, 0x20), hi = _mm256_permute2x128_si256(h0, h1, 0x31);  // elements 0..15, 16..31
-        const __m256 dx = _mm256_set1_ps(x.d[i * x.g + g]);
+    }
+    for (int64_t i = 0; i < M; ++i) {
+      const int8_t* xq = x.q + i * x.k + g * kBlock;
+      __m256i xb[8];
+      for (int c = 0; c < 8; ++c) {
+        int32_t four;
+        std::memcpy(&four, xq + 4 * c, 4);
+        xb[c] = _mm256_set1_epi32(four);
+      }
+      const __m256 dx = _mm256_set1_ps(x.d[i * x.g + g]);
+      if constexpr (is_s8(F)) {
+        // signed x signed: |w| (unsigned) times x with w's sign; the halves apart (S8F scales each)
+        __m256i half[2];
+        for (int h = 0; h < 2; ++h) {
+          __m256i s = _mm256_setzero_si256();
+          for (int c = 4 * h; c < 4 * h + 4; ++c) {
+            const __m256i xs = _mm256_sign_epi8(xb[c], wv[c]);
+            const __m256i wa = _mm256_abs_epi8(wv[c]);
+            // pmaddubsw pairs stay within int16 (|w| <= 128, |x| <= 127: 2 * 128 * 127 < 2^15)
+            s = D == Dot::kMaddubs ? _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_maddubs_epi16(wa, xs), ones)) : dpbusd<D>(s, wa, xs);
+          }
+          half[h] = s;
+        }
         if constexpr (F == kS8F) {
           const __m256 dh8 = _mm256_loadu_ps(reinterpret_cast<const float*>(t + 288));
-          const __m256 tt = _mm256_add_ps(_mm256_mul_ps(_mm256_mul_ps(d8, dx), _mm256_cvtepi32_ps(lo)), _mm256_mul_ps(_mm256_mul_ps(dh8, dx), _mm256_cvtepi32_ps(hi)));
+          const __m256 tt = _mm256_add_ps(_mm256_mul_ps(_mm256_mul_ps(d8, dx), _mm256_cvtepi32_ps(half[0])), _mm256_mul_ps(_mm256_mul_ps(dh8, dx), _mm256_cvtepi32_ps(half[1])));
           a[i] = _mm256_add_ps(a[i], tt);
         } else {
-          a[i] = _mm256_add_ps(a[i], _mm256_mul_ps(_mm256_mul_ps(d8, dx), _mm256_cvtepi32_ps(_mm256_add_epi32(lo, hi))));
+          a[i] = _mm256_add_ps(a[i], _mm256_mul_ps(_mm256_mul_ps(d8, dx), _mm256_cvtepi32_ps(_mm256_add_epi32(half[0], half[1]))));
         }
-      }
-    } else {
-      const __m256 m8 = F == kU4F ? _mm256_loadu_ps(reinterpret_cast<const float*>(t + 160))
-                                  : _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t + 144)));
-      // four loads of two rows each (rows 0|4, 1|5, 2|6, 3|7), low and high nibbles
-      __m256i lo[4], hi[4];
-      for (int j = 0; j < 4; ++j) {
-        const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(t + 32 * j));
-        lo[j] = _mm256_and_si256(b, low4);
-        hi[j] = _mm256_and_si256(_mm256_srli_epi16(b, 4), low4);
-      }
-      for (int64_t i = 0; i < m; ++i) {
-        const int8_t* xq = x.q + i * x.k + g * kBlock;
-        const __m256i xlo = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xq)));        // x0..15 twice
-        const __m256i xhi = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xq + 16)));   // x16..31 twice
-        __m256i p[4];  // int16 pair sums of two maddubs stay below 4 * 15 * 127 (no saturation)
-        for (int j = 0; j < 4; ++j) p[j] = _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(lo[j], xlo), _mm256_maddubs_epi16(hi[j], xhi)), ones);
-        // p[j] = [row j: 4 partials | row j+4: 4 partials] -> [r0 r1 r2 r3 | r4 r5 r6 r7]
-        const __m256i dot = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
-        __m256 tt = _mm256_mul_ps(_mm256_mul_ps(d8, _mm256_set1_ps(x.d[i * x.g + g])), _mm256_cvtepi32_ps(dot));
+      } else {
+        __m256i dot;
+        if constexpr (D == Dot::kMaddubs) {
+          // eight int16 pair sums of 4-bit x int8 stay below 8 * 2 * 15 * 127 < 2^15: sum, then widen once
+          __m256i s16 = _mm256_maddubs_epi16(wv[0], xb[0]);
+          for (int c = 1; c < 8; ++c) s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(wv[c], xb[c]));
+          dot = _mm256_madd_epi16(s16, ones);
+        } else {
+          __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();  // two chains: half the latency
+          for (int c = 0; c < 8; c += 2) s0 = dpbusd<D>(s0, wv[c], xb[c]), s1 = dpbusd<D>(s1, wv[c + 1], xb[c + 1]);
+          dot = _mm256_add_epi32(s0, s1);
+        }
+        const __m256 m8 = F == kU4F ? _mm256_loadu_ps(reinterpret_cast<const float*>(t + 160))
+                                    : _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t + 144)));
+        __m256 tt = _mm256_mul_ps(_mm256_mul_ps(d8, dx), _mm256_cvtepi32_ps(dot));
         tt = _mm256_add_ps(tt, _mm256_mul_ps(m8, _mm256_set1_ps(x.s[i * x.g + g])));
         a[i] = _mm256_add_ps(a[i], tt);
       }
     }
   }
-  for (int64_t i = 0; i < m; ++i) _mm256_storeu_ps(acc + 8 * i, a[i]);
+  for (int64_t i = 0; i < M; ++i) _mm256_storeu_ps(acc + 8 * i, a[i]);
+}
+
+// tile_row_x86 with the row count (1..kRowChunk) as its template argument
+template <int64_t F, Dot D>
+inline void tile_row_x86_rows(const uint8_t* w, const QuantizedRows& x, int64_t m, float* acc) {
+  switch (m) {
+    case 1: return tile_row_x86<F, D, 1>(w, x, m, acc);
+    case 2: return tile_row_x86<F, D, 2>(w, x, m, acc);
+    case 3: return tile_row_x86<F, D, 3>(w, x, m, acc);
+    case 4: return tile_row_x86<F, D, 4>(w, x, m, acc);
+    case 5: return tile_row_x86<F, D, 5>(w, x, m, acc);
+    case 6: return tile_row_x86<F, D, 6>(w, x, m, acc);
+    case 7: return tile_row_x86<F, D, 7>(w, x, m, acc);
+    default: return tile_row_x86<F, D, kRowChunk>(w, x, m, acc);
+  }
+}
+
+// AVX-512 (VNNI, BW): two adjacent tile rows at once, lane r = row r of the first tile, lane
+// 8 + r = row r of the second, each lane the same operations as tile_row_x86's: the same bits
+// with half the instructions per output row. M: the activation rows, as in tile_row_x86.
+#define EDGESPEC_AVX512 "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c"
+__attribute__((target(EDGESPEC_AVX512))) inline __m512i cat256(const uint8_t* a, const uint8_t* b) {
+  return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a))),
+                            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b)), 1);
+}
+
+// 16 scales: 8 of the tile at a, 8 of the tile at b (fp32 or fp16 in the tile)
+template <bool Fp32>
+__attribute__((target(EDGESPEC_AVX512))) inline __m512 scales16(const uint8_t* a, const uint8_t* b) {
+  if constexpr (Fp32) return _mm512_castsi512_ps(cat256(a, b));
+  const __m256i h = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a))),
+                                            _mm_loadu_si128(reinterpret_cast<const __m128i*>(b)), 1);
+  return _mm512_cvtph_ps(h);
+}
+
+template <int64_t F, int64_t M>
+__attribute__((target(EDGESPEC_AVX512))) inline void tile_pair_avx512(const uint8_t* w, const QuantizedRows& x, int64_t, float* acc) {
+  constexpr int64_t tb = tile_bytes(F), cb = code_bytes(F);
+  constexpr bool fp32 = F == kU4F || F == kS8F;
+  const int64_t next = x.g * tb;  // the second tile row
+  const __m512i low4 = _mm512_set1_epi8(0x0f);
+  __m512 a[M];
+  for (int64_t i = 0; i < M; ++i) a[i] = _mm512_loadu_ps(acc + 16 * i);
+  for (int64_t g = 0; g < x.g; ++g) {
+    const uint8_t* t0 = w + g * tb;
+    const uint8_t* t1 = t0 + next;
+    for (int64_t off = 0; off < tb; off += 64) {
+      _mm_prefetch(reinterpret_cast<const char*>(t0 + 4 * tb + off), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(t1 + 4 * tb + off), _MM_HINT_T0);
+    }
+    const __m512 d16 = scales16<fp32>(t0 + cb, t1 + cb);
+    __m512i wv[8];
+    __mmask64 neg[8];
+    if constexpr (is_s8(F)) {
+      for (int c = 0; c < 8; ++c) {
+        const __m512i v = cat256(t0 + 32 * c, t1 + 32 * c);
+        neg[c] = _mm512_movepi8_mask(v);  // w < 0: x is negated, |w| multiplies it
+        wv[c] = _mm512_abs_epi8(v);
+      }
+    } else {
+      for (int c = 0; c < 4; ++c) {
+        const __m512i b = cat256(t0 + 32 * c, t1 + 32 * c);
+        wv[c] = _mm512_and_si512(b, low4);
+        wv[c + 4] = _mm512_and_si512(_mm512_srli_epi16(b, 4), low4);
+      }
+    }
+    for (int64_t i = 0; i < M; ++i) {
+      const int8_t* xq = x.q + i * x.k + g * kBlock;
+      __m512i xb[8];
+      for (int c = 0; c < 8; ++c) {
+        int32_t four;
+        std::memcpy(&four, xq + 4 * c, 4);
+        xb[c] = _mm512_set1_epi32(four);
+      }
+      const __m512 dx = _mm512_set1_ps(x.d[i * x.g + g]);
+      if constexpr (is_s8(F)) {
+        __m512i half[2];
+        for (int h = 0; h < 2; ++h) {
+          __m512i s = _mm512_setzero_si512();
+          for (int c = 4 * h; c < 4 * h + 4; ++c) s = _mm512_dpbusd_epi32(s, wv[c], _mm512_mask_sub_epi8(xb[c], neg[c], _mm512_setzero_si512(), xb[c]));
+          half[h] = s;
+        }
+        if constexpr (F == kS8F) {
+          const __m512 dh16 = scales16<true>(t0 + 288, t1 + 288);
+          const __m512 tt = _mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(d16, dx), _mm512_cvtepi32_ps(half[0])), _mm512_mul_ps(_mm512_mul_ps(dh16, dx), _mm512_cvtepi32_ps(half[1])));
+          a[i] = _mm512_add_ps(a[i], tt);
+        } else {
+          a[i] = _mm512_add_ps(a[i], _mm512_mul_ps(_mm512_mul_ps(d16, dx), _mm512_cvtepi32_ps(_mm512_add_epi32(half[0], half[1]))));
+        }
+      } else {
+        __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
+        for (int c = 0; c < 8; c += 2) s0 = _mm512_dpbusd_epi32(s0, wv[c], xb[c]), s1 = _mm512_dpbusd_epi32(s1, wv[c + 1], xb[c + 1]);
+        const __m512 m16 = scales16<fp32>(t0 + cb + (fp32 ? 32 : 16), t1 + cb + (fp32 ? 32 : 16));
+        __m512 tt = _mm512_mul_ps(_mm512_mul_ps(d16, dx), _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)));
+        tt = _mm512_add_ps(tt, _mm512_mul_ps(m16, _mm512_set1_ps(x.s[i * x.g + g])));
+        a[i] = _mm512_add_ps(a[i], tt);
+      }
+    }
+  }
+  for (int64_t i = 0; i < M; ++i) _mm512_storeu_ps(acc + 16 * i, a[i]);
+}
+
+template <int64_t F>
+inline void tile_pair_avx512_rows(const uint8_t* w, const QuantizedRows& x, int64_t m, float* acc) {
+  switch (m) {
+    case 1: return tile_pair_avx512<F, 1>(w, x, m, acc);
+    case 2: return tile_pair_avx512<F, 2>(w, x, m, acc);
+    case 3: return tile_pair_avx512<F, 3>(w, x, m, acc);
+    case 4: return tile_pair_avx512<F, 4>(w, x, m, acc);
+    case 5: return tile_pair_avx512<F, 5>(w, x, m, acc);
+    case 6: return tile_pair_avx512<F, 6>(w, x, m, acc);
+    case 7: return tile_pair_avx512<F, 7>(w, x, m, acc);
+    default: return tile_pair_avx512<F, kRowChunk>(w, x, m, acc);
+  }
 }
 
 inline bool cpu_has_avx2() {
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
 }
+inline bool cpu_has_avx_vnni() { return cpu_has_avx2() && __builtin_cpu_supports("avxvnni"); }
+inline bool cpu_has_avx512_vnni() {
+  return cpu_has_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+         __builtin_cpu_supports("avx512vnni");
+}
 #endif
 
 #if EDGESPEC_ARM
-// NEON with the dot-product extension (Armv8.2 sdot): per row the integer dot of a block in
-// 4 lanes, rows reduced pairwise four at a time (exact), then the epilogue on float lanes.
+// NEON with the dot-product extension (Armv8.2 sdot): a 128-bit register holds 4 rows' groups
+// of 4 codes, so `vdotq_laneq_s32` with the activation's group c as its lane gives 4 rows'
+// exact partial dots in row order; then the epilogue on float lanes.
 template <int64_t F>
 __attribute__((target("arch=armv8.2-a+dotprod"))) inline void tile_row_dotprod(const uint8_t* w, const QuantizedRows& x, int64_t m, float* acc) {
   constexpr int64_t tb = tile_bytes(F);
@@ -270,37 +415,39 @@ __attribute__((target("arch=armv8.2-a+dotprod"))) inline void tile_row_dotprod(c
     const uint8_t* t = w + g * tb;
     __builtin_prefetch(t + 4 * tb);
     __builtin_prefetch(t + 4 * tb + 128);
-    int8x16_t lo[8], hi[8];
     float d[8], mn[8];
     tile_scales(F, t, d, mn);  // exact conversions
-    for (int r = 0; r < 8; ++r) {
+    int8x16_t wv[8][2];  // [group c: elements 4c..4c+3][rows 0-3 | 4-7]
+    for (int h = 0; h < 2; ++h) {
       if constexpr (is_s8(F)) {
-        lo[r] = vld1q_s8(reinterpret_cast<const int8_t*>(t + 32 * r));
-        hi[r] = vld1q_s8(reinterpret_cast<const int8_t*>(t + 32 * r + 16));
+        for (int c = 0; c < 8; ++c) wv[c][h] = vld1q_s8(reinterpret_cast<const int8_t*>(t + 32 * c + 16 * h));
       } else {
-        const uint8x16_t b = vld1q_u8(t + 16 * kU4RowSlot[r]);
-        lo[r] = vreinterpretq_s8_u8(vandq_u8(b, low4));
-        hi[r] = vreinterpretq_s8_u8(vshrq_n_u8(b, 4));
+        for (int c = 0; c < 4; ++c) {
+          const uint8x16_t b = vld1q_u8(t + 32 * c + 16 * h);
+          wv[c][h] = vreinterpretq_s8_u8(vandq_u8(b, low4));
+          wv[c + 4][h] = vreinterpretq_s8_u8(vshrq_n_u8(b, 4));
+        }
       }
     }
     for (int64_t i = 0; i < m; ++i) {
       const int8_t* xq = x.q + i * x.k + g * kBlock;
-      const int8x16_t x0 = vld1q_s8(xq), x1 = vld1q_s8(xq + 16);
+      const int8x16_t x0 = vld1q_s8(xq), x1 = vld1q_s8(xq + 16);  // groups 0..3, 4..7
       const float32x4_t dx = vdupq_n_f32(x.d[i * x.g + g]), sx = vdupq_n_f32(x.s[i * x.g + g]);
       for (int h = 0; h < 2; ++h) {
-        int32x4_t pl[4], ph[4];
-        for (int r = 0; r < 4; ++r) {
-          pl[r] = vdotq_s32(vdupq_n_s32(0), lo[4 * h + r], x0);
-          ph[r] = vdotq_s32(vdupq_n_s32(0), hi[4 * h + r], x1);
-        }
-        // rows 4h..4h+3: dots of elements 0..15 and of 16..31
-        const int32x4_t dl = vpaddq_s32(vpaddq_s32(pl[0], pl[1]), vpaddq_s32(pl[2], pl[3]));
-        const int32x4_t dh = vpaddq_s32(vpaddq_s32(ph[0], ph[1]), vpaddq_s32(ph[2], ph[3]));
+        int32x4_t lo = vdupq_n_s32(0), hi = vdupq_n_s32(0);  // elements 0..15, 16..31
+        lo = vdotq_laneq_s32(lo, wv[0][h], x0, 0);
+        lo = vdotq_laneq_s32(lo, wv[1][h], x0, 1);
+        lo = vdotq_laneq_s32(lo, wv[2][h], x0, 2);
+        lo = vdotq_laneq_s32(lo, wv[3][h], x0, 3);
+        hi = vdotq_laneq_s32(hi, wv[4][h], x1, 0);
+        hi = vdotq_laneq_s32(hi, wv[5][h], x1, 1);
+        hi = vdotq_laneq_s32(hi, wv[6][h], x1, 2);
+        hi = vdotq_laneq_s32(hi, wv[7][h], x1, 3);
         float32x4_t tt;
         if constexpr (F == kS8F) {
-          tt = vaddq_f32(vmulq_f32(vmulq_f32(vld1q_f32(d + 4 * h), dx), vcvtq_f32_s32(dl)), vmulq_f32(vmulq_f32(vld1q_f32(mn + 4 * h), dx), vcvtq_f32_s32(dh)));
+          tt = vaddq_f32(vmulq_f32(vmulq_f32(vld1q_f32(d + 4 * h), dx), vcvtq_f32_s32(lo)), vmulq_f32(vmulq_f32(vld1q_f32(mn + 4 * h), dx), vcvtq_f32_s32(hi)));
         } else {
-          tt = vmulq_f32(vmulq_f32(vld1q_f32(d + 4 * h), dx), vcvtq_f32_s32(vaddq_s32(dl, dh)));
+          tt = vmulq_f32(vmulq_f32(vld1q_f32(d + 4 * h), dx), vcvtq_f32_s32(vaddq_s32(lo, hi)));
           if constexpr (F != kS8H) tt = vaddq_f32(tt, vmulq_f32(vld1q_f32(mn + 4 * h), sx));
         }
         a[i][h] = vaddq_f32(a[i][h], tt);
@@ -319,48 +466,65 @@ inline bool cpu_has_dotprod() {
 }
 #endif
 
-enum class Path { kPortable, kAvx2, kDotprod };
+enum class Path { kPortable, kAvx2, kAvxVnni, kAvx512Vnni, kDotprod };
 
 inline const char* path_name(Path p) {
   switch (p) {
     case Path::kAvx2: return "avx2";
+    case Path::kAvxVnni: return "avx-vnni";
+    case Path::kAvx512Vnni: return "avx512-vnni";
     case Path::kDotprod: return "neon-dotprod";
     default: return "portable";
   }
 }
 
-// The fastest path this CPU runs (checked at run time, once).
-inline Path best_path() {
+// Whether this CPU runs `p` (checked at run time).
+inline bool path_supported(Path p) {
+  switch (p) {
 #if EDGESPEC_X86
-  static const Path p = cpu_has_avx2() ? Path::kAvx2 : Path::kPortable;
-  return p;
-#elif EDGESPEC_ARM
-  static const Path p = cpu_has_dotprod() ? Path::kDotprod : Path::kPortable;
-  return p;
-#else
-  return Path::kPortable;
+    case Path::kAvx2: return cpu_has_avx2();
+    case Path::kAvxVnni: return cpu_has_avx_vnni();
+    case Path::kAvx512Vnni: return cpu_has_avx512_vnni();
 #endif
+#if EDGESPEC_ARM
+    case Path::kDotprod: return cpu_has_dotprod();
+#endif
+    case Path::kPortable: return true;
+    default: return false;
+  }
 }
 
-// Tile rows [rg0, rg1) through `tile_row(w, x, m, acc)`, all m activation rows, kRowChunk at a
-// time: out [m, n] (row stride n).
-template <typename TileRow>
+// The fastest path this CPU runs (checked once): the one with the most work per instruction.
+inline Path best_path() {
+  static const Path best = [] {
+    for (Path p : {Path::kAvx512Vnni, Path::kAvxVnni, Path::kAvx2, Path::kDotprod})
+      if (path_supported(p)) return p;
+    return Path::kPortable;
+  }();
+  return best;
+}
+
+// Tile rows [rg0, rg1) through `tile_row(w, x, m, acc)`, Tiles tile rows per call (w the
+// first; acc row i's Tiles * 8 outputs at acc + i * Tiles * 8), all m activation rows,
+// kRowChunk at a time: out [m, n] (row stride n). (rg1 - rg0) must be a multiple of Tiles.
+template <int64_t Tiles = 1, typename TileRow>
 inline void for_tile_rows(int64_t format, const uint8_t* packed, const QuantizedRows& x, int64_t m, int64_t n, int64_t rg0, int64_t rg1,
                           float* out, TileRow tile_row) {
+  constexpr int64_t W = Tiles * kTileRows;
   const int64_t tb = tile_bytes(format);
-  float acc[kRowChunk * kTileRows];
-  for (int64_t rg = rg0; rg < rg1; ++rg) {
+  float acc[kRowChunk * W];
+  for (int64_t rg = rg0; rg < rg1; rg += Tiles) {
     const uint8_t* w = packed + rg * x.g * tb;
-    const int64_t rows = n - rg * kTileRows < kTileRows ? n - rg * kTileRows : kTileRows;
+    const int64_t rows = n - rg * kTileRows < W ? n - rg * kTileRows : W;
     for (int64_t i0 = 0; i0 < m; i0 += kRowChunk) {
       const int64_t mm = m - i0 < kRowChunk ? m - i0 : kRowChunk;
       QuantizedRows xi = x;
       xi.q += i0 * x.k;
       xi.d += i0 * x.g;
       xi.s += i0 * x.g;
-      for (int64_t j = 0; j < kTileRows * mm; ++j) acc[j] = 0.f;
+      for (int64_t j = 0; j < W * mm; ++j) acc[j] = 0.f;
       tile_row(w, xi, mm, acc);
-      for (int64_t i = 0; i < mm; ++i) std::memcpy(out + (i0 + i) * n + rg * kTileRows, acc + i * kTileRows, rows * sizeof(float));
+      for (int64_t i = 0; i < mm; ++i) std::memcpy(out + (i0 + i) * n + rg * kTileRows, acc + i * W, rows * sizeof(float));
     }
   }
 }
@@ -368,7 +532,16 @@ inline void for_tile_rows(int64_t format, const uint8_t* packed, const Quantized
 template <int64_t F>
 inline void linear_tile_rows_as(Path path, const uint8_t* packed, const QuantizedRows& x, int64_t m, int64_t n, int64_t rg0, int64_t rg1, float* out) {
 #if EDGESPEC_X86
-  if (path == Path::kAvx2) return for_tile_rows(F, packed, x, m, n, rg0, rg1, out, m == 1 ? tile_row_avx2<F, 1> : tile_row_avx2<F>);
+  if (path == Path::kAvx2) return for_tile_rows(F, packed, x, m, n, rg0, rg1, out, tile_row_x86_rows<F, Dot::kMaddubs>);
+  if (path == Path::kAvxVnni) return for_tile_rows(F, packed, x, m, n, rg0, rg1, out, tile_row_x86_rows<F, Dot::kVex>);
+  if (path == Path::kAvx512Vnni) {  // rows > 1: two tile rows per 512-bit vector, an odd last one on 256 bits
+    // one row is bound by the weights' read: one stream of tiles prefetches best
+    if (m == 1) return for_tile_rows(F, packed, x, m, n, rg0, rg1, out, tile_row_x86_rows<F, Dot::kEvex>);
+    const int64_t pairs_end = rg0 + (rg1 - rg0) / 2 * 2;
+    for_tile_rows<2>(F, packed, x, m, n, rg0, pairs_end, out, tile_pair_avx512_rows<F>);
+    if (pairs_end < rg1) for_tile_rows(F, packed, x, m, n, pairs_end, rg1, out, tile_row_x86_rows<F, Dot::kEvex>);
+    return;
+  }
 #endif
 #if EDGESPEC_ARM
   if (path == Path::kDotprod) return for_tile_rows(F, packed, x, m, n, rg0, rg1, out, tile_row_dotprod<F>);

@@ -29,8 +29,7 @@ BLOCK = 32
 TILE_ROWS = 8
 FORMAT_IDS = {"U4H": 1, "U4F": 2, "S8H": 3, "S8F": 4}  # block_linear.h's Format
 TILE_BYTES = {"U4H": 160, "U4F": 192, "S8H": 272, "S8F": 320}
-_U4_SLOT_ROW = (0, 4, 1, 5, 2, 6, 3, 7)  # the row in each 16-byte code slot of a 4-bit tile (block_linear.h)
-_U4_ROW_SLOT = tuple(_U4_SLOT_ROW.index(r) for r in range(TILE_ROWS))
+GROUP = 4  # codes of one row side by side in a tile (block_linear.h: one 32-bit lane of a SIMD dot)
 
 
 @dataclass(frozen=True)
@@ -88,15 +87,18 @@ def pack(blocks: BlockCodes) -> torch.Tensor:
         a = np.concatenate([a, np.zeros((pad, *a.shape[1:]), a.dtype)]) if pad else a
         return np.ascontiguousarray(a.reshape(nt, TILE_ROWS, *a.shape[1:]).swapaxes(1, 2))
 
-    codes = tiles(blocks.codes.numpy().reshape(out, g, BLOCK))
+    codes = tiles(blocks.codes.numpy().reshape(out, g, BLOCK))  # [nt, g, 8 rows, 32]
+    if blocks.format.startswith("S8"):
+        elements = codes.view(np.uint8)
+    else:  # byte j of a row: element j in the low nibble, element j + 16 in the high one
+        c = codes.astype(np.uint8)
+        elements = c[..., :16] | (c[..., 16:] << 4)
+    # [nt, g, rows, groups, 4] -> [nt, g, groups, rows, 4]: group c holds every row's 4 codes
+    grouped = elements.reshape(nt, g, TILE_ROWS, -1, GROUP).swapaxes(2, 3)
+    code_bytes = grouped.reshape(nt, g, -1)
     scales = (blocks.d, blocks.m)
     if blocks.format == "S8F":  # the scales of each block's two halves, one after the other
         scales = (blocks.d[:, 0::2].contiguous(), blocks.d[:, 1::2].contiguous())
-    if blocks.format.startswith("S8"):
-        code_bytes = codes.view(np.uint8).reshape(nt, g, TILE_ROWS * BLOCK)
-    else:
-        c = codes[:, :, list(_U4_SLOT_ROW)].astype(np.uint8)
-        code_bytes = (c[..., :16] | (c[..., 16:] << 4)).reshape(nt, g, 16 * TILE_ROWS)
     scale_dtype = np.float32 if blocks.format in ("U4F", "S8F") else np.float16
     parts = [code_bytes] + [tiles(t.numpy().astype(scale_dtype)).view(np.uint8).reshape(nt, g, -1) for t in scales if t is not None]
     return torch.from_numpy(np.ascontiguousarray(np.concatenate(parts, axis=2)).reshape(-1))
@@ -107,22 +109,13 @@ def unpack(packed: torch.Tensor, format: str, out: int, n: int) -> BlockCodes:
     g, nt, tb = n // BLOCK, -(-out // TILE_ROWS), TILE_BYTES[format]
     t = np.ascontiguousarray(packed.numpy().reshape(nt, g, tb))
     R = TILE_ROWS
-    if format == "S8H":
-        cb = R * BLOCK
-        codes = t[..., :cb].view(np.int8).reshape(nt, g, R, BLOCK)
-        scales = [t[..., cb : cb + 2 * R].view(np.float16)]
-    elif format == "S8F":
-        cb = R * BLOCK
-        codes = t[..., :cb].view(np.int8).reshape(nt, g, R, BLOCK)
-        scales = [t[..., cb : cb + 4 * R].view(np.float32), t[..., cb + 4 * R : cb + 8 * R].view(np.float32)]
-    else:
-        cb = 16 * R
-        b = t[..., :cb].reshape(nt, g, R, 16)
-        slots = np.concatenate([b & 0x0F, b >> 4], axis=-1).astype(np.int8)
-        codes = slots[:, :, list(_U4_ROW_SLOT)]
-        dt = np.float32 if format == "U4F" else np.float16
-        w = np.dtype(dt).itemsize * R
-        scales = [t[..., cb : cb + w].view(dt), t[..., cb + w : cb + 2 * w].view(dt)]
+    s8 = format.startswith("S8")
+    cb = R * (BLOCK if s8 else BLOCK // 2)
+    elements = t[..., :cb].reshape(nt, g, -1, R, GROUP).swapaxes(2, 3).reshape(nt, g, R, -1)  # [nt, g, rows, bytes]
+    codes = elements.view(np.int8) if s8 else np.concatenate([elements & 0x0F, elements >> 4], axis=-1).astype(np.int8)
+    dt = np.float32 if format in ("U4F", "S8F") else np.float16
+    w = np.dtype(dt).itemsize * R
+    scales = [t[..., cb + i * w : cb + (i + 1) * w].view(dt) for i in range(1 if format == "S8H" else 2)]
 
     def rows(a: np.ndarray) -> torch.Tensor:  # [nt, g, 8, ...] -> [out, g, ...]
         return torch.from_numpy(np.ascontiguousarray(a.swapaxes(1, 2).reshape(nt * TILE_ROWS, g, *a.shape[3:])[:out]))

@@ -1,8 +1,9 @@
-// Self-test of block_linear.h with no ExecuTorch: on random tiles of every format, the path
-// this CPU dispatches to gives the portable path's bits, and a row's result does not depend
+// Self-test of block_linear.h with no ExecuTorch: on random tiles of every format, every SIMD
+// path this CPU runs gives the portable path's bits, and a row's result does not depend
 // on how many rows the call carries (M = 1..8, and 70 for the prefill chunks) or on how the
 // tile rows are split among threads. Built and run by tests/test_block_linear.py, natively
-// and cross-compiled for aarch64 under qemu. Prints the path tested; exit 1 on a mismatch.
+// and cross-compiled for aarch64 under qemu. Prints the paths tested, the one dispatched to
+// first; exit 1 on a mismatch.
 
 #include <cstdio>
 #include <cstring>
@@ -67,7 +68,9 @@ std::vector<float> run(B::Path path, int64_t format, const std::vector<uint8_t>&
 int main() {
   std::mt19937 rng(1234);
   std::normal_distribution<float> normal(0.f, 1.f);
-  const B::Path best = B::best_path();
+  std::vector<B::Path> paths{B::best_path()};
+  for (B::Path p : {B::Path::kAvx512Vnni, B::Path::kAvxVnni, B::Path::kAvx2, B::Path::kDotprod, B::Path::kPortable})
+    if (p != paths[0] && B::path_supported(p)) paths.push_back(p);
   int failures = 0;
   for (int64_t format : {B::kU4H, B::kU4F, B::kS8H, B::kS8F}) {
     for (int64_t k : {32, 96, 576}) {
@@ -86,7 +89,7 @@ int main() {
         return a;
       }();
       for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 70}) {
-        for (B::Path path : {B::Path::kPortable, best}) {
+        for (B::Path path : paths) {
           const auto got = run(path, format, w, x.data(), m, k, n, nt / 2);
           if (std::memcmp(got.data(), alone.data(), m * n * sizeof(float)) != 0) {
             std::printf("MISMATCH format=%lld k=%lld m=%lld path=%s\n", static_cast<long long>(format), static_cast<long long>(k),
@@ -97,6 +100,8 @@ int main() {
       }
     }
   }
-  std::printf("%s %s\n", failures ? "FAILED" : "ok", B::path_name(best));
+  std::printf("%s", failures ? "FAILED" : "ok");
+  for (B::Path p : paths) std::printf(" %s", B::path_name(p));
+  std::printf("\n");
   return failures ? 1 : 0;
 }
