@@ -1,7 +1,7 @@
 // edgespec::block_linear.out — a linear layer over GGUF-style weight blocks (block_linear.h
 // holds the arithmetic and the packed layout; the op schema is in edgespec/kernels/ops.py).
 //
-//   x [..., K] fp32 (K a multiple of 32), weight uint8 [ceil(N / 8) * K / 32 * tile_bytes]
+//   x [..., K] fp32 (K a multiple of 32), weight uint8 [2 ceil(N / 16) * K / 32 * tile_bytes]
 //   (edgespec/kernels/block_linear.py packs it), format (block_linear.h's Format), N:
 //   out [..., N] fp32.
 // The activation rows are quantized once per call (int8 per block of 32, Q8_1-style); the
@@ -32,7 +32,7 @@ Tensor& block_linear_out(KernelRuntimeContext& ctx, const Tensor& x, const Tenso
   ET_KERNEL_CHECK_MSG(ctx, tb > 0, InvalidArgument, out, "edgespec::block_linear: unknown weight format %d", static_cast<int>(format));
   const int64_t K = x.size(x.dim() - 1);
   ET_KERNEL_CHECK_MSG(ctx, K > 0 && K % B::kBlock == 0, InvalidArgument, out, "edgespec::block_linear: K must be a multiple of 32");
-  const int64_t G = K / B::kBlock, NT = (n + B::kTileRows - 1) / B::kTileRows;
+  const int64_t G = K / B::kBlock, NT = B::tile_rows(n);
   ET_KERNEL_CHECK_MSG(ctx, weight.scalar_type() == ScalarType::Byte && weight.numel() == NT * G * tb, InvalidArgument, out,
                       "edgespec::block_linear: packed weight size does not match N, K and the format");
   SizesType sizes[8];
@@ -56,8 +56,9 @@ Tensor& block_linear_out(KernelRuntimeContext& ctx, const Tensor& x, const Tenso
   // equal contiguous shares per thread, or one task for a small matrix (k/v projections),
   // whose read is shorter than waking the pool's threads
   constexpr int64_t kMinParallelBytes = 128 << 10;
-  const int64_t grain = NT * G * tb * (M < B::kRowChunk ? M : B::kRowChunk) < kMinParallelBytes ? NT : 1;
-  executorch::extension::parallel_for(0, NT, grain, [&](int64_t begin, int64_t end) { B::linear_tile_rows(path, format, w, rows, M, n, begin, end, o); });
+  const int64_t pairs = NT / 2;  // a thread's share is whole pairs of tiles (one contiguous range)
+  const int64_t grain = NT * G * tb * (M < B::kRowChunk ? M : B::kRowChunk) < kMinParallelBytes ? pairs : 1;
+  executorch::extension::parallel_for(0, pairs, grain, [&](int64_t begin, int64_t end) { B::linear_tile_rows(path, format, w, rows, M, n, 2 * begin, 2 * end, o); });
   return out;
 }
 

@@ -15,9 +15,10 @@
 // floating-point contraction: a row's result is bitwise independent of how many rows a call
 // carries (M), of the thread count and of the SIMD path (verification stays exact).
 //
-// Packed weights: output rows in tiles of 8 (kTileRows; the last tile zero-padded), a tile
-// row's blocks consecutive in memory, so a thread streams one contiguous range:
-//   tile(rg, g) at byte (rg * G + g) * tile_bytes(format), holding rows 8rg..8rg+7, block g.
+// Packed weights: output rows in tiles of 8 (kTileRows), tile rows in pairs (rows padded with
+// zeros to a multiple of 16), the two tiles of a pair side by side block after block, so a
+// thread streams one contiguous range whether it reads 8 or 16 rows at a time:
+//   tile(rg, g), rows 8rg..8rg+7 of block g, at byte ((rg / 2) * G * 2 + 2 g + rg % 2) * tile_bytes.
 // Codes are interleaved by groups of 4 elements: group c is 32 bytes, 4 of each row in row
 // order, so one 32-bit lane of a SIMD dot product (x86 vpdpbusd / pmaddubsw + pmaddwd, Arm
 // sdot) is one row's partial dot, and the 8 rows' dots land in row order with no horizontal add:
@@ -34,6 +35,7 @@
 
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -55,6 +57,12 @@ namespace blocks {
 
 constexpr int64_t kBlock = 32;    // input channels per block
 constexpr int64_t kTileRows = 8;  // output rows per tile
+constexpr int64_t kPairRows = 2 * kTileRows;  // rows per pair of tiles (the padding unit)
+
+// 8-row tiles of an [n, K] matrix (a whole number of pairs)
+constexpr int64_t tile_rows(int64_t n) { return 2 * ((n + kPairRows - 1) / kPairRows); }
+// The first block of tile row rg, G blocks per row; block g is 2 g tiles further on.
+inline const uint8_t* tile_row_start(const uint8_t* packed, int64_t rg, int64_t G, int64_t tb) { return packed + ((rg / 2) * G * 2 + rg % 2) * tb; }
 constexpr int64_t kRowChunk = 8;  // activation rows that share one read of a tile
 
 enum Format : int64_t { kU4H = 1, kU4F = 2, kS8H = 3, kS8F = 4 };
@@ -154,7 +162,7 @@ inline void tile_row_portable(int64_t format, const uint8_t* w, const QuantizedR
   int32_t codes[8][32];
   float d[8], mn[8];
   for (int64_t g = 0; g < x.g; ++g) {
-    const uint8_t* t = w + g * tb;
+    const uint8_t* t = w + 2 * g * tb;
     tile_scales(format, t, d, mn);
     for (int r = 0; r < 8; ++r) tile_codes(format, t, r, codes[r]);
     for (int64_t i = 0; i < m; ++i) {
@@ -200,94 +208,99 @@ __attribute__((target("avx2"))) inline __m256i dpbusd(__m256i acc, __m256i u, __
 // x86: per tile and activation row, the 8 rows' exact integer dots with one activation block
 // in one __m256i (lane r = row r: each 4-byte group of the block broadcast to every lane), then
 // the epilogue on 8 float lanes. M: the activation rows (1..kRowChunk), known at compile time
-// so every row's accumulator stays in a register.
-template <int64_t F, Dot D, int64_t M>
+// so every row's accumulator stays in a register. Tiles: 1, or 2 for both tiles of a pair
+// block after block (one stream of reads).
+template <int64_t F, Dot D, int64_t M, int64_t Tiles>
 __attribute__((target("avx2,fma,f16c"))) inline void tile_row_x86(const uint8_t* w, const QuantizedRows& x, int64_t, float* acc) {
   constexpr int64_t tb = tile_bytes(F);
   const __m256i ones = _mm256_set1_epi16(1);
   const __m256i low4 = _mm256_set1_epi8(0x0f);
-  __m256 a[M];
-  for (int64_t i = 0; i < M; ++i) a[i] = _mm256_loadu_ps(acc + 8 * i);
+  __m256 a[Tiles][M];
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t u = 0; u < Tiles; ++u) a[u][i] = _mm256_loadu_ps(acc + 8 * (i * Tiles + u));
   for (int64_t g = 0; g < x.g; ++g) {
-    const uint8_t* t = w + g * tb;
-    for (int64_t off = 0; off < tb; off += 64) _mm_prefetch(reinterpret_cast<const char*>(t + 4 * tb + off), _MM_HINT_T0);
-    const __m256 d8 = F == kU4F || F == kS8F ? _mm256_loadu_ps(reinterpret_cast<const float*>(t + code_bytes(F)))
-                                             : _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t + code_bytes(F))));
-    // wv[c]: elements 4c..4c+3 of the 8 rows (c = 0..7)
-    __m256i wv[8];
-    if constexpr (is_s8(F)) {
-      for (int c = 0; c < 8; ++c) wv[c] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(t + 32 * c));
-    } else {
-      for (int c = 0; c < 4; ++c) {
-        const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(t + 32 * c));
-        wv[c] = _mm256_and_si256(b, low4);
-        wv[c + 4] = _mm256_and_si256(_mm256_srli_epi16(b, 4), low4);
-      }
-    }
-    for (int64_t i = 0; i < M; ++i) {
-      const int8_t* xq = x.q + i * x.k + g * kBlock;
-      __m256i xb[8];
-      for (int c = 0; c < 8; ++c) {
-        int32_t four;
-        std::memcpy(&four, xq + 4 * c, 4);
-        xb[c] = _mm256_set1_epi32(four);
-      }
-      const __m256 dx = _mm256_set1_ps(x.d[i * x.g + g]);
+    for (int64_t off = 0; off < Tiles * tb; off += 64) _mm_prefetch(reinterpret_cast<const char*>(w + (2 * g + 8) * tb + off), _MM_HINT_T0);
+    for (int64_t u = 0; u < Tiles; ++u) {
+      const uint8_t* t = w + (2 * g + u) * tb;
+      const __m256 d8 = F == kU4F || F == kS8F ? _mm256_loadu_ps(reinterpret_cast<const float*>(t + code_bytes(F)))
+                                               : _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t + code_bytes(F))));
+      // wv[c]: elements 4c..4c+3 of the 8 rows (c = 0..7)
+      __m256i wv[8];
       if constexpr (is_s8(F)) {
-        // signed x signed: |w| (unsigned) times x with w's sign; the halves apart (S8F scales each)
-        __m256i half[2];
-        for (int h = 0; h < 2; ++h) {
-          __m256i s = _mm256_setzero_si256();
-          for (int c = 4 * h; c < 4 * h + 4; ++c) {
-            const __m256i xs = _mm256_sign_epi8(xb[c], wv[c]);
-            const __m256i wa = _mm256_abs_epi8(wv[c]);
-            // pmaddubsw pairs stay within int16 (|w| <= 128, |x| <= 127: 2 * 128 * 127 < 2^15)
-            s = D == Dot::kMaddubs ? _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_maddubs_epi16(wa, xs), ones)) : dpbusd<D>(s, wa, xs);
-          }
-          half[h] = s;
-        }
-        if constexpr (F == kS8F) {
-          const __m256 dh8 = _mm256_loadu_ps(reinterpret_cast<const float*>(t + 288));
-          const __m256 tt = _mm256_add_ps(_mm256_mul_ps(_mm256_mul_ps(d8, dx), _mm256_cvtepi32_ps(half[0])), _mm256_mul_ps(_mm256_mul_ps(dh8, dx), _mm256_cvtepi32_ps(half[1])));
-          a[i] = _mm256_add_ps(a[i], tt);
-        } else {
-          a[i] = _mm256_add_ps(a[i], _mm256_mul_ps(_mm256_mul_ps(d8, dx), _mm256_cvtepi32_ps(_mm256_add_epi32(half[0], half[1]))));
-        }
+        for (int c = 0; c < 8; ++c) wv[c] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(t + 32 * c));
       } else {
-        __m256i dot;
-        if constexpr (D == Dot::kMaddubs) {
-          // eight int16 pair sums of 4-bit x int8 stay below 8 * 2 * 15 * 127 < 2^15: sum, then widen once
-          __m256i s16 = _mm256_maddubs_epi16(wv[0], xb[0]);
-          for (int c = 1; c < 8; ++c) s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(wv[c], xb[c]));
-          dot = _mm256_madd_epi16(s16, ones);
-        } else {
-          __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();  // two chains: half the latency
-          for (int c = 0; c < 8; c += 2) s0 = dpbusd<D>(s0, wv[c], xb[c]), s1 = dpbusd<D>(s1, wv[c + 1], xb[c + 1]);
-          dot = _mm256_add_epi32(s0, s1);
+        for (int c = 0; c < 4; ++c) {
+          const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(t + 32 * c));
+          wv[c] = _mm256_and_si256(b, low4);
+          wv[c + 4] = _mm256_and_si256(_mm256_srli_epi16(b, 4), low4);
         }
-        const __m256 m8 = F == kU4F ? _mm256_loadu_ps(reinterpret_cast<const float*>(t + 160))
-                                    : _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t + 144)));
-        __m256 tt = _mm256_mul_ps(_mm256_mul_ps(d8, dx), _mm256_cvtepi32_ps(dot));
-        tt = _mm256_add_ps(tt, _mm256_mul_ps(m8, _mm256_set1_ps(x.s[i * x.g + g])));
-        a[i] = _mm256_add_ps(a[i], tt);
+      }
+      for (int64_t i = 0; i < M; ++i) {
+        const int8_t* xq = x.q + i * x.k + g * kBlock;
+        __m256i xb[8];
+        for (int c = 0; c < 8; ++c) {
+          int32_t four;
+          std::memcpy(&four, xq + 4 * c, 4);
+          xb[c] = _mm256_set1_epi32(four);
+        }
+        const __m256 dx = _mm256_set1_ps(x.d[i * x.g + g]);
+        if constexpr (is_s8(F)) {
+          // signed x signed: |w| (unsigned) times x with w's sign; the halves apart (S8F scales each)
+          __m256i half[2];
+          for (int h = 0; h < 2; ++h) {
+            __m256i s = _mm256_setzero_si256();
+            for (int c = 4 * h; c < 4 * h + 4; ++c) {
+              const __m256i xs = _mm256_sign_epi8(xb[c], wv[c]);
+              const __m256i wa = _mm256_abs_epi8(wv[c]);
+              // pmaddubsw pairs stay within int16 (|w| <= 128, |x| <= 127: 2 * 128 * 127 < 2^15)
+              s = D == Dot::kMaddubs ? _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_maddubs_epi16(wa, xs), ones)) : dpbusd<D>(s, wa, xs);
+            }
+            half[h] = s;
+          }
+          if constexpr (F == kS8F) {
+            const __m256 dh8 = _mm256_loadu_ps(reinterpret_cast<const float*>(t + 288));
+            const __m256 tt = _mm256_add_ps(_mm256_mul_ps(_mm256_mul_ps(d8, dx), _mm256_cvtepi32_ps(half[0])), _mm256_mul_ps(_mm256_mul_ps(dh8, dx), _mm256_cvtepi32_ps(half[1])));
+            a[u][i] = _mm256_add_ps(a[u][i], tt);
+          } else {
+            a[u][i] = _mm256_add_ps(a[u][i], _mm256_mul_ps(_mm256_mul_ps(d8, dx), _mm256_cvtepi32_ps(_mm256_add_epi32(half[0], half[1]))));
+          }
+        } else {
+          __m256i dot;
+          if constexpr (D == Dot::kMaddubs) {
+            // eight int16 pair sums of 4-bit x int8 stay below 8 * 2 * 15 * 127 < 2^15: sum, then widen once
+            __m256i s16 = _mm256_maddubs_epi16(wv[0], xb[0]);
+            for (int c = 1; c < 8; ++c) s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(wv[c], xb[c]));
+            dot = _mm256_madd_epi16(s16, ones);
+          } else {
+            __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();  // two chains: half the latency
+            for (int c = 0; c < 8; c += 2) s0 = dpbusd<D>(s0, wv[c], xb[c]), s1 = dpbusd<D>(s1, wv[c + 1], xb[c + 1]);
+            dot = _mm256_add_epi32(s0, s1);
+          }
+          const __m256 m8 = F == kU4F ? _mm256_loadu_ps(reinterpret_cast<const float*>(t + 160))
+                                      : _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t + 144)));
+          __m256 tt = _mm256_mul_ps(_mm256_mul_ps(d8, dx), _mm256_cvtepi32_ps(dot));
+          tt = _mm256_add_ps(tt, _mm256_mul_ps(m8, _mm256_set1_ps(x.s[i * x.g + g])));
+          a[u][i] = _mm256_add_ps(a[u][i], tt);
+        }
       }
     }
   }
-  for (int64_t i = 0; i < M; ++i) _mm256_storeu_ps(acc + 8 * i, a[i]);
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t u = 0; u < Tiles; ++u) _mm256_storeu_ps(acc + 8 * (i * Tiles + u), a[u][i]);
 }
 
 // tile_row_x86 with the row count (1..kRowChunk) as its template argument
-template <int64_t F, Dot D>
+template <int64_t F, Dot D, int64_t Tiles>
 inline void tile_row_x86_rows(const uint8_t* w, const QuantizedRows& x, int64_t m, float* acc) {
   switch (m) {
-    case 1: return tile_row_x86<F, D, 1>(w, x, m, acc);
-    case 2: return tile_row_x86<F, D, 2>(w, x, m, acc);
-    case 3: return tile_row_x86<F, D, 3>(w, x, m, acc);
-    case 4: return tile_row_x86<F, D, 4>(w, x, m, acc);
-    case 5: return tile_row_x86<F, D, 5>(w, x, m, acc);
-    case 6: return tile_row_x86<F, D, 6>(w, x, m, acc);
-    case 7: return tile_row_x86<F, D, 7>(w, x, m, acc);
-    default: return tile_row_x86<F, D, kRowChunk>(w, x, m, acc);
+    case 1: return tile_row_x86<F, D, 1, Tiles>(w, x, m, acc);
+    case 2: return tile_row_x86<F, D, 2, Tiles>(w, x, m, acc);
+    case 3: return tile_row_x86<F, D, 3, Tiles>(w, x, m, acc);
+    case 4: return tile_row_x86<F, D, 4, Tiles>(w, x, m, acc);
+    case 5: return tile_row_x86<F, D, 5, Tiles>(w, x, m, acc);
+    case 6: return tile_row_x86<F, D, 6, Tiles>(w, x, m, acc);
+    case 7: return tile_row_x86<F, D, 7, Tiles>(w, x, m, acc);
+    default: return tile_row_x86<F, D, kRowChunk, Tiles>(w, x, m, acc);
   }
 }
 
@@ -313,17 +326,13 @@ template <int64_t F, int64_t M>
 __attribute__((target(EDGESPEC_AVX512))) inline void tile_pair_avx512(const uint8_t* w, const QuantizedRows& x, int64_t, float* acc) {
   constexpr int64_t tb = tile_bytes(F), cb = code_bytes(F);
   constexpr bool fp32 = F == kU4F || F == kS8F;
-  const int64_t next = x.g * tb;  // the second tile row
   const __m512i low4 = _mm512_set1_epi8(0x0f);
   __m512 a[M];
   for (int64_t i = 0; i < M; ++i) a[i] = _mm512_loadu_ps(acc + 16 * i);
   for (int64_t g = 0; g < x.g; ++g) {
-    const uint8_t* t0 = w + g * tb;
-    const uint8_t* t1 = t0 + next;
-    for (int64_t off = 0; off < tb; off += 64) {
-      _mm_prefetch(reinterpret_cast<const char*>(t0 + 4 * tb + off), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(t1 + 4 * tb + off), _MM_HINT_T0);
-    }
+    const uint8_t* t0 = w + 2 * g * tb;
+    const uint8_t* t1 = t0 + tb;  // the pair's second tile
+    for (int64_t off = 0; off < 2 * tb; off += 64) _mm_prefetch(reinterpret_cast<const char*>(t0 + 8 * tb + off), _MM_HINT_T0);
     const __m512 d16 = scales16<fp32>(t0 + cb, t1 + cb);
     __m512i wv[8];
     __mmask64 neg[8];
@@ -405,56 +414,60 @@ inline bool cpu_has_avx512_vnni() {
 // NEON with the dot-product extension (Armv8.2 sdot): a 128-bit register holds 4 rows' groups
 // of 4 codes, so `vdotq_laneq_s32` with the activation's group c as its lane gives 4 rows'
 // exact partial dots in row order; then the epilogue on float lanes.
-template <int64_t F>
+// Tiles: 1, or 2 for both tiles of a pair block after block (one stream of reads).
+template <int64_t F, int64_t Tiles>
 __attribute__((target("arch=armv8.2-a+dotprod"))) inline void tile_row_dotprod(const uint8_t* w, const QuantizedRows& x, int64_t m, float* acc) {
   constexpr int64_t tb = tile_bytes(F);
-  float32x4_t a[kRowChunk][2];
-  for (int64_t i = 0; i < m; ++i) a[i][0] = vld1q_f32(acc + 8 * i), a[i][1] = vld1q_f32(acc + 8 * i + 4);
+  float32x4_t a[Tiles][kRowChunk][2];
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t u = 0; u < Tiles; ++u) a[u][i][0] = vld1q_f32(acc + 8 * (i * Tiles + u)), a[u][i][1] = vld1q_f32(acc + 8 * (i * Tiles + u) + 4);
   const uint8x16_t low4 = vdupq_n_u8(0x0f);
   for (int64_t g = 0; g < x.g; ++g) {
-    const uint8_t* t = w + g * tb;
-    __builtin_prefetch(t + 4 * tb);
-    __builtin_prefetch(t + 4 * tb + 128);
-    float d[8], mn[8];
-    tile_scales(F, t, d, mn);  // exact conversions
-    int8x16_t wv[8][2];  // [group c: elements 4c..4c+3][rows 0-3 | 4-7]
-    for (int h = 0; h < 2; ++h) {
-      if constexpr (is_s8(F)) {
-        for (int c = 0; c < 8; ++c) wv[c][h] = vld1q_s8(reinterpret_cast<const int8_t*>(t + 32 * c + 16 * h));
-      } else {
-        for (int c = 0; c < 4; ++c) {
-          const uint8x16_t b = vld1q_u8(t + 32 * c + 16 * h);
-          wv[c][h] = vreinterpretq_s8_u8(vandq_u8(b, low4));
-          wv[c + 4][h] = vreinterpretq_s8_u8(vshrq_n_u8(b, 4));
+    for (int64_t off = 0; off < Tiles * tb; off += 64) __builtin_prefetch(w + (2 * g + 8) * tb + off);
+    for (int64_t u = 0; u < Tiles; ++u) {
+      const uint8_t* t = w + (2 * g + u) * tb;
+      float d[8], mn[8];
+      tile_scales(F, t, d, mn);  // exact conversions
+      int8x16_t wv[8][2];  // [group c: elements 4c..4c+3][rows 0-3 | 4-7]
+      for (int h = 0; h < 2; ++h) {
+        if constexpr (is_s8(F)) {
+          for (int c = 0; c < 8; ++c) wv[c][h] = vld1q_s8(reinterpret_cast<const int8_t*>(t + 32 * c + 16 * h));
+        } else {
+          for (int c = 0; c < 4; ++c) {
+            const uint8x16_t b = vld1q_u8(t + 32 * c + 16 * h);
+            wv[c][h] = vreinterpretq_s8_u8(vandq_u8(b, low4));
+            wv[c + 4][h] = vreinterpretq_s8_u8(vshrq_n_u8(b, 4));
+          }
         }
       }
-    }
-    for (int64_t i = 0; i < m; ++i) {
-      const int8_t* xq = x.q + i * x.k + g * kBlock;
-      const int8x16_t x0 = vld1q_s8(xq), x1 = vld1q_s8(xq + 16);  // groups 0..3, 4..7
-      const float32x4_t dx = vdupq_n_f32(x.d[i * x.g + g]), sx = vdupq_n_f32(x.s[i * x.g + g]);
-      for (int h = 0; h < 2; ++h) {
-        int32x4_t lo = vdupq_n_s32(0), hi = vdupq_n_s32(0);  // elements 0..15, 16..31
-        lo = vdotq_laneq_s32(lo, wv[0][h], x0, 0);
-        lo = vdotq_laneq_s32(lo, wv[1][h], x0, 1);
-        lo = vdotq_laneq_s32(lo, wv[2][h], x0, 2);
-        lo = vdotq_laneq_s32(lo, wv[3][h], x0, 3);
-        hi = vdotq_laneq_s32(hi, wv[4][h], x1, 0);
-        hi = vdotq_laneq_s32(hi, wv[5][h], x1, 1);
-        hi = vdotq_laneq_s32(hi, wv[6][h], x1, 2);
-        hi = vdotq_laneq_s32(hi, wv[7][h], x1, 3);
-        float32x4_t tt;
-        if constexpr (F == kS8F) {
-          tt = vaddq_f32(vmulq_f32(vmulq_f32(vld1q_f32(d + 4 * h), dx), vcvtq_f32_s32(lo)), vmulq_f32(vmulq_f32(vld1q_f32(mn + 4 * h), dx), vcvtq_f32_s32(hi)));
-        } else {
-          tt = vmulq_f32(vmulq_f32(vld1q_f32(d + 4 * h), dx), vcvtq_f32_s32(vaddq_s32(lo, hi)));
-          if constexpr (F != kS8H) tt = vaddq_f32(tt, vmulq_f32(vld1q_f32(mn + 4 * h), sx));
+      for (int64_t i = 0; i < m; ++i) {
+        const int8_t* xq = x.q + i * x.k + g * kBlock;
+        const int8x16_t x0 = vld1q_s8(xq), x1 = vld1q_s8(xq + 16);  // groups 0..3, 4..7
+        const float32x4_t dx = vdupq_n_f32(x.d[i * x.g + g]), sx = vdupq_n_f32(x.s[i * x.g + g]);
+        for (int h = 0; h < 2; ++h) {
+          int32x4_t lo = vdupq_n_s32(0), hi = vdupq_n_s32(0);  // elements 0..15, 16..31
+          lo = vdotq_laneq_s32(lo, wv[0][h], x0, 0);
+          lo = vdotq_laneq_s32(lo, wv[1][h], x0, 1);
+          lo = vdotq_laneq_s32(lo, wv[2][h], x0, 2);
+          lo = vdotq_laneq_s32(lo, wv[3][h], x0, 3);
+          hi = vdotq_laneq_s32(hi, wv[4][h], x1, 0);
+          hi = vdotq_laneq_s32(hi, wv[5][h], x1, 1);
+          hi = vdotq_laneq_s32(hi, wv[6][h], x1, 2);
+          hi = vdotq_laneq_s32(hi, wv[7][h], x1, 3);
+          float32x4_t tt;
+          if constexpr (F == kS8F) {
+            tt = vaddq_f32(vmulq_f32(vmulq_f32(vld1q_f32(d + 4 * h), dx), vcvtq_f32_s32(lo)), vmulq_f32(vmulq_f32(vld1q_f32(mn + 4 * h), dx), vcvtq_f32_s32(hi)));
+          } else {
+            tt = vmulq_f32(vmulq_f32(vld1q_f32(d + 4 * h), dx), vcvtq_f32_s32(vaddq_s32(lo, hi)));
+            if constexpr (F != kS8H) tt = vaddq_f32(tt, vmulq_f32(vld1q_f32(mn + 4 * h), sx));
+          }
+          a[u][i][h] = vaddq_f32(a[u][i][h], tt);
         }
-        a[i][h] = vaddq_f32(a[i][h], tt);
       }
     }
   }
-  for (int64_t i = 0; i < m; ++i) vst1q_f32(acc + 8 * i, a[i][0]), vst1q_f32(acc + 8 * i + 4, a[i][1]);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t u = 0; u < Tiles; ++u) vst1q_f32(acc + 8 * (i * Tiles + u), a[u][i][0]), vst1q_f32(acc + 8 * (i * Tiles + u) + 4, a[u][i][1]);
 }
 
 inline bool cpu_has_dotprod() {
@@ -505,8 +518,8 @@ inline Path best_path() {
 }
 
 // Tile rows [rg0, rg1) through `tile_row(w, x, m, acc)`, Tiles tile rows per call (w the
-// first; acc row i's Tiles * 8 outputs at acc + i * Tiles * 8), all m activation rows,
-// kRowChunk at a time: out [m, n] (row stride n). (rg1 - rg0) must be a multiple of Tiles.
+// first's block 0; acc row i's Tiles * 8 outputs at acc + i * Tiles * 8), all m activation
+// rows, kRowChunk at a time: out [m, n] (row stride n). With Tiles = 2, rg0 and rg1 are even.
 template <int64_t Tiles = 1, typename TileRow>
 inline void for_tile_rows(int64_t format, const uint8_t* packed, const QuantizedRows& x, int64_t m, int64_t n, int64_t rg0, int64_t rg1,
                           float* out, TileRow tile_row) {
@@ -514,7 +527,7 @@ inline void for_tile_rows(int64_t format, const uint8_t* packed, const Quantized
   const int64_t tb = tile_bytes(format);
   float acc[kRowChunk * W];
   for (int64_t rg = rg0; rg < rg1; rg += Tiles) {
-    const uint8_t* w = packed + rg * x.g * tb;
+    const uint8_t* w = tile_row_start(packed, rg, x.g, tb);
     const int64_t rows = n - rg * kTileRows < W ? n - rg * kTileRows : W;
     for (int64_t i0 = 0; i0 < m; i0 += kRowChunk) {
       const int64_t mm = m - i0 < kRowChunk ? m - i0 : kRowChunk;
@@ -529,22 +542,27 @@ inline void for_tile_rows(int64_t format, const uint8_t* packed, const Quantized
   }
 }
 
+// Tile rows [rg0, rg1): whole pairs of tiles through `pair` (one stream of reads), a tile
+// outside a whole pair (a range split inside a pair) through `single`.
+template <typename Pair, typename Single>
+inline void by_pairs(int64_t format, const uint8_t* packed, const QuantizedRows& x, int64_t m, int64_t n, int64_t rg0, int64_t rg1, float* out,
+                     Pair pair, Single single) {
+  const int64_t p0 = std::min((rg0 + 1) / 2 * 2, rg1), p1 = std::max(p0, rg1 / 2 * 2);
+  if (rg0 < p0) for_tile_rows(format, packed, x, m, n, rg0, p0, out, single);
+  if (p0 < p1) for_tile_rows<2>(format, packed, x, m, n, p0, p1, out, pair);
+  if (p1 < rg1) for_tile_rows(format, packed, x, m, n, p1, rg1, out, single);
+}
+
 template <int64_t F>
 inline void linear_tile_rows_as(Path path, const uint8_t* packed, const QuantizedRows& x, int64_t m, int64_t n, int64_t rg0, int64_t rg1, float* out) {
 #if EDGESPEC_X86
-  if (path == Path::kAvx2) return for_tile_rows(F, packed, x, m, n, rg0, rg1, out, tile_row_x86_rows<F, Dot::kMaddubs>);
-  if (path == Path::kAvxVnni) return for_tile_rows(F, packed, x, m, n, rg0, rg1, out, tile_row_x86_rows<F, Dot::kVex>);
-  if (path == Path::kAvx512Vnni) {  // rows > 1: two tile rows per 512-bit vector, an odd last one on 256 bits
-    // one row is bound by the weights' read: one stream of tiles prefetches best
-    if (m == 1) return for_tile_rows(F, packed, x, m, n, rg0, rg1, out, tile_row_x86_rows<F, Dot::kEvex>);
-    const int64_t pairs_end = rg0 + (rg1 - rg0) / 2 * 2;
-    for_tile_rows<2>(F, packed, x, m, n, rg0, pairs_end, out, tile_pair_avx512_rows<F>);
-    if (pairs_end < rg1) for_tile_rows(F, packed, x, m, n, pairs_end, rg1, out, tile_row_x86_rows<F, Dot::kEvex>);
-    return;
-  }
+  if (path == Path::kAvx2) return by_pairs(F, packed, x, m, n, rg0, rg1, out, tile_row_x86_rows<F, Dot::kMaddubs, 2>, tile_row_x86_rows<F, Dot::kMaddubs, 1>);
+  if (path == Path::kAvxVnni) return by_pairs(F, packed, x, m, n, rg0, rg1, out, tile_row_x86_rows<F, Dot::kVex, 2>, tile_row_x86_rows<F, Dot::kVex, 1>);
+  // a pair of tiles per 512-bit vector
+  if (path == Path::kAvx512Vnni) return by_pairs(F, packed, x, m, n, rg0, rg1, out, tile_pair_avx512_rows<F>, tile_row_x86_rows<F, Dot::kEvex, 1>);
 #endif
 #if EDGESPEC_ARM
-  if (path == Path::kDotprod) return for_tile_rows(F, packed, x, m, n, rg0, rg1, out, tile_row_dotprod<F>);
+  if (path == Path::kDotprod) return by_pairs(F, packed, x, m, n, rg0, rg1, out, tile_row_dotprod<F, 2>, tile_row_dotprod<F, 1>);
 #endif
   for_tile_rows(F, packed, x, m, n, rg0, rg1, out, [](const uint8_t* w, const QuantizedRows& xr, int64_t mm, float* acc) { tile_row_portable(F, w, xr, mm, acc); });
 }

@@ -27,6 +27,7 @@ from torch import nn
 
 BLOCK = 32
 TILE_ROWS = 8
+PAIR_ROWS = 2 * TILE_ROWS  # tile rows come in pairs (block_linear.h): rows are padded to a multiple of 16
 FORMAT_IDS = {"U4H": 1, "U4F": 2, "S8H": 3, "S8F": 4}  # block_linear.h's Format
 TILE_BYTES = {"U4H": 160, "U4F": 192, "S8H": 272, "S8F": 320}
 GROUP = 4  # codes of one row side by side in a tile (block_linear.h: one 32-bit lane of a SIMD dot)
@@ -77,50 +78,49 @@ def _fp16_exact(t: torch.Tensor) -> bool:
 
 
 def pack(blocks: BlockCodes) -> torch.Tensor:
-    """The kernel's layout (block_linear.h): uint8 [ceil(out/8) * in/32 * tile bytes]."""
+    """The kernel's layout (block_linear.h): uint8 [2 ceil(out/16) * in/32 * tile bytes]:
+    tiles of 8 rows, tile rows in pairs, a pair's two tiles side by side block after block."""
     out, n = blocks.shape
     g = n // BLOCK
-    nt = -(-out // TILE_ROWS)
-    pad = nt * TILE_ROWS - out
+    pairs = -(-out // PAIR_ROWS)
 
-    def tiles(a: np.ndarray) -> np.ndarray:  # [out, g, ...] -> [nt, g, 8, ...], zero-padded rows
-        a = np.concatenate([a, np.zeros((pad, *a.shape[1:]), a.dtype)]) if pad else a
-        return np.ascontiguousarray(a.reshape(nt, TILE_ROWS, *a.shape[1:]).swapaxes(1, 2))
+    def tiles(a: np.ndarray) -> np.ndarray:  # [out, g, ...] -> [pairs, g, 2, 8, ...], zero-padded rows
+        a = np.concatenate([a, np.zeros((pairs * PAIR_ROWS - out, *a.shape[1:]), a.dtype)])
+        return np.ascontiguousarray(np.moveaxis(a.reshape(pairs, 2, TILE_ROWS, *a.shape[1:]), 3, 1))
 
-    codes = tiles(blocks.codes.numpy().reshape(out, g, BLOCK))  # [nt, g, 8 rows, 32]
+    codes = tiles(blocks.codes.numpy().reshape(out, g, BLOCK))  # [pairs, g, 2, 8 rows, 32]
     if blocks.format.startswith("S8"):
         elements = codes.view(np.uint8)
     else:  # byte j of a row: element j in the low nibble, element j + 16 in the high one
         c = codes.astype(np.uint8)
         elements = c[..., :16] | (c[..., 16:] << 4)
-    # [nt, g, rows, groups, 4] -> [nt, g, groups, rows, 4]: group c holds every row's 4 codes
-    grouped = elements.reshape(nt, g, TILE_ROWS, -1, GROUP).swapaxes(2, 3)
-    code_bytes = grouped.reshape(nt, g, -1)
+    # [..., rows, groups, 4] -> [..., groups, rows, 4]: group c holds every row's 4 codes
+    grouped = elements.reshape(pairs, g, 2, TILE_ROWS, -1, GROUP).swapaxes(3, 4)
     scales = (blocks.d, blocks.m)
     if blocks.format == "S8F":  # the scales of each block's two halves, one after the other
         scales = (blocks.d[:, 0::2].contiguous(), blocks.d[:, 1::2].contiguous())
     scale_dtype = np.float32 if blocks.format in ("U4F", "S8F") else np.float16
-    parts = [code_bytes] + [tiles(t.numpy().astype(scale_dtype)).view(np.uint8).reshape(nt, g, -1) for t in scales if t is not None]
-    return torch.from_numpy(np.ascontiguousarray(np.concatenate(parts, axis=2)).reshape(-1))
+    parts = [grouped.reshape(pairs, g, 2, -1)]
+    parts += [tiles(t.numpy().astype(scale_dtype)).view(np.uint8).reshape(pairs, g, 2, -1) for t in scales if t is not None]
+    return torch.from_numpy(np.ascontiguousarray(np.concatenate(parts, axis=-1)).reshape(-1))
 
 
 def unpack(packed: torch.Tensor, format: str, out: int, n: int) -> BlockCodes:
     """`pack`'s inverse."""
-    g, nt, tb = n // BLOCK, -(-out // TILE_ROWS), TILE_BYTES[format]
-    t = np.ascontiguousarray(packed.numpy().reshape(nt, g, tb))
-    R = TILE_ROWS
+    g, pairs, R = n // BLOCK, -(-out // PAIR_ROWS), TILE_ROWS
+    t = np.ascontiguousarray(packed.numpy().reshape(pairs, g, 2, TILE_BYTES[format]))
     s8 = format.startswith("S8")
     cb = R * (BLOCK if s8 else BLOCK // 2)
-    elements = t[..., :cb].reshape(nt, g, -1, R, GROUP).swapaxes(2, 3).reshape(nt, g, R, -1)  # [nt, g, rows, bytes]
+    elements = t[..., :cb].reshape(pairs, g, 2, -1, R, GROUP).swapaxes(3, 4).reshape(pairs, g, 2, R, -1)  # [..., rows, bytes]
     codes = elements.view(np.int8) if s8 else np.concatenate([elements & 0x0F, elements >> 4], axis=-1).astype(np.int8)
     dt = np.float32 if format in ("U4F", "S8F") else np.float16
     w = np.dtype(dt).itemsize * R
     scales = [t[..., cb + i * w : cb + (i + 1) * w].view(dt) for i in range(1 if format == "S8H" else 2)]
 
-    def rows(a: np.ndarray) -> torch.Tensor:  # [nt, g, 8, ...] -> [out, g, ...]
-        return torch.from_numpy(np.ascontiguousarray(a.swapaxes(1, 2).reshape(nt * TILE_ROWS, g, *a.shape[3:])[:out]))
+    def rows(a: np.ndarray) -> torch.Tensor:  # [pairs, g, 2, 8, ...] -> [out, g, ...]
+        return torch.from_numpy(np.ascontiguousarray(np.moveaxis(a, 1, 3).reshape(pairs * PAIR_ROWS, g, *a.shape[4:])[:out]))
 
-    d, m = [rows(s.reshape(nt, g, R)).float() for s in scales] + [None] * (2 - len(scales))
+    d, m = [rows(s.reshape(pairs, g, 2, R)).float() for s in scales] + [None] * (2 - len(scales))
     if format == "S8F":  # halves back in element order
         d, m = torch.stack([d, m], -1).reshape(out, 2 * g), None
     return BlockCodes(format, rows(codes).reshape(out, n), d, m)

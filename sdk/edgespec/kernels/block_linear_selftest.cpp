@@ -53,7 +53,7 @@ std::vector<uint8_t> random_tiles(int64_t format, int64_t nt, int64_t g, std::mt
 
 // out [m, n] for rows x [m, k] through `path`, the tile rows split at `split`
 std::vector<float> run(B::Path path, int64_t format, const std::vector<uint8_t>& w, const float* x, int64_t m, int64_t k, int64_t n, int64_t split) {
-  const int64_t g = k / B::kBlock, nt = (n + B::kTileRows - 1) / B::kTileRows;
+  const int64_t g = k / B::kBlock, nt = B::tile_rows(n);
   std::vector<int8_t> q(m * k);
   std::vector<float> d(m * g), s(m * g), out(m * n, -1.f);
   B::quantize_rows(x, m, k, q.data(), d.data(), s.data());
@@ -74,7 +74,7 @@ int main() {
   int failures = 0;
   for (int64_t format : {B::kU4H, B::kU4F, B::kS8H, B::kS8F}) {
     for (int64_t k : {32, 96, 576}) {
-      const int64_t n = 45, nt = (n + B::kTileRows - 1) / B::kTileRows;  // a padded last tile
+      const int64_t n = 45, nt = B::tile_rows(n);  // a padded last pair (tile rows 0..5: split at 3, inside a pair)
       const auto w = random_tiles(format, nt, k / B::kBlock, rng);
       const int64_t max_m = 70;
       std::vector<float> x(max_m * k);
