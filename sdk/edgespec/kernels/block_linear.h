@@ -186,22 +186,16 @@ inline void tile_row_portable(int64_t format, const uint8_t* w, const QuantizedR
 }
 
 #if EDGESPEC_X86
-// How an x86 path forms the integer dots of unsigned 8-bit by signed 8-bit codes, 4 products
-// per int32 lane: AVX2's maddubs + madd (int16 pair sums, then pairs of those), or one VNNI
-// `vpdpbusd` (AVX-VNNI's VEX encoding, or AVX-512-VNNI's EVEX one on 256-bit registers).
-// Every form is exact, so every path gives the same bits.
-enum class Dot { kMaddubs, kVex, kEvex };
+// How a 256-bit x86 path forms the integer dots of unsigned 8-bit by signed 8-bit codes, 4
+// products per int32 lane: AVX2's maddubs + madd (int16 pair sums, then pairs of those), or
+// AVX-VNNI's `vpdpbusd`. Both are exact, so both give the same bits.
+enum class Dot { kMaddubs, kVnni };
 
-// acc + the dots of u (unsigned) and s (signed) by groups of 4 bytes: `vpdpbusd` as inline
-// assembly (`%{`, `%}`: literal braces in GCC extended asm), so the function around it stays
-// plain AVX2 (no AVX-512 instruction elsewhere)
-template <Dot D>
-__attribute__((target("avx2"))) inline __m256i dpbusd(__m256i acc, __m256i u, __m256i s) {
-  if constexpr (D == Dot::kVex) {
-    asm("%{vex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(u), "x"(s));
-  } else {
-    asm("%{evex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(u), "x"(s));
-  }
+// acc + the dots of u (unsigned) and s (signed) by groups of 4 bytes: AVX-VNNI's `vpdpbusd`
+// as inline assembly in its VEX encoding (`%{`, `%}`: literal braces in GCC extended asm), so
+// the function around it stays plain AVX2
+__attribute__((target("avx2"))) inline __m256i dpbusd_vex(__m256i acc, __m256i u, __m256i s) {
+  asm("%{vex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(u), "x"(s));
   return acc;
 }
 
@@ -253,7 +247,7 @@ __attribute__((target("avx2,fma,f16c"))) inline void tile_row_x86(const uint8_t*
               const __m256i xs = _mm256_sign_epi8(xb[c], wv[c]);
               const __m256i wa = _mm256_abs_epi8(wv[c]);
               // pmaddubsw pairs stay within int16 (|w| <= 128, |x| <= 127: 2 * 128 * 127 < 2^15)
-              s = D == Dot::kMaddubs ? _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_maddubs_epi16(wa, xs), ones)) : dpbusd<D>(s, wa, xs);
+              s = D == Dot::kMaddubs ? _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_maddubs_epi16(wa, xs), ones)) : dpbusd_vex(s, wa, xs);
             }
             half[h] = s;
           }
@@ -273,7 +267,7 @@ __attribute__((target("avx2,fma,f16c"))) inline void tile_row_x86(const uint8_t*
             dot = _mm256_madd_epi16(s16, ones);
           } else {
             __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();  // two chains: half the latency
-            for (int c = 0; c < 8; c += 2) s0 = dpbusd<D>(s0, wv[c], xb[c]), s1 = dpbusd<D>(s1, wv[c + 1], xb[c + 1]);
+            for (int c = 0; c < 8; c += 2) s0 = dpbusd_vex(s0, wv[c], xb[c]), s1 = dpbusd_vex(s1, wv[c + 1], xb[c + 1]);
             dot = _mm256_add_epi32(s0, s1);
           }
           const __m256 m8 = F == kU4F ? _mm256_loadu_ps(reinterpret_cast<const float*>(t + 160))
@@ -304,9 +298,11 @@ inline void tile_row_x86_rows(const uint8_t* w, const QuantizedRows& x, int64_t 
   }
 }
 
-// AVX-512 (VNNI, BW): two adjacent tile rows at once, lane r = row r of the first tile, lane
+// AVX-512 (VNNI, BW): the two tiles of a pair at once, lane r = row r of the first tile, lane
 // 8 + r = row r of the second, each lane the same operations as tile_row_x86's: the same bits
 // with half the instructions per output row. M: the activation rows, as in tile_row_x86.
+// (tile_row_x86's steps at twice the width: GCC compiles a function for one instruction set,
+// so the 512-bit path cannot be the same template.)
 #define EDGESPEC_AVX512 "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c"
 __attribute__((target(EDGESPEC_AVX512))) inline __m512i cat256(const uint8_t* a, const uint8_t* b) {
   return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a))),
@@ -557,9 +553,10 @@ template <int64_t F>
 inline void linear_tile_rows_as(Path path, const uint8_t* packed, const QuantizedRows& x, int64_t m, int64_t n, int64_t rg0, int64_t rg1, float* out) {
 #if EDGESPEC_X86
   if (path == Path::kAvx2) return by_pairs(F, packed, x, m, n, rg0, rg1, out, tile_row_x86_rows<F, Dot::kMaddubs, 2>, tile_row_x86_rows<F, Dot::kMaddubs, 1>);
-  if (path == Path::kAvxVnni) return by_pairs(F, packed, x, m, n, rg0, rg1, out, tile_row_x86_rows<F, Dot::kVex, 2>, tile_row_x86_rows<F, Dot::kVex, 1>);
-  // a pair of tiles per 512-bit vector
-  if (path == Path::kAvx512Vnni) return by_pairs(F, packed, x, m, n, rg0, rg1, out, tile_pair_avx512_rows<F>, tile_row_x86_rows<F, Dot::kEvex, 1>);
+  if (path == Path::kAvxVnni) return by_pairs(F, packed, x, m, n, rg0, rg1, out, tile_row_x86_rows<F, Dot::kVnni, 2>, tile_row_x86_rows<F, Dot::kVnni, 1>);
+  // a pair of tiles per 512-bit vector; a lone tile (a range split inside a pair: never by the
+  // op, whose threads take whole pairs) through the AVX2 path every AVX-512 CPU has
+  if (path == Path::kAvx512Vnni) return by_pairs(F, packed, x, m, n, rg0, rg1, out, tile_pair_avx512_rows<F>, tile_row_x86_rows<F, Dot::kMaddubs, 1>);
 #endif
 #if EDGESPEC_ARM
   if (path == Path::kDotprod) return by_pairs(F, packed, x, m, n, rg0, rg1, out, tile_row_dotprod<F, 2>, tile_row_dotprod<F, 1>);
