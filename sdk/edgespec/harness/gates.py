@@ -53,21 +53,24 @@ def _lossless(report: dict, g: GatesConfig) -> GateResult | None:
 
 
 def _score_ratio(report: dict, g: GatesConfig) -> GateResult | None:
+    """Fails when the mean task score is below min_score_ratio x the fp32 model's beyond the
+    noise of the suites' few prompts: the ratio and its one-sided 95% upper bound over
+    resampled prompts (`score_ratio_upper`, harness/score_noise.py) both below the bar."""
     ratio = report["overall"].get("score_ratio")
     if g.min_score_ratio <= 0 or "reference_score" not in report["overall"]:  # validate.reference: none -- nothing to compare with
         return None
     o = report["overall"]
     if ratio is None:  # the reference scored 0: any score is at least as good
         return GateResult("min_score_ratio", True, None, g.min_score_ratio, f"mean task score {o['score']:.3f}; the fp32 base model scored 0")
-    ok = ratio >= g.min_score_ratio
-    return GateResult(
-        "min_score_ratio",
-        ok,
-        round(ratio, 4),
-        g.min_score_ratio,
-        f"mean task score {o['score']:.3f} vs fp32 base {o['reference_score']:.3f}: {ratio:.3f}x {'>=' if ok else '<'} {g.min_score_ratio}x"
-        + ("" if ok else f" (short by {g.min_score_ratio - ratio:.3f})"),
-    )
+    upper = o.get("score_ratio_upper")  # None: a report without the bound (or nothing to resample)
+    above = ratio >= g.min_score_ratio
+    ok = above or (upper is not None and upper >= g.min_score_ratio)
+    says = f"mean task score {o['score']:.3f} vs fp32 base {o['reference_score']:.3f}: {ratio:.3f}x {'>=' if above else '<'} {g.min_score_ratio}x"
+    if ok and not above:
+        says += f", within the noise of {o.get('prompts', 'these')} prompts (95% upper bound over resampled prompts {upper:.3f}x >= {g.min_score_ratio}x)"
+    elif not ok:
+        says += f" (short by {g.min_score_ratio - ratio:.3f})" + ("" if upper is None else f"; 95% upper bound over resampled prompts {upper:.3f}x")
+    return GateResult("min_score_ratio", ok, round(ratio, 4), g.min_score_ratio, says)
 
 
 # fidelity bars: gate name (a GatesConfig field) -> (fidelity key, True if a minimum, the
