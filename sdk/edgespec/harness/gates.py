@@ -52,24 +52,27 @@ def _lossless(report: dict, g: GatesConfig) -> GateResult | None:
     )
 
 
+SHORTFALL_P = 0.05  # the score gate fails a program whose shortfall is this unlikely to be the prompts' noise
+
+
 def _score_ratio(report: dict, g: GatesConfig) -> GateResult | None:
     """Fails when the mean task score is below min_score_ratio x the fp32 model's beyond the
-    noise of the suites' few prompts: the ratio and its one-sided 95% upper bound over
-    resampled prompts (`score_ratio_upper`, harness/score_noise.py) both below the bar."""
+    noise of the suites' few prompts: the ratio below the bar, and a paired sign-flip test
+    (`score_shortfall_p`, harness/score_noise.py) puts the shortfall's p-value below 0.05."""
     ratio = report["overall"].get("score_ratio")
     if g.min_score_ratio <= 0 or "reference_score" not in report["overall"]:  # validate.reference: none -- nothing to compare with
         return None
     o = report["overall"]
     if ratio is None:  # the reference scored 0: any score is at least as good
         return GateResult("min_score_ratio", True, None, g.min_score_ratio, f"mean task score {o['score']:.3f}; the fp32 base model scored 0")
-    upper = o.get("score_ratio_upper")  # None: a report without the bound (or nothing to resample)
+    p = o.get("score_shortfall_p")  # None: a report without the test (judged on the ratio alone)
     above = ratio >= g.min_score_ratio
-    ok = above or (upper is not None and upper >= g.min_score_ratio)
+    ok = above or (p is not None and p >= SHORTFALL_P)
     says = f"mean task score {o['score']:.3f} vs fp32 base {o['reference_score']:.3f}: {ratio:.3f}x {'>=' if above else '<'} {g.min_score_ratio}x"
     if ok and not above:
-        says += f", within the noise of {o.get('prompts', 'these')} prompts (95% upper bound over resampled prompts {upper:.3f}x >= {g.min_score_ratio}x)"
+        says += f", within the noise of {o.get('prompts', 'these')} prompts (paired sign-flip test p = {p:.3f} >= {SHORTFALL_P})"
     elif not ok:
-        says += f" (short by {g.min_score_ratio - ratio:.3f})" + ("" if upper is None else f"; 95% upper bound over resampled prompts {upper:.3f}x")
+        says += f" (short by {g.min_score_ratio - ratio:.3f})" + ("" if p is None else f"; paired sign-flip test p = {p:.4f} < {SHORTFALL_P}")
     return GateResult("min_score_ratio", ok, round(ratio, 4), g.min_score_ratio, says)
 
 

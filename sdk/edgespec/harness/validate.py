@@ -20,7 +20,7 @@ from pathlib import Path
 from edgespec.config import ValidateConfig
 from edgespec.errors import EdgespecError
 from edgespec.harness.gates import as_dicts, check_gates
-from edgespec.harness.score_noise import score_ratio_upper_bound
+from edgespec.harness.score_noise import shortfall_p_value
 from edgespec.harness.suites import SUITES, Example, load_suite
 
 Progress = Callable[[str, int, int], None]  # (phase, done, total)
@@ -114,8 +114,9 @@ def validate_bundle(bundle_dir: str | Path, cfg: ValidateConfig, *, on_progress:
         overall["reference_score"] = round(statistics.fmean(s["reference_score"] for s in suites.values()), 4)
         overall["accuracy_drop"] = round(overall["reference_score"] - overall["score"], 4)
         overall["score_ratio"] = round(overall["score"] / overall["reference_score"], 4) if overall["reference_score"] > 0 else None
-        upper = score_ratio_upper_bound([r["suite"] for r in rows], [r["score"] for r in rows], ref_scores)
-        overall["score_ratio_upper"] = None if upper is None else round(upper, 4)  # what the prompts' noise allows (the gate's test)
+        # how surely the prompts put the program below the score gate's bar (the gate's test)
+        p = shortfall_p_value([r["suite"] for r in rows], [r["score"] for r in rows], ref_scores, cfg.gates.min_score_ratio)
+        overall["score_shortfall_p"] = round(p, 4)
         overall["same_answers"] = f"{sum(r['prediction'] == r['reference_prediction'] for r in rows)}/{len(rows)}"  # paired: AR answer == fp32 answer
 
     fidelity = None

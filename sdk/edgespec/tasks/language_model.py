@@ -175,7 +175,9 @@ def export_summary(result: ExportResult) -> str:
         fid = f", held-out vs fp32: top-1 {f.top1_agreement:.1%}, perplexity {f.perplexity_ratio:.3f}x, KL {f.kl_mean:.4f}" if f else ""
         checked = f"; validated on {v.prompts} prompts: score {v.score:.3f}{ref}{fid}, AR {v.ar_tokens_per_s:.1f} tok/s{spec}, gates passed; report {result.bundle_dir}/{LAYOUT.report_md}"
     q = m.quantization
-    rounded = ", ".join(f"{n} layers re-rounded from {t}" for t, n in q.rounded_from.items() if t not in ("F32", "F16", "BF16")) if q else ""
+    rounded = (
+        ", ".join(f"{n} layer{'' if n == 1 else 's'} re-rounded from {t}" for t, n in q.rounded_from.items() if t not in ("F32", "F16", "BF16")) if q else ""
+    )
     rounded = f"; {rounded}" if rounded else ""
     return f"wrote {result.bundle_dir} ({m.precision}, {LAYOUT.program} {size_mb:.1f} MB) in {total:.0f}s [{parts}]{rounded}{checked}"
 
