@@ -12,7 +12,9 @@ For each bundle (same model, different `quant` sections), in one run:
 With --llama-cpp DIR (a folder holding llama.cpp's `llama-perplexity` and `llama-bench`,
 built by you; nothing of it is in this repository), llama.cpp runs the model's own GGUF on
 the same held-out chunks (perplexity and KL against an F32 GGUF of the same weights, written
-here from the source) and `llama-bench` tg at 1 and 2 threads.
+here from the source) and `llama-bench` tg (as many new tokens as the programs decode) at 1
+and 2 threads, each right after edgespec's programs at that thread count: every row gets its
+speed ratio to llama.cpp's measured in the same minutes.
 
     python bench/quant_recipes.py bundles/default bundles/requant bundles/8da8w bundles/fp32 \\
         --llama-cpp /work/scratch/llamacpp/bin > docs/results/quant_recipes.json
@@ -89,9 +91,19 @@ def write_f32_gguf(src: Path, dst: Path) -> None:
     w.close()
 
 
+def llama_bench(bin_dir: Path, gguf_path: Path, threads: int, new_tokens: int) -> float | None:
+    """llama.cpp's `llama-bench` decode tokens/s (tg) on the GGUF: the mean of 5 runs."""
+    p = subprocess.run(
+        [str(bin_dir / "llama-bench"), "-m", str(gguf_path), "-p", "0", "-n", str(new_tokens), "-t", str(threads), "-r", "5", "-o", "json"],
+        capture_output=True,
+        text=True,
+    )
+    rows = json.loads(p.stdout) if p.returncode == 0 else []
+    return round(rows[0]["avg_ts"], 2) if rows else None
+
+
 def llama_cpp(bin_dir: Path, gguf_path: Path, text: str, chunks: int, ctx: int) -> dict:
-    """llama.cpp on the same held-out text: perplexity of the GGUF, KL against its F32 copy,
-    and llama-bench tg64 at 1 and 2 threads."""
+    """llama.cpp on the same held-out text: perplexity of the GGUF, KL against its F32 copy."""
     with tempfile.TemporaryDirectory() as d:
         d = Path(d)
         (d / "text.txt").write_text(text)
@@ -122,14 +134,6 @@ def llama_cpp(bin_dir: Path, gguf_path: Path, text: str, chunks: int, ctx: int) 
             "kl_p99": num(r"99\.0%\s+KLD:\s*([\d.]+)", q),
             "top1_agreement": (num(r"Same top p:\s*([\d.]+)", q) or 0) / 100 or None,
         }
-        for t in (1, 2):
-            p = subprocess.run(
-                [str(bin_dir / "llama-bench"), "-m", str(gguf_path), "-p", "0", "-n", "64", "-t", str(t), "-r", "5", "-o", "json"],
-                capture_output=True,
-                text=True,
-            )
-            rows = json.loads(p.stdout) if p.returncode == 0 else []
-            out[f"decode_tokens_per_s_{t}t"] = round(rows[0]["avg_ts"], 2) if rows else None
         return out
 
 
@@ -145,10 +149,19 @@ def main() -> None:
 
     from edgespec.harness.fidelity import CHUNK, heldout_chunks, heldout_text, measure_fidelity
     from edgespec.harness.process_measure import peak_rss_fresh
+    from edgespec.models.load import EMBEDDED, embedded_path
     from edgespec.models.tokenizer import encode_prompt
     from edgespec.runtime.session import open_bundle
 
-    speeds = {t: speed(args.bundles, t, args.prompts, args.max_new_tokens, args.runs) for t in (1, 2)}
+    src = open_bundle(args.bundles[0])[0].recipe.model.source
+    gguf_path = embedded_path(src) if src in EMBEDDED else Path(src)
+    # per thread count: edgespec's programs, then llama-bench on the GGUF right after (the same
+    # minutes of the machine), as many new tokens
+    speeds, llama_tg = {}, {}
+    for t in (1, 2):
+        speeds[t] = speed(args.bundles, t, args.prompts, args.max_new_tokens, args.runs)
+        if args.llama_cpp:
+            llama_tg[t] = llama_bench(args.llama_cpp, gguf_path, t, args.max_new_tokens)
     rows = []
     for b in args.bundles:
         manifest, tokenizer, runner = open_bundle(b)
@@ -172,12 +185,16 @@ def main() -> None:
         del runner
     report = {"chunks": args.chunks, "chunk_tokens": CHUNK, "rows": rows}
     if args.llama_cpp:
-        from edgespec.models.load import EMBEDDED, embedded_path
-
-        src = open_bundle(args.bundles[0])[0].recipe.model.source
-        path = embedded_path(src) if src in EMBEDDED else Path(src)
         tokens = sum(len(c) for c in heldout_chunks(tokenizer, args.chunks, CHUNK))
-        report["llama_cpp"] = {**llama_cpp(args.llama_cpp, path, heldout_text(), args.chunks, CHUNK), "edgespec_tokens_in_chunks": tokens}
+        report["llama_cpp"] = {
+            **llama_cpp(args.llama_cpp, gguf_path, heldout_text(), args.chunks, CHUNK),
+            **{f"decode_tokens_per_s_{t}t": tg for t, tg in llama_tg.items()},
+            "bench_new_tokens": args.max_new_tokens,
+            "edgespec_tokens_in_chunks": tokens,
+        }
+        for row in rows:  # each program's decode speed over llama.cpp's, measured in the same minutes
+            for t, tg in llama_tg.items():
+                row[f"ratio_to_llama_cpp_{t}t"] = round(row[f"decode_tokens_per_s_{t}t"] / tg, 3) if tg else None
     print(json.dumps(report, indent=1))
 
 
