@@ -1,5 +1,5 @@
 """The bundle's records: its file layout, `manifest.json` and the validation summary it holds,
-as frozen, validated dataclasses (the machinery of edgespec.config).
+as frozen, validated dataclasses (the typed records of edgespec.config.records).
 
 `parse_manifest` is the one reader of a manifest: every field is type-checked, an error
 names the field (``manifest field 'tokenizer.eos_ids': ...``); `Manifest.to_dict` is what
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from edgespec.config import AsrRecipe, Recipe, _require, _Section, from_dict, parsing, upgrade_recipe_data
+from edgespec.config import AsrRecipe, Recipe, Record, from_dict, parsing, require, upgrade_recipe_data
 from edgespec.errors import EdgespecError
 
 SCHEMA_VERSION = 1
@@ -47,13 +47,13 @@ LAYOUT = BundleLayout()
 
 
 @dataclass(frozen=True)
-class FileEntry(_Section):
+class FileEntry(Record):
     sha256: str
     bytes: int = 0
 
 
 @dataclass(frozen=True)
-class GateResult(_Section):
+class GateResult(Record):
     """One gate's verdict: what was measured against which bar."""
 
     name: str
@@ -64,7 +64,7 @@ class GateResult(_Section):
 
 
 @dataclass(frozen=True)
-class Lossless(_Section):
+class Lossless(Record):
     """Speculative greedy output identical to autoregressive on `identical` of `prompts`."""
 
     identical: int
@@ -75,7 +75,7 @@ class Lossless(_Section):
 
 
 @dataclass(frozen=True)
-class Fidelity(_Section):
+class Fidelity(Record):
     """A program against its source model on `tokens` scored held-out tokens (edgespec.harness.fidelity)."""
 
     tokens: int
@@ -89,7 +89,7 @@ class Fidelity(_Section):
 
 
 @dataclass(frozen=True, kw_only=True)
-class LmValidation(_Section):
+class LmValidation(Record):
     """What a language-model bundle showed in its validate stage (the full report: report.json)."""
 
     PATH: ClassVar[str] = "validation"
@@ -106,7 +106,7 @@ class LmValidation(_Section):
 
 
 @dataclass(frozen=True, kw_only=True)
-class AsrValidation(_Section):
+class AsrValidation(Record):
     """What a speech bundle showed on the asr suite (the full report: asr_report.json)."""
 
     PATH: ClassVar[str] = "validation"
@@ -123,7 +123,7 @@ class AsrValidation(_Section):
 
 
 @dataclass(frozen=True)
-class LmModelInfo(_Section):
+class LmModelInfo(Record):
     """The model a language-model bundle was made from: name, source and architecture."""
 
     PATH: ClassVar[str] = "model"
@@ -139,10 +139,14 @@ class LmModelInfo(_Section):
     rope_theta: float = 10000.0
     tie_embeddings: bool = True
     max_seq_len: int = 0
+    head_dim: int = 0
+    qkv_bias: bool = False
+    qk_norm: bool = False
+    rope_freq_factors: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
-class AsrModelInfo(_Section):
+class AsrModelInfo(Record):
     PATH: ClassVar[str] = "model"
     name: str
     source: str
@@ -150,7 +154,7 @@ class AsrModelInfo(_Section):
 
 
 @dataclass(frozen=True)
-class TokenizerInfo(_Section):
+class TokenizerInfo(Record):
     PATH: ClassVar[str] = "tokenizer"
     file: str
     eos_ids: tuple[int, ...]
@@ -160,7 +164,7 @@ class TokenizerInfo(_Section):
 
 
 @dataclass(frozen=True)
-class QuantizationInfo(_Section):
+class QuantizationInfo(Record):
     """How the linears got their weights (edgespec.quant.QuantSummary)."""
 
     PATH: ClassVar[str] = "quantization"
@@ -172,7 +176,7 @@ class QuantizationInfo(_Section):
 
 
 @dataclass(frozen=True)
-class SpeculativeInfo(_Section):
+class SpeculativeInfo(Record):
     """The speculative methods of a program: its drafter and draft tree."""
 
     PATH: ClassVar[str] = "speculative"
@@ -188,7 +192,7 @@ class SpeculativeInfo(_Section):
 
 
 @dataclass(frozen=True, kw_only=True)
-class Manifest(_Section):
+class Manifest(Record):
     """What every bundle's manifest holds; `task` says which of the subclasses it is."""
 
     TASK: ClassVar[str] = ""
@@ -204,7 +208,7 @@ class Manifest(_Section):
     def _check(self) -> None:
         for name in self.files:
             safe = name and not name.startswith(("/", "\\")) and ".." not in Path(name).parts and "\x00" not in name
-            _require(bool(safe), f"files.{name}", "must be a plain relative file name")
+            require(bool(safe), f"files.{name}", "must be a plain relative file name")
 
     def file_bytes(self, name: str) -> int:
         return self.files[name].bytes

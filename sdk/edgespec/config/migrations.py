@@ -1,0 +1,50 @@
+"""Recipes of earlier versions: renamed sections and fields, removed fields, and the
+`RecipeDeprecation` note that says what to write instead."""
+
+from __future__ import annotations
+
+
+class RecipeDeprecation(UserWarning):
+    """A recipe written in an older form was read; the message says what to write instead."""
+
+
+_RENAMED_SECTIONS: dict[str, tuple[str, dict[str, str]]] = {"streams": ("drafter", {"drafter": "kind"})}
+"""old section -> (new section, {old field: new field}) for recipes of earlier versions."""
+_REMOVED_FIELDS = {("export", "backend"): "export.backend was never read (programs are always XNNPACK-delegated); remove it"}
+
+
+def renamed_path(path: list[str]) -> list[str]:
+    """A dotted field path of an earlier recipe version in today's names (one RecipeDeprecation note)."""
+    import warnings
+
+    if path and path[0] in _RENAMED_SECTIONS:
+        new, fields = _RENAMED_SECTIONS[path[0]]
+        renamed = [new, *path[1:]]
+        if len(path) > 1:
+            renamed[1] = fields.get(path[1], path[1])
+        warnings.warn(f"recipe field '{'.'.join(path)}' is now '{'.'.join(renamed)}'", RecipeDeprecation, stacklevel=4)
+        return renamed
+    return path
+
+
+def upgrade_recipe_data(data: dict, note: bool = True) -> dict:
+    """Recipe data of an earlier version in today's shape (a copy): renamed sections and fields
+    are moved, removed fields dropped; with `note`, one `RecipeDeprecation` warning says what
+    to change in the file."""
+    import warnings
+
+    data = {k: (dict(v) if isinstance(v, dict) else v) for k, v in data.items()}
+    notes = []
+    for old, (new, fields) in _RENAMED_SECTIONS.items():
+        if isinstance(data.get(old), dict) and new not in data:
+            section = data.pop(old)
+            data[new] = {fields.get(k, k): v for k, v in section.items()}
+            renamed = ", ".join(f"{old}.{k} -> {new}.{v}" for k, v in fields.items() if k in section)
+            notes.append(f"the '{old}:' section is now '{new}:'" + (f" ({renamed})" if renamed else ""))
+    for (section, name), why in _REMOVED_FIELDS.items():
+        if isinstance(data.get(section), dict) and name in data[section]:
+            del data[section][name]
+            notes.append(why)
+    if notes and note:
+        warnings.warn("recipe in an older form: " + "; ".join(notes), RecipeDeprecation, stacklevel=3)
+    return data
