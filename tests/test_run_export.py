@@ -14,7 +14,7 @@ from manifests import tiny_manifest
 
 
 def _task(passed: bool, seen: list):
-    def build(recipe, stage_dir: Path, stage):
+    def build_bundle_files(recipe, stage_dir: Path, stage):
         stage("load")
         (stage_dir / B.PROGRAM).write_bytes(b"program")
         stage("lower")
@@ -25,15 +25,20 @@ def _task(passed: bool, seen: list):
         gate = GateResult("lossless", passed, "3/3" if passed else "2/3", "all", "identical on 3/3" if passed else "1 differs")
         return {"passed": passed, "gates": [gate.to_dict()]}
 
-    def write_report(report: dict, out: Path, bundle: str | None = None) -> list[str]:
+    def write_validation_report(report: dict, out: Path, bundle: str | None = None) -> list[str]:
         out.mkdir(parents=True, exist_ok=True)
         (out / "report.md").write_text(bundle)
         return ["report.md"]
 
-    def summarize(report: dict):
+    def summarize_validation(report: dict):
         return tiny_manifest().validation  # None: the record's shape is the task's business
 
-    return SimpleNamespace(build=build, run_validation=run_validation, summarize=summarize, write_report=write_report)
+    return SimpleNamespace(
+        build_bundle_files=build_bundle_files,
+        run_validation=run_validation,
+        summarize_validation=summarize_validation,
+        write_validation_report=write_validation_report,
+    )
 
 
 def test_a_passing_export_writes_the_bundle_with_its_report(tmp_path):

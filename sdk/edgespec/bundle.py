@@ -290,16 +290,16 @@ class StageClock:
 class ExportTask(Protocol):
     """What a task (language model, speech) supplies to `run_export` (edgespec.tasks)."""
 
-    def build(self, recipe: Any, stage_dir: Path, stage: StageClock) -> Manifest:
+    def build_bundle_files(self, recipe: Any, stage_dir: Path, stage: StageClock) -> Manifest:
         """Run the stages before validation into `stage_dir`; the manifest without files."""
 
     def run_validation(self, bundle_dir: Path, recipe: Any, on_progress: Callable[[str, int, int], None]) -> dict:
         """The validation report of a bundle: at least `passed` and `gates` (GateResult fields)."""
 
-    def summarize(self, report: dict) -> Any:
+    def summarize_validation(self, report: dict) -> Any:
         """The validation record the manifest keeps of a passed report."""
 
-    def write_report(self, report: dict, out_dir: Path, bundle: str | None = None) -> list[str]:
+    def write_validation_report(self, report: dict, out_dir: Path, bundle: str | None = None) -> list[str]:
         """The report's files into `out_dir` (`bundle`: where the bundle lands); their names."""
 
 
@@ -330,17 +330,17 @@ def run_export(
     rejected = LAYOUT.rejected(outdir)
     stage = StageClock(on_stage)
     with staged_bundle(outdir) as stage_dir:
-        manifest = task.build(recipe, stage_dir, stage)
+        manifest = task.build_bundle_files(recipe, stage_dir, stage)
         (stage_dir / LAYOUT.recipe).write_text(recipe_to_yaml(recipe))
         manifest = write_manifest(stage_dir, manifest)  # provisional: the validation opens the staged bundle
         stage("validate")
         if recipe.validate.enabled:
             report = task.run_validation(stage_dir, recipe, on_progress)
             if not report["passed"]:
-                task.write_report(report, rejected, f"(not written: {outdir})")
+                task.write_validation_report(report, rejected, f"(not written: {outdir})")
                 raise GateFailure([GateResult(**g) for g in report["gates"] if not g["passed"]], rejected)
-            files = task.write_report(report, stage_dir, str(outdir))
-            manifest = dataclasses.replace(manifest, reports=(*manifest.reports, *files), validation=task.summarize(report))
+            files = task.write_validation_report(report, stage_dir, str(outdir))
+            manifest = dataclasses.replace(manifest, reports=(*manifest.reports, *files), validation=task.summarize_validation(report))
         stage("package")
         manifest = write_manifest(stage_dir, manifest)
         stage.stop()

@@ -85,7 +85,7 @@ def validate(bundle, overrides, suites, prompts_per_suite, runs, seed, lookup, r
     with phase_bars("validate") as on_progress:
         report = task.run_validation(Path(bundle), recipe, on_progress)
     if out:
-        task.write_report(report, Path(out))
+        task.write_validation_report(report, Path(out))
     click.echo(json.dumps(report, indent=1, ensure_ascii=False) if as_json else task.render_validation(report))
     if not report["passed"]:
         sys.exit(1)

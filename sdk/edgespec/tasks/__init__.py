@@ -3,11 +3,12 @@
 A task module supplies:
 
 - ``NAME`` (a recipe's and a manifest's ``task``), ``DESCRIPTION``, ``RECIPE`` (its recipe
-  class), ``STAGES`` (what ``build`` announces);
-- ``build(recipe, stage_dir, stage) -> Manifest``, ``run_validation(bundle_dir, recipe,
-  on_progress) -> report``, ``summarize(report) -> validation record`` and
-  ``write_report(report, dir, bundle=None) -> files``: what `edgespec.bundle.run_export`
-  needs (`edgespec validate` uses the last two of them too, with ``render_validation(report)``);
+  class), ``STAGES`` (what ``build_bundle_files`` announces);
+- ``build_bundle_files(recipe, stage_dir, stage) -> Manifest``, ``run_validation(bundle_dir,
+  recipe, on_progress) -> report``, ``summarize_validation(report) -> validation record`` and
+  ``write_validation_report(report, dir, bundle=None) -> files``: what
+  `edgespec.bundle.run_export` needs (`edgespec validate` uses ``run_validation`` and
+  ``write_validation_report`` too, with ``render_validation(report)``);
 - ``export_summary(result) -> str``, ``describe(manifest) -> lines``, ``verify(bundle_dir,
   manifest) -> (metadata, line)``: what the CLI prints for `export`, `info` and `verify`.
 

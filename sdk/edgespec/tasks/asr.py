@@ -26,7 +26,7 @@ RECIPE = AsrRecipe
 STAGES = ("load", "normsearch", "quantize", "export", "lower")
 
 
-def build(recipe: AsrRecipe, stage_dir: Path, stage: StageClock) -> AsrManifest:
+def build_bundle_files(recipe: AsrRecipe, stage_dir: Path, stage: StageClock) -> AsrManifest:
     """The recognizer program, its phoneme tokens (and host front end) into `stage_dir`."""
     stage("load")
     from edgespec.models.conformer import load_conformer_source
@@ -88,7 +88,7 @@ def run_validation(bundle_dir: Path, recipe: AsrRecipe, on_progress: Callable[[s
     return validate_asr(bundle_dir, recipe, on_progress)
 
 
-def write_report(report: dict, out_dir: Path, bundle: str | None = None) -> list[str]:
+def write_validation_report(report: dict, out_dir: Path, bundle: str | None = None) -> list[str]:
     """asr_report.json and report.md into `out_dir` (`bundle`: unused, the report names no bundle)."""
     from edgespec.speech.asr_suite import render_asr_markdown
 
@@ -99,7 +99,7 @@ def write_report(report: dict, out_dir: Path, bundle: str | None = None) -> list
     return [LAYOUT.report_md, LAYOUT.asr_report_json]
 
 
-def summarize(report: dict) -> AsrValidation:
+def summarize_validation(report: dict) -> AsrValidation:
     """What the manifest keeps of a passed asr report: its gates and every overall number the record has."""
     kept = {f.name for f in dataclasses.fields(AsrValidation)} - {"passed", "gates"}
     return AsrValidation(passed=True, gates=tuple(GateResult(**g) for g in report["gates"]), **{k: report["overall"][k] for k in kept})

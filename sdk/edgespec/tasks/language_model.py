@@ -25,7 +25,7 @@ RECIPE = Recipe
 STAGES = ("load", "drafter", "normsearch", "quantize", "export", "lower")
 
 
-def build(recipe: Recipe, stage_dir: Path, stage: StageClock) -> LmManifest:
+def build_bundle_files(recipe: Recipe, stage_dir: Path, stage: StageClock) -> LmManifest:
     """The program, tokenizer and (speculative) drafter weights into `stage_dir`."""
     stage("load")
     from edgespec.models.load import build_model, read_source
@@ -135,7 +135,7 @@ def run_validation(bundle_dir: Path, recipe: Recipe, on_progress: Callable[[str,
     return validate_bundle(bundle_dir, recipe.validate, on_progress=on_progress)
 
 
-def write_report(report: dict, out_dir: Path, bundle: str | None = None) -> list[str]:
+def write_validation_report(report: dict, out_dir: Path, bundle: str | None = None) -> list[str]:
     """report.json, report.md and the plots into `out_dir`; `bundle`: where the bundle lands
     (an export writes its report before the staged bundle is renamed into place)."""
     from edgespec.harness.report import write_report as write
@@ -143,7 +143,7 @@ def write_report(report: dict, out_dir: Path, bundle: str | None = None) -> list
     return write(report if bundle is None else {**report, "bundle": bundle}, out_dir)
 
 
-def summarize(report: dict) -> LmValidation:
+def summarize_validation(report: dict) -> LmValidation:
     """What the manifest keeps of a passed validation report."""
     o = report["overall"]
     return LmValidation(
