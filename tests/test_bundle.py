@@ -36,6 +36,91 @@ def test_failed_export_leaves_nothing_and_keeps_old_bundle(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["b"]  # no staging leftovers
 
 
+# a child process that replaces the bundle `argv[1]` and is killed (os._exit: no cleanup runs)
+# right after the rename named by argv[2]: "old" (the old bundle moved aside, where the OS cannot
+# swap two names) or "swap" (the two bundles swapped in one step)
+_KILLED_EXPORT = """
+import os, sys
+from pathlib import Path
+from edgespec import bundle as B
+
+out, at = Path(sys.argv[1]), sys.argv[2]
+if at == "old":
+    B._exchange = lambda a, b: False
+    rename = Path.rename
+
+    def killed_after(self, target):
+        rename(self, target)
+        if Path(target).name.startswith(f".{out.name}.old-"):
+            os._exit(9)
+
+    Path.rename = killed_after
+else:
+    exchange = B._exchange
+    B._exchange = lambda a, b: exchange(a, b) and os._exit(9)
+with B.staged_bundle(out) as stage:
+    (stage / B.PROGRAM).write_bytes(b"new")
+"""
+
+
+def _killed_export(out, at):
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _KILLED_EXPORT, str(out), at], capture_output=True, text=True)
+    assert done.returncode == 9, done.stderr[-2000:]
+
+
+def test_a_kill_between_the_renames_never_loses_the_old_bundle(tmp_path):
+    out = tmp_path / "b"
+    with B.staged_bundle(out) as stage:
+        _write(stage, b"old")
+    _killed_export(out, "old")
+    assert not out.exists() and [p.name.startswith(".b.old-") for p in tmp_path.iterdir()].count(True) == 1
+    # the next export (here one that fails) first puts the old bundle back under its name
+    with pytest.raises(RuntimeError):
+        with B.staged_bundle(out) as stage:
+            raise RuntimeError("lowering failed")
+    assert (out / B.PROGRAM).read_bytes() == b"old" and [p.name for p in tmp_path.iterdir()] == ["b"]
+    B.verify_checksums(out, B.read_manifest(out))
+    # ... and a refusing one (overwrite=False) sees the restored bundle
+    _killed_export(out, "old")
+    with pytest.raises(EdgespecError, match="already exists"):
+        with B.staged_bundle(out, overwrite=False):
+            pass
+    assert (out / B.PROGRAM).read_bytes() == b"old"
+
+
+def test_swapped_bundles_leave_the_new_one_in_place(tmp_path):
+    out = tmp_path / "b"
+    with B.staged_bundle(out) as stage:
+        _write(stage, b"old")
+    _killed_export(out, "swap")  # killed after the swap, before the old bundle was removed
+    assert (out / B.PROGRAM).read_bytes() == b"new" and len(list(tmp_path.iterdir())) == 2
+    with B.staged_bundle(out) as stage:
+        _write(stage, b"newer")
+    assert (out / B.PROGRAM).read_bytes() == b"newer" and [p.name for p in tmp_path.iterdir()] == ["b"]
+
+
+def test_a_failed_second_rename_puts_the_old_bundle_back(tmp_path, monkeypatch):
+    out = tmp_path / "b"
+    with B.staged_bundle(out) as stage:
+        _write(stage, b"old")
+    monkeypatch.setattr(B, "_exchange", lambda a, b: False)
+    rename = type(out).rename
+
+    def failing(self, target):
+        if self.name.startswith(".b.partial-"):
+            raise OSError(28, "No space left on device")
+        return rename(self, target)
+
+    monkeypatch.setattr(type(out), "rename", failing)
+    with pytest.raises(OSError):
+        with B.staged_bundle(out) as stage:
+            _write(stage, b"new")
+    assert (out / B.PROGRAM).read_bytes() == b"old" and [p.name for p in tmp_path.iterdir()] == ["b"]
+
+
 def test_corrupt_file_is_named(tmp_path):
     out = tmp_path / "b"
     with B.staged_bundle(out) as stage:

@@ -1,7 +1,8 @@
 """Bundles: a directory with the program, the tokenizer and a checksummed manifest.
 
 A bundle is staged in a temporary sibling directory and renamed into place only when
-complete, so a failed export never leaves a half-written bundle behind.
+complete, so a failed export never leaves a half-written bundle behind, and a killed one
+never loses the bundle it was replacing.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from edgespec.errors import EdgespecError, GateFailure
+from edgespec.host import process_alive
 from edgespec.manifest import LAYOUT, FileEntry, GateResult, Manifest, parse_manifest
 from edgespec.manifest import SCHEMA_VERSION as SCHEMA_VERSION  # readers check it beside the file names
 
@@ -38,53 +40,83 @@ def sha256_file(path: Path) -> str:
 
 @contextmanager
 def staged_bundle(outdir: str | Path, overwrite: bool = True) -> Iterator[Path]:
-    """Yield a staging directory; on success it atomically becomes `outdir`.
+    """Yield a staging directory; on success it becomes `outdir` (`_replace_dir`).
 
-    On any exception the staging directory is removed and `outdir` is left untouched.
+    On any exception the staging directory is removed and `outdir` is left untouched; a kill
+    at any point leaves `outdir` as it was or restorable by the next export's cleanup.
     """
     out = Path(outdir).resolve()
+    try:
+        if out.parent.is_dir():
+            _remove_stale_stages(out)  # first: it may put back the bundle a killed export had moved aside
+    except OSError as e:
+        raise EdgespecError(f"cannot write to output directory '{out.parent}': {e.strerror}") from None
     if out.exists() and not out.is_dir():
         raise EdgespecError(f"output '{out}' exists and is not a directory")
     if out.exists() and not overwrite:
         raise EdgespecError(f"output '{out}' already exists")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        _remove_stale_stages(out)
         stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-{os.getpid()}-", dir=out.parent))
     except OSError as e:
         raise EdgespecError(f"cannot write to output directory '{out.parent}': {e.strerror}") from None
     try:
         yield stage
-        old = None
-        if out.exists():
-            old = out.parent / f".{out.name}.old-{os.getpid()}"
-            out.rename(old)
-        stage.rename(out)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        _replace_dir(stage, out)
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         raise
 
 
+def _replace_dir(new: Path, out: Path) -> None:
+    """Rename directory `new` to `out`, replacing the one there. Where the OS swaps two names in
+    one step (Linux renameat2 RENAME_EXCHANGE), `out` names the old or the new bundle at every
+    instant. Elsewhere the old one is first renamed `.NAME.old-PID`: a kill before the second
+    rename leaves it there, and the next export's `_remove_stale_stages` renames it back."""
+    if out.exists() and _exchange(new, out):
+        shutil.rmtree(new, ignore_errors=True)  # the old bundle now
+        return
+    old = None
+    if out.exists():
+        old = out.parent / f".{out.name}.old-{os.getpid()}"
+        out.rename(old)
+    try:
+        new.rename(out)
+    except BaseException:
+        if old is not None:
+            old.rename(out)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap the names of two existing paths in one step (Linux renameat2 RENAME_EXCHANGE);
+    False, with nothing changed, where the C library or the file system cannot."""
+    import ctypes
+
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):  # not glibc >= 2.28 (macOS, musl, Windows)
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    return renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0
+
+
 def _remove_stale_stages(out: Path) -> None:
-    """Staging (`.NAME.partial-PID-*`) and replaced (`.NAME.old-PID`) directories of processes
-    that no longer run: what a killed export leaves beside the bundle."""
-    for p in out.parent.glob(f".{out.name}.*"):
+    """What killed exports left beside the bundle, of processes that no longer run: staging
+    directories (`.NAME.partial-PID-*`) are removed; a replaced bundle (`.NAME.old-PID`) is
+    renamed back to NAME when a kill between the two renames left NAME missing, else removed."""
+    for p in sorted(out.parent.glob(f".{out.name}.*")):
         kind, _, rest = p.name[len(out.name) + 2 :].partition("-")
         pid = rest.split("-", 1)[0]
-        if kind in ("partial", "old") and pid.isdigit() and p.is_dir() and not _alive(int(pid)):
+        if kind not in ("partial", "old") or not pid.isdigit() or not p.is_dir() or process_alive(int(pid)):
+            continue
+        if kind == "old" and not out.exists():
+            p.rename(out)
+        else:
             shutil.rmtree(p, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def write_manifest(bundle_dir: Path, manifest: Manifest) -> Manifest:

@@ -14,7 +14,12 @@ from edgespec.errors import EdgespecError
 @click.command(epilog=overrides_help("export", "quant.scheme=fp32 validate.enabled=false -o bundles/fp32"))
 @RECIPE_ARGS
 @click.option(
-    "-o", "--outdir", default="bundles/default", show_default=True, type=click.Path(file_okay=False), help="Bundle directory to write (replaced atomically)."
+    "-o",
+    "--outdir",
+    default="bundles/default",
+    show_default=True,
+    type=click.Path(file_okay=False),
+    help="Bundle directory to write. An existing one is replaced only by a complete, validated bundle (on Linux in one atomic swap); a killed export keeps it.",
 )
 @friendly
 def export(recipe_args: tuple[str, ...], outdir: str) -> None:

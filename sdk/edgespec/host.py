@@ -1,0 +1,55 @@
+"""The machine this process runs on: the CPUs it may use, whether another process still runs."""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+
+def usable_cpus(cgroup_root: Path = Path("/sys/fs/cgroup"), proc_cgroup: Path = Path("/proc/self/cgroup")) -> int:
+    """CPUs this process may use: its affinity mask (os.cpu_count() where the OS has none),
+    capped by a cgroup v2 CPU quota (`cpu.max`) of its cgroup or an ancestor's."""
+    try:
+        n = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # macOS, Windows
+        n = os.cpu_count() or 1
+    quota = cgroup_cpu_quota(cgroup_root, proc_cgroup)
+    return max(1, n if quota is None else min(n, quota))
+
+
+def cgroup_cpu_quota(cgroup_root: Path = Path("/sys/fs/cgroup"), proc_cgroup: Path = Path("/proc/self/cgroup")) -> int | None:
+    """The tightest cgroup v2 `cpu.max` quota on this process's cgroup and its ancestors, in
+    whole CPUs rounded up; None without a quota (or without cgroup v2)."""
+    try:
+        line = next((s for s in proc_cgroup.read_text().splitlines() if s.startswith("0::")), None)
+    except OSError:
+        return None
+    if line is None:
+        return None
+    d = cgroup_root / line[3:].strip().lstrip("/")
+    best = None
+    while True:
+        try:
+            quota, period = (d / "cpu.max").read_text().split()[:2]
+            if quota != "max" and int(period) > 0:
+                cpus = max(1, math.ceil(int(quota) / int(period)))
+                best = cpus if best is None else min(best, cpus)
+        except (OSError, ValueError):
+            pass
+        if d == cgroup_root or cgroup_root not in d.parents:
+            return best
+        d = d.parent
+
+
+def process_alive(pid: int) -> bool:
+    """Whether process `pid` still runs (one of another user counts as running)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
