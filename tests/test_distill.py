@@ -44,3 +44,37 @@ def test_read_jsonl_pairs_reports_the_bad_line(tmp_path):
     assert next(it) == ("a", "b")
     with pytest.raises(EdgespecError, match=":2:"):
         next(it)
+
+
+def test_distill_workers_share_the_cpus_this_process_may_use(monkeypatch):
+    from edgespec import host
+    from edgespec.corpus.distill import worker_threads
+
+    monkeypatch.setattr(host.os, "cpu_count", lambda: 64)  # the machine's, not this process's
+    monkeypatch.setattr(host.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+    monkeypatch.setattr(host, "cgroup_cpu_quota", lambda *a: None)
+    assert worker_threads(1) == 4 and worker_threads(2) == 2 and worker_threads(8) == 1
+    monkeypatch.setattr(host, "cgroup_cpu_quota", lambda *a: 2)  # a container's cpu.max
+    assert worker_threads(1) == 2
+    monkeypatch.delattr(host.os, "sched_getaffinity")  # macOS: no affinity mask
+    monkeypatch.setattr(host, "cgroup_cpu_quota", lambda *a: None)
+    assert worker_threads(1) == 64
+
+
+def test_cgroup_v2_cpu_quota_is_the_tightest_on_the_path(tmp_path):
+    from edgespec.host import cgroup_cpu_quota
+
+    root, proc = tmp_path / "cgroup", tmp_path / "proc_self_cgroup"
+    (root / "a" / "b").mkdir(parents=True)
+    proc.write_text("0::/a/b\n")
+    assert cgroup_cpu_quota(root, proc) is None  # no cpu.max anywhere
+    for d in (root, root / "a", root / "a" / "b"):
+        (d / "cpu.max").write_text("max 100000\n")
+    assert cgroup_cpu_quota(root, proc) is None  # no quota
+    (root / "a" / "cpu.max").write_text("150000 100000\n")  # 1.5 CPUs on the parent: 2 threads
+    assert cgroup_cpu_quota(root, proc) == 2
+    (root / "a" / "b" / "cpu.max").write_text("50000 100000\n")
+    assert cgroup_cpu_quota(root, proc) == 1
+    proc.write_text("4:cpu,cpuacct:/a/b\n")  # cgroup v1 only
+    assert cgroup_cpu_quota(root, proc) is None
+    assert cgroup_cpu_quota(root, tmp_path / "missing") is None

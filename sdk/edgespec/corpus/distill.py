@@ -170,6 +170,14 @@ def _shard_worker(source: str, max_len: int, threads: int, rows, out_dir: str, p
     queue.put(("done", part[0], stats))
 
 
+def worker_threads(workers: int) -> int:
+    """Threads of each of `workers` processes: an equal share of the CPUs this process may use
+    (its affinity mask and cgroup quota, edgespec.host.usable_cpus), at least one."""
+    from edgespec.host import usable_cpus
+
+    return max(1, usable_cpus() // workers)
+
+
 def distill_shards_parallel(
     source: str,
     max_len: int,
@@ -181,17 +189,16 @@ def distill_shards_parallel(
     **kwargs,
 ) -> dict:
     """`distill_shards` in `workers` processes (shard i goes to worker i mod workers), each
-    with its own copy of the teacher `source` and an equal share of the cores: on a small
+    with its own copy of the teacher `source` and an equal share of the CPUs (`worker_threads`): on a small
     CPU, one-thread workers decode more tokens per second in total than one process with
     every thread (its small-batch matmuls do not scale). Same shards, same files as one
     process; stopped and resumed the same way."""
     import multiprocessing as mp
-    import os
     import queue as queue_mod
 
     from edgespec.errors import EdgespecError
 
-    threads = max(1, (os.cpu_count() or 1) // workers)
+    threads = worker_threads(workers)
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     procs = [
