@@ -53,3 +53,130 @@ def vocabulary() -> list[str]:
     from tokenizers.pre_tokenizers import ByteLevel
 
     return ["<unk>", "<s>", "</s>", *sorted(ByteLevel.alphabet())]
+
+
+# tiny models written by transformers itself (a test-only dependency), one per family edgespec
+# computes; odd sizes: 6 heads of 8 over 2 kv heads, a feed-forward of 80, 259 byte tokens
+HF_FAMILIES = {
+    "llama-tied": ("LlamaConfig", "LlamaForCausalLM", {"tie_word_embeddings": True}),
+    "llama": ("LlamaConfig", "LlamaForCausalLM", {}),
+    # Llama 3.1's scaling with a short original context, so most frequencies are scaled
+    "llama3-rope": (
+        "LlamaConfig",
+        "LlamaForCausalLM",
+        {
+            "rope_parameters": {
+                "rope_type": "llama3",
+                "rope_theta": 500.0,
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 16,
+            }
+        },
+    ),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", {"tie_word_embeddings": True}),
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", {"head_dim": 12}),  # q width 72 != hidden 48
+}
+
+
+def write_hf_dir(path, family: str, seed: int = 0, **config):
+    """A random model of `family` (`HF_FAMILIES`) saved by transformers' `save_pretrained`, with a
+    byte-level tokenizer.json; weights N(0, 0.15), norms 1 + N(0, 0.1), so logits are O(1)."""
+    import transformers
+
+    from edgespec.models.tokenizer import build_bpe_tokenizer_json
+
+    cfg_name, model_name, extra = HF_FAMILIES[family]
+    tokens = vocabulary()
+    shape = dict(hidden_size=48, intermediate_size=80, num_hidden_layers=2, num_attention_heads=6, num_key_value_heads=2, max_position_embeddings=256)
+    cfg = getattr(transformers, cfg_name)(vocab_size=len(tokens), rms_norm_eps=1e-6, bos_token_id=1, eos_token_id=2, **{**shape, **extra, **config})
+    torch.manual_seed(seed)
+    model = getattr(transformers, model_name)(cfg)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.copy_(1 + 0.1 * torch.randn_like(p) if name.endswith("norm.weight") else 0.15 * torch.randn_like(p))
+    model.save_pretrained(path)
+    (path / "tokenizer.json").write_text(build_bpe_tokenizer_json(tokens, [], [1] * len(tokens), pre="gpt2"))
+    return model.eval()
+
+
+# llama.cpp's tensor names by transformers' (the {} is the layer)
+_GGUF_NAMES = {
+    "model.embed_tokens.weight": "token_embd.weight",
+    "model.norm.weight": "output_norm.weight",
+    "lm_head.weight": "output.weight",
+    "model.layers.{}.input_layernorm.weight": "blk.{}.attn_norm.weight",
+    "model.layers.{}.post_attention_layernorm.weight": "blk.{}.ffn_norm.weight",
+    "model.layers.{}.self_attn.q_proj.weight": "blk.{}.attn_q.weight",
+    "model.layers.{}.self_attn.k_proj.weight": "blk.{}.attn_k.weight",
+    "model.layers.{}.self_attn.v_proj.weight": "blk.{}.attn_v.weight",
+    "model.layers.{}.self_attn.q_proj.bias": "blk.{}.attn_q.bias",
+    "model.layers.{}.self_attn.k_proj.bias": "blk.{}.attn_k.bias",
+    "model.layers.{}.self_attn.v_proj.bias": "blk.{}.attn_v.bias",
+    "model.layers.{}.self_attn.o_proj.weight": "blk.{}.attn_output.weight",
+    "model.layers.{}.self_attn.q_norm.weight": "blk.{}.attn_q_norm.weight",
+    "model.layers.{}.self_attn.k_norm.weight": "blk.{}.attn_k_norm.weight",
+    "model.layers.{}.mlp.gate_proj.weight": "blk.{}.ffn_gate.weight",
+    "model.layers.{}.mlp.up_proj.weight": "blk.{}.ffn_up.weight",
+    "model.layers.{}.mlp.down_proj.weight": "blk.{}.ffn_down.weight",
+}
+
+
+def write_gguf_of_hf(path, model, quantize: dict[str, str] | None = None) -> None:
+    """The GGUF file llama.cpp's converter makes of a transformers model (Llama, Qwen2, Qwen3):
+    its metadata and tensor names; for `llama` q/k rows permuted to interleaved RoPE pairs and
+    Llama 3 scaling as `rope_freqs.weight`, for `qwen2`/`qwen3` rows as they are (llama.cpp
+    rotates them NEOX-style). quantize: GGUF type by GGUF tensor name (`gguf.quants`), F32 else."""
+    import gguf
+
+    from edgespec.models.hf import interleave_rope_rows, llama3_freq_factors
+
+    cfg = model.config
+    arch = cfg.model_type
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    tokens = vocabulary()
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_block_count(cfg.num_hidden_layers)
+    w.add_context_length(cfg.max_position_embeddings)
+    w.add_embedding_length(cfg.hidden_size)
+    w.add_feed_forward_length(cfg.intermediate_size)
+    w.add_head_count(cfg.num_attention_heads)
+    w.add_head_count_kv(cfg.num_key_value_heads)
+    w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
+    rope = dict(cfg.rope_parameters)
+    w.add_rope_freq_base(rope["rope_theta"])
+    w.add_rope_dimension_count(head_dim)
+    if arch == "qwen3":
+        w.add_key_length(head_dim)
+        w.add_value_length(head_dim)
+    w.add_tokenizer_model("gpt2")
+    w.add_token_list(tokens)
+    w.add_token_types([1] * len(tokens))
+    w.add_token_merges([])
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    if rope.get("rope_type") == "llama3":
+        keys = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
+        factors = llama3_freq_factors(head_dim, rope["rope_theta"], *(rope[k] for k in keys))
+        w.add_tensor("rope_freqs.weight", np.array(factors, dtype=np.float32))
+    for hf_name, t in model.state_dict().items():
+        parts = hf_name.split(".")
+        key = ".".join([*parts[:2], "{}", *parts[3:]]) if hf_name.startswith("model.layers.") else hf_name
+        if key == "lm_head.weight" and cfg.tie_word_embeddings:
+            continue
+        name = _GGUF_NAMES[key].format(parts[2] if "{}" in key else "")
+        t = t.detach().float()
+        if arch == "llama" and (".attn_q." in name or ".attn_k." in name):
+            t = interleave_rope_rows(t, head_dim)
+        a = np.ascontiguousarray(t.numpy())
+        qtype = (quantize or {}).get(name)
+        if qtype:
+            q = gguf.quants.quantize(a, getattr(gguf.GGMLQuantizationType, qtype))
+            w.add_tensor(name, q, raw_shape=q.shape, raw_dtype=getattr(gguf.GGMLQuantizationType, qtype))
+        else:
+            w.add_tensor(name, a)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()

@@ -22,6 +22,7 @@ are dequantized and, if the recipe quantizes, rounded again.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -53,6 +54,14 @@ class BlockWeights:
         if self.offsets is not None:
             w = w + self.offsets[..., None]
         return w.view(out, n)
+
+    def reorder_rows(self, order: torch.Tensor) -> BlockWeights:
+        """The matrix whose row i is row order[i] of this one (every block of a row moves with it)."""
+
+        def pick(t: torch.Tensor | None) -> torch.Tensor | None:
+            return None if t is None else t.index_select(0, order).contiguous()
+
+        return dataclasses.replace(self, codes=pick(self.codes), scales=pick(self.scales), offsets=pick(self.offsets), mins=pick(self.mins))
 
 
 def _nibbles(qs: np.ndarray) -> np.ndarray:

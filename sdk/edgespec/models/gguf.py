@@ -1,7 +1,12 @@
-"""Load a Llama-family GGUF file: metadata, dequantized weights, tokenizer."""
+"""Load a GGUF file of a family edgespec's decoder computes (`general.architecture` llama,
+qwen2 or qwen3): metadata, dequantized weights, the file's own blocks, tokenizer.
+
+Whatever in the file would change the numerics and is not implemented (a rope scaling type,
+partial rotary dimensions, tensors the decoder has no place for) is an error naming it."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -9,11 +14,19 @@ import torch
 
 from edgespec.errors import EdgespecError
 from edgespec.models.blocks import BLOCK_FORMATS, BlockWeights, read_blocks
-from edgespec.models.llama import LlamaArgs
+from edgespec.models.llama import ROPE_ROWS, LlamaArgs, interleave_rope_rows
 from edgespec.models.source import ModelSource
 from edgespec.models.tokenizer import build_bpe_tokenizer_json
 
-SUPPORTED_ARCHS = ("llama",)
+
+@dataclass(frozen=True)
+class GgufArch:
+    """What a `general.architecture` means for edgespec's decoder."""
+
+    interleaved_rope: bool  # llama.cpp stored q/k rows as interleaved pairs (its LLAMA rope); else rotate-half (NEOX): permuted here
+
+
+GGUF_ARCHS = {"llama": GgufArch(interleaved_rope=True), "qwen2": GgufArch(interleaved_rope=False), "qwen3": GgufArch(interleaved_rope=False)}
 
 # GGUF tensor name -> Meta name ({} is the layer index)
 _NAMES = {
@@ -24,12 +37,18 @@ _NAMES = {
     "blk.{}.attn_q.weight": "layers.{}.attention.wq.weight",
     "blk.{}.attn_k.weight": "layers.{}.attention.wk.weight",
     "blk.{}.attn_v.weight": "layers.{}.attention.wv.weight",
+    "blk.{}.attn_q.bias": "layers.{}.attention.wq.bias",
+    "blk.{}.attn_k.bias": "layers.{}.attention.wk.bias",
+    "blk.{}.attn_v.bias": "layers.{}.attention.wv.bias",
+    "blk.{}.attn_q_norm.weight": "layers.{}.attention.q_norm.weight",
+    "blk.{}.attn_k_norm.weight": "layers.{}.attention.k_norm.weight",
     "blk.{}.attn_output.weight": "layers.{}.attention.wo.weight",
     "blk.{}.ffn_norm.weight": "layers.{}.ffn_norm.weight",
     "blk.{}.ffn_gate.weight": "layers.{}.feed_forward.w1.weight",
     "blk.{}.ffn_up.weight": "layers.{}.feed_forward.w3.weight",
     "blk.{}.ffn_down.weight": "layers.{}.feed_forward.w2.weight",
 }
+ROPE_FREQS = "rope_freqs.weight"  # Llama 3.1's scaling: the divisor of each rotary frequency
 
 
 def _meta_name(gguf_name: str) -> str | None:
@@ -47,11 +66,13 @@ def _field(reader, key: str, default=None):
 
 
 def load_gguf(path: str | Path, max_seq_len: int) -> ModelSource:
-    """Read a GGUF file. Every weight is dequantized to fp32 (`state_dict`); Q4_0, Q4_1 and
-    Q8_0 matrices are also kept as the file's blocks (`blocks`, see `edgespec.models.blocks`),
-    so quantization can carry them over instead of rounding them a second time.
+    """Read a GGUF file. Every weight is dequantized to fp32 (`state_dict`); matrices of the
+    block formats edgespec computes with (`BLOCK_FORMATS`) are also kept as the file's blocks
+    (`blocks`, see `edgespec.models.blocks`), so quantization can carry them over instead of
+    rounding them a second time.
 
-    GGUF stores q/k projections already in the interleaved RoPE layout our model uses.
+    llama.cpp stores a Llama's q/k rows already in the interleaved RoPE layout our model uses;
+    Qwen2/Qwen3 rows (and their biases and q/k norms) are permuted here, blocks included.
     """
     import gguf
 
@@ -64,8 +85,8 @@ def load_gguf(path: str | Path, max_seq_len: int) -> ModelSource:
         raise EdgespecError(f"'{p}' is not a readable GGUF file ({type(e).__name__}: {e})") from None
 
     arch = _field(reader, "general.architecture")
-    if arch not in SUPPORTED_ARCHS:
-        raise EdgespecError(f"'{p}': unsupported architecture '{arch}' (supported: {', '.join(SUPPORTED_ARCHS)})")
+    if arch not in GGUF_ARCHS:
+        raise EdgespecError(f"'{p}': unsupported architecture '{arch}' (supported: {', '.join(GGUF_ARCHS)})")
 
     def hp(key, default=None):
         v = _field(reader, f"{arch}.{key}", default)
@@ -73,24 +94,47 @@ def load_gguf(path: str | Path, max_seq_len: int) -> ModelSource:
             raise EdgespecError(f"'{p}': missing metadata '{arch}.{key}'")
         return v
 
-    names = {t.name for t in reader.tensors}
+    tensors = {t.name: t for t in reader.tensors}
+    unknown = [n for n in tensors if n != ROPE_FREQS and _meta_name(n) is None]
+    if unknown:
+        raise EdgespecError(
+            f"'{p}': tensors edgespec's decoder has no place for ({len(unknown)}, e.g. {', '.join(unknown[:3])}): not a {arch} model it computes"
+        )
+    scaling = _field(reader, f"{arch}.rope.scaling.type", "none")
+    if scaling != "none":
+        raise EdgespecError(f"'{p}': rope scaling '{scaling}' is not supported (llama3-style `rope_freqs` only)")
     n_heads = int(hp("attention.head_count"))
-    args = LlamaArgs(
-        dim=int(hp("embedding_length")),
-        n_layers=int(hp("block_count")),
-        n_heads=n_heads,
-        n_kv_heads=int(hp("attention.head_count_kv", n_heads)),
-        hidden_dim=int(hp("feed_forward_length")),
-        vocab_size=len(_field(reader, "tokenizer.ggml.tokens", [])) or int(hp("vocab_size")),
-        norm_eps=float(hp("attention.layer_norm_rms_epsilon")),
-        rope_theta=float(hp("rope.freq_base", 10000.0)),
-        tie_embeddings="output.weight" not in names,
-        max_seq_len=max_seq_len,
-    )
+    dim = int(hp("embedding_length"))
+    head_dim = int(hp("attention.key_length", dim // n_heads))
+    if int(hp("attention.value_length", head_dim)) != head_dim:
+        raise EdgespecError(f"'{p}': value heads of another size than key heads are not supported")
+    if int(hp("rope.dimension_count", head_dim)) != head_dim:
+        raise EdgespecError(f"'{p}': partial rotary embeddings ({hp('rope.dimension_count')} of {head_dim} dimensions) are not supported")
+    freq_factors = tuple(gguf.quants.dequantize(tensors[ROPE_FREQS].data, tensors[ROPE_FREQS].tensor_type).ravel().tolist()) if ROPE_FREQS in tensors else ()
+    try:
+        args = LlamaArgs(
+            dim=dim,
+            n_layers=int(hp("block_count")),
+            n_heads=n_heads,
+            n_kv_heads=int(hp("attention.head_count_kv", n_heads)),
+            hidden_dim=int(hp("feed_forward_length")),
+            vocab_size=len(_field(reader, "tokenizer.ggml.tokens", [])) or int(hp("vocab_size")),
+            norm_eps=float(hp("attention.layer_norm_rms_epsilon")),
+            rope_theta=float(hp("rope.freq_base", 10000.0)),
+            tie_embeddings="output.weight" not in tensors,
+            max_seq_len=max_seq_len,
+            head_dim=head_dim,
+            qkv_bias="blk.0.attn_q.bias" in tensors,
+            qk_norm="blk.0.attn_q_norm.weight" in tensors,
+            rope_freq_factors=freq_factors,
+        )
+    except ValueError as e:
+        raise EdgespecError(f"'{p}': {e}") from None
     ctx = int(hp("context_length", max_seq_len))
     if max_seq_len > ctx:
         raise EdgespecError(f"max_seq_len {max_seq_len} exceeds the model's context length {ctx}")
 
+    permute = not GGUF_ARCHS[arch].interleaved_rope
     state: dict[str, torch.Tensor] = {}
     blocks: dict[str, BlockWeights] = {}
     file_types: dict[str, str] = {}
@@ -100,12 +144,15 @@ def load_gguf(path: str | Path, max_seq_len: int) -> ModelSource:
             continue
         shape = tuple(int(s) for s in reversed(t.shape))  # GGUF lists dims innermost-first
         file_types[name] = t.tensor_type.name
+        rope_rows = permute and name.endswith(ROPE_ROWS)
         if t.tensor_type.name in BLOCK_FORMATS and len(shape) == 2:
-            blocks[name] = read_blocks(t.tensor_type.name, t.data, shape)
+            b = read_blocks(t.tensor_type.name, t.data, shape)
+            blocks[name] = b.reorder_rows(interleave_rope_rows(torch.arange(shape[0]), head_dim)) if rope_rows else b
             state[name] = blocks[name].dequantize()
         else:
             w = np.array(gguf.quants.dequantize(t.data, t.tensor_type), dtype=np.float32)  # owned, writable copy
-            state[name] = torch.from_numpy(np.ascontiguousarray(w.reshape(shape)))
+            w = torch.from_numpy(np.ascontiguousarray(w.reshape(shape)))
+            state[name] = interleave_rope_rows(w, head_dim) if rope_rows else w
     if args.tie_embeddings:
         state["output.weight"] = state["tok_embeddings.weight"]
         file_types["output.weight"] = file_types["tok_embeddings.weight"]

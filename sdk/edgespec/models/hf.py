@@ -1,17 +1,40 @@
-"""Load a local Hugging Face-format Llama directory: config.json, *.safetensors, tokenizer.json."""
+"""Load a local Hugging Face model directory (config.json, *.safetensors, tokenizer.json) of
+a family edgespec's decoder computes: Llama (3.x `llama3` rope scaling included), Qwen2/2.5
+(q/k/v biases), Qwen3 (q/k norms per head).
+
+Whatever in the config or the weights would change the numerics and is not implemented
+(another rope type, sliding-window layers, biases where the family has none, another
+activation) is an error naming it, never ignored."""
 
 from __future__ import annotations
 
 import json
+import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from edgespec.errors import EdgespecError
-from edgespec.models.llama import LlamaArgs
+from edgespec.models.llama import ROPE_ROWS, LlamaArgs, interleave_rope_rows
 from edgespec.models.source import ModelSource
 
-SUPPORTED_MODEL_TYPES = ("llama", "qwen2")
+
+@dataclass(frozen=True)
+class HfFamily:
+    """What a `model_type` adds to Llama's decoder."""
+
+    qkv_bias: bool = False  # q/k/v projections always carry a bias (Qwen2)
+    qk_norm: bool = False  # RMSNorm per head of q and k before RoPE (Qwen3)
+
+
+HF_FAMILIES = {
+    "llama": HfFamily(),
+    "qwen2": HfFamily(qkv_bias=True),
+    "qwen3": HfFamily(qk_norm=True),
+}
+
+ROPE_TYPES = ("default", "llama3")
 
 _NAMES = {
     "model.embed_tokens.weight": "tok_embeddings.weight",
@@ -22,11 +45,17 @@ _NAMES = {
     "model.layers.{}.self_attn.q_proj.weight": "layers.{}.attention.wq.weight",
     "model.layers.{}.self_attn.k_proj.weight": "layers.{}.attention.wk.weight",
     "model.layers.{}.self_attn.v_proj.weight": "layers.{}.attention.wv.weight",
+    "model.layers.{}.self_attn.q_proj.bias": "layers.{}.attention.wq.bias",
+    "model.layers.{}.self_attn.k_proj.bias": "layers.{}.attention.wk.bias",
+    "model.layers.{}.self_attn.v_proj.bias": "layers.{}.attention.wv.bias",
     "model.layers.{}.self_attn.o_proj.weight": "layers.{}.attention.wo.weight",
+    "model.layers.{}.self_attn.q_norm.weight": "layers.{}.attention.q_norm.weight",
+    "model.layers.{}.self_attn.k_norm.weight": "layers.{}.attention.k_norm.weight",
     "model.layers.{}.mlp.gate_proj.weight": "layers.{}.feed_forward.w1.weight",
     "model.layers.{}.mlp.up_proj.weight": "layers.{}.feed_forward.w3.weight",
     "model.layers.{}.mlp.down_proj.weight": "layers.{}.feed_forward.w2.weight",
 }
+_IGNORED = ("rotary_emb.inv_freq",)  # a cache of the rope table some checkpoints save
 
 
 def _meta_name(hf_name: str) -> str | None:
@@ -37,10 +66,91 @@ def _meta_name(hf_name: str) -> str | None:
     return _NAMES.get(hf_name)
 
 
-def interleave_rope_rows(w: torch.Tensor, n_heads: int) -> torch.Tensor:
-    """HF rotate-half row order -> interleaved pairs (the permutation llama.cpp applies)."""
-    out, dim = w.shape
-    return w.view(n_heads, 2, out // n_heads // 2, dim).transpose(1, 2).reshape(out, dim)
+def llama3_freq_factors(
+    head_dim: int, theta: float, factor: float, low_freq_factor: float, high_freq_factor: float, original_context: int
+) -> tuple[float, ...]:
+    """Llama 3.1's rope scaling as a divisor per frequency (GGUF's `rope_freqs`): 1 for
+    wavelengths under original_context / high_freq_factor, `factor` over
+    original_context / low_freq_factor, and in between 1 / ((1 - s) / factor + s) with
+    s = (original_context / wavelength - low_freq_factor) / (high_freq_factor - low_freq_factor)."""
+    out = []
+    for i in range(0, head_dim, 2):
+        wavelength = 2 * math.pi * theta ** (i / head_dim)
+        if wavelength < original_context / high_freq_factor:
+            out.append(1.0)
+        elif wavelength > original_context / low_freq_factor:
+            out.append(factor)
+        else:
+            s = (original_context / wavelength - low_freq_factor) / (high_freq_factor - low_freq_factor)
+            out.append(1.0 / ((1 - s) / factor + s))
+    return tuple(out)
+
+
+def _rope(cfg: dict, head_dim: int, where: Path) -> tuple[float, tuple[float, ...]]:
+    """(theta, frequency divisors) from transformers 5's `rope_parameters` or 4's
+    `rope_theta` + `rope_scaling`."""
+    params = {**(cfg.get("rope_scaling") or {}), **(cfg.get("rope_parameters") or {})}
+    theta = float(params.get("rope_theta", cfg.get("rope_theta", 10000.0)))
+    kind = params.get("rope_type", params.get("type", "default"))
+    partial = float(params.get("partial_rotary_factor", cfg.get("partial_rotary_factor", 1.0)))
+    if partial != 1.0:
+        raise EdgespecError(f"'{where}': partial rotary embeddings (partial_rotary_factor {partial}) are not supported")
+    if kind not in ROPE_TYPES:
+        raise EdgespecError(f"'{where}': rope type '{kind}' is not supported (supported: {', '.join(ROPE_TYPES)})")
+    if kind == "default":
+        return theta, ()
+    try:
+        args = (float(params["factor"]), float(params["low_freq_factor"]), float(params["high_freq_factor"]), int(params["original_max_position_embeddings"]))
+    except KeyError as e:
+        raise EdgespecError(f"'{where}': llama3 rope scaling without '{e.args[0]}'") from None
+    return theta, llama3_freq_factors(head_dim, theta, *args)
+
+
+def _refuse_unsupported(cfg: dict, where: Path) -> None:
+    """Config fields that change what the model computes and that edgespec does not implement."""
+    act = cfg.get("hidden_act", cfg.get("hidden_activation", "silu"))
+    if act != "silu":
+        raise EdgespecError(f"'{where}': activation '{act}' is not supported (SwiGLU with silu only)")
+    if cfg.get("attention_bias"):
+        raise EdgespecError(f"'{where}': attention_bias (a bias on every attention projection, o_proj included) is not supported")
+    if cfg.get("mlp_bias"):
+        raise EdgespecError(f"'{where}': mlp_bias (biases on the feed-forward projections) is not supported")
+    sliding = [t for t in cfg.get("layer_types") or () if t != "full_attention"]
+    if cfg.get("use_sliding_window") or sliding:
+        raise EdgespecError(f"'{where}': sliding-window attention layers are not supported")
+
+
+def _args(cfg: dict, where: Path, max_seq_len: int) -> LlamaArgs:
+    mtype = cfg.get("model_type")
+    if mtype not in HF_FAMILIES:
+        raise EdgespecError(f"'{where}': unsupported architecture '{mtype}' (supported: {', '.join(HF_FAMILIES)})")
+    family = HF_FAMILIES[mtype]
+    _refuse_unsupported(cfg, where)
+    n_heads = int(cfg["num_attention_heads"])
+    head_dim = int(cfg.get("head_dim") or int(cfg["hidden_size"]) // n_heads)
+    theta, factors = _rope(cfg, head_dim, where)
+    context = int(cfg.get("max_position_embeddings", max_seq_len))
+    if max_seq_len > context:
+        raise EdgespecError(f"max_seq_len {max_seq_len} exceeds the model's context length {context}")
+    try:
+        return LlamaArgs(
+            dim=int(cfg["hidden_size"]),
+            n_layers=int(cfg["num_hidden_layers"]),
+            n_heads=n_heads,
+            n_kv_heads=int(cfg.get("num_key_value_heads") or n_heads),
+            hidden_dim=int(cfg["intermediate_size"]),
+            vocab_size=int(cfg["vocab_size"]),
+            norm_eps=float(cfg.get("rms_norm_eps", 1e-5)),
+            rope_theta=theta,
+            tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+            max_seq_len=max_seq_len,
+            head_dim=head_dim,
+            qkv_bias=family.qkv_bias,
+            qk_norm=family.qk_norm,
+            rope_freq_factors=factors,
+        )
+    except ValueError as e:
+        raise EdgespecError(f"'{where}': {e}") from None
 
 
 def load_hf_dir(path: str | Path, max_seq_len: int) -> ModelSource:
@@ -54,30 +164,15 @@ def load_hf_dir(path: str | Path, max_seq_len: int) -> ModelSource:
         cfg = json.loads(cfg_path.read_text())
     except json.JSONDecodeError as e:
         raise EdgespecError(f"'{cfg_path}' is not valid JSON ({e})") from None
-    mtype = cfg.get("model_type")
-    if mtype not in SUPPORTED_MODEL_TYPES:
-        raise EdgespecError(f"'{d}': unsupported architecture '{mtype}' (supported: {', '.join(SUPPORTED_MODEL_TYPES)})")
-    n_heads = int(cfg["num_attention_heads"])
-    n_kv = int(cfg.get("num_key_value_heads", n_heads))
-    tie = bool(cfg.get("tie_word_embeddings", False))
-    args = LlamaArgs(
-        dim=int(cfg["hidden_size"]),
-        n_layers=int(cfg["num_hidden_layers"]),
-        n_heads=n_heads,
-        n_kv_heads=n_kv,
-        hidden_dim=int(cfg["intermediate_size"]),
-        vocab_size=int(cfg["vocab_size"]),
-        norm_eps=float(cfg.get("rms_norm_eps", 1e-5)),
-        rope_theta=float(cfg.get("rope_theta", 10000.0)),
-        tie_embeddings=tie,
-        max_seq_len=max_seq_len,
-    )
-    if max_seq_len > int(cfg.get("max_position_embeddings", max_seq_len)):
-        raise EdgespecError(f"max_seq_len {max_seq_len} exceeds the model's context length {cfg['max_position_embeddings']}")
+    try:
+        args = _args(cfg, d, max_seq_len)
+    except KeyError as e:
+        raise EdgespecError(f"'{cfg_path}': missing field '{e.args[0]}'") from None
     files = sorted(d.glob("*.safetensors"))
     if not files:
         raise EdgespecError(f"'{d}': no *.safetensors weight files")
     state: dict[str, torch.Tensor] = {}
+    unknown: list[str] = []
     for f in files:
         try:
             tensors = load_file(f)
@@ -86,21 +181,25 @@ def load_hf_dir(path: str | Path, max_seq_len: int) -> ModelSource:
         for k, v in tensors.items():
             name = _meta_name(k)
             if name is None:
+                if not k.endswith(_IGNORED):
+                    unknown.append(k)
                 continue
             v = v.float()
-            if name.endswith("attention.wq.weight"):
-                v = interleave_rope_rows(v, n_heads)
-            elif name.endswith("attention.wk.weight"):
-                v = interleave_rope_rows(v, n_kv)
-            state[name] = v
-    if tie or "output.weight" not in state:
+            state[name] = interleave_rope_rows(v, args.head_dim) if name.endswith(ROPE_ROWS) else v
+    if unknown:
+        raise EdgespecError(
+            f"'{d}': weights edgespec's decoder has no place for ({len(unknown)}, e.g. {', '.join(unknown[:3])}): not a {cfg['model_type']} model it computes"
+        )
+    if args.tie_embeddings or "output.weight" not in state:
         state["output.weight"] = state["tok_embeddings.weight"]
     tok_path = d / "tokenizer.json"
     if not tok_path.is_file():
         raise EdgespecError(f"'{d}': no tokenizer.json")
     tok_cfg = json.loads((d / "tokenizer_config.json").read_text()) if (d / "tokenizer_config.json").is_file() else {}
-    eos = cfg.get("eos_token_id", 2)
-    eos_ids = tuple(sorted(set(eos if isinstance(eos, list) else [eos])))
+    eos = cfg.get("eos_token_id")
+    eos_ids = tuple(sorted({int(e) for e in (eos if isinstance(eos, list) else [eos]) if e is not None}))
+    if not eos_ids:
+        raise EdgespecError(f"'{cfg_path}': no eos_token_id (generation needs to know where to stop)")
     return ModelSource(
         name=cfg.get("_name_or_path", d.name) or d.name,
         args=args,

@@ -31,6 +31,13 @@ def load_executorch_llm_ops() -> None:
 
 @dataclass(frozen=True)
 class LlamaArgs:
+    """The decoder's shape and the architecture options of the families it computes.
+
+    head_dim: 0 = dim / n_heads (Qwen3 sets its own). qkv_bias: q/k/v projections carry a
+    bias (Qwen2). qk_norm: an RMSNorm over each head of q and k before RoPE (Qwen3).
+    rope_freq_factors: per rotary frequency, the divisor of its angle (Llama 3.1's `llama3`
+    rope scaling; GGUF's `rope_freqs.weight`); empty = none."""
+
     dim: int
     n_layers: int
     n_heads: int
@@ -41,14 +48,21 @@ class LlamaArgs:
     rope_theta: float = 10000.0
     tie_embeddings: bool = True
     max_seq_len: int = 1024
-
-    @property
-    def head_dim(self) -> int:
-        return self.dim // self.n_heads
+    head_dim: int = 0
+    qkv_bias: bool = False
+    qk_norm: bool = False
+    rope_freq_factors: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
-        if self.dim % self.n_heads or self.n_heads % self.n_kv_heads or self.head_dim % 2:
-            raise ValueError(f"inconsistent attention shape: dim={self.dim} heads={self.n_heads} kv_heads={self.n_kv_heads}")
+        if not self.head_dim:
+            if self.dim % self.n_heads:
+                raise ValueError(f"inconsistent attention shape: dim={self.dim} is not a multiple of heads={self.n_heads}")
+            object.__setattr__(self, "head_dim", self.dim // self.n_heads)
+        if self.n_heads % self.n_kv_heads or self.head_dim % 2:
+            raise ValueError(f"inconsistent attention shape: heads={self.n_heads} kv_heads={self.n_kv_heads} head_dim={self.head_dim}")
+        object.__setattr__(self, "rope_freq_factors", tuple(float(f) for f in self.rope_freq_factors))
+        if self.rope_freq_factors and len(self.rope_freq_factors) != self.head_dim // 2:
+            raise ValueError(f"{len(self.rope_freq_factors)} rope frequency factors for head_dim {self.head_dim} (need {self.head_dim // 2})")
 
 
 class RMSNorm(nn.Module):
@@ -66,9 +80,13 @@ class RMSNorm(nn.Module):
         return y.type_as(x) * self.weight
 
 
-def rope_tables(head_dim: int, max_seq_len: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos, sin tables: [max_seq_len, head_dim], each pair's angle repeated for both its elements."""
+def rope_tables(head_dim: int, max_seq_len: int, theta: float, freq_factors: Sequence[float] = ()) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos, sin tables: [max_seq_len, head_dim], each pair's angle repeated for both its elements.
+
+    Frequency i is theta^(-2i/head_dim), divided by freq_factors[i] when given (llama3 scaling)."""
     inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
+    if freq_factors:
+        inv_freq = inv_freq / torch.tensor(freq_factors, dtype=torch.float64)
     angles = torch.outer(torch.arange(max_seq_len, dtype=torch.float64), inv_freq).repeat_interleave(2, -1)
     return angles.cos().float(), angles.sin().float()
 
@@ -94,6 +112,19 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, swap: torc
     xf = x.float()
     c, s = cos.view(-1, T, 1, D), sin.view(-1, T, 1, D)
     return (xf * c + F.linear(xf, pair_swap(D) if swap is None else swap) * s).type_as(x)
+
+
+# Meta names of the tensors whose rows (or elements) follow RoPE's pair order
+ROPE_ROWS = ("attention.wq.weight", "attention.wq.bias", "attention.wk.weight", "attention.wk.bias", "attention.q_norm.weight", "attention.k_norm.weight")
+
+
+def interleave_rope_rows(w: torch.Tensor, head_dim: int) -> torch.Tensor:
+    """Rows (dim 0) of w from HF's rotate-half order within each head of `head_dim` to
+    interleaved pairs, the order edgespec's RoPE (and llama.cpp's Llama) uses: row j of the
+    first half and row j of the second half become rows 2j and 2j + 1. w: a weight
+    [heads * head_dim, in], a bias [heads * head_dim] or a per-head norm weight [head_dim]."""
+    rest = w.shape[1:]
+    return w.reshape(-1, 2, head_dim // 2, *rest).transpose(1, 2).reshape(w.shape)
 
 
 class KVCache(nn.Module):
@@ -250,10 +281,13 @@ class Attention(nn.Module):
     def __init__(self, args: LlamaArgs):
         super().__init__()
         self.n_heads, self.n_kv_heads, self.head_dim = args.n_heads, args.n_kv_heads, args.head_dim
-        self.wq = nn.Linear(args.dim, args.n_heads * args.head_dim, bias=False)
-        self.wk = nn.Linear(args.dim, args.n_kv_heads * args.head_dim, bias=False)
-        self.wv = nn.Linear(args.dim, args.n_kv_heads * args.head_dim, bias=False)
+        self.wq = nn.Linear(args.dim, args.n_heads * args.head_dim, bias=args.qkv_bias)
+        self.wk = nn.Linear(args.dim, args.n_kv_heads * args.head_dim, bias=args.qkv_bias)
+        self.wv = nn.Linear(args.dim, args.n_kv_heads * args.head_dim, bias=args.qkv_bias)
         self.wo = nn.Linear(args.n_heads * args.head_dim, args.dim, bias=False)
+        # Qwen3: q and k normalized per head before RoPE
+        self.q_norm = RMSNorm(args.head_dim, args.norm_eps) if args.qk_norm else None
+        self.k_norm = RMSNorm(args.head_dim, args.norm_eps) if args.qk_norm else None
         self.kv_cache = KVCache.zeros(args.max_seq_len, args.n_kv_heads, args.head_dim)
         self.sdpa = SDPA()
         self.register_buffer("rope_swap", pair_swap(args.head_dim), persistent=False)
@@ -270,6 +304,8 @@ class Attention(nn.Module):
         q = adapted(self.wq, adapters, "wq", x).view(B, T, self.n_heads, self.head_dim)
         k = adapted(self.wk, adapters, "wk", x).view(B, T, self.n_kv_heads, self.head_dim)
         v = adapted(self.wv, adapters, "wv", x).view(B, T, self.n_kv_heads, self.head_dim)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
         if self.use_kernel:
             q, k = torch.ops.edgespec.rope(q, cos, sin), torch.ops.edgespec.rope(k, cos, sin)
         else:
@@ -333,7 +369,7 @@ class Transformer(nn.Module):
         self.output = nn.Linear(args.dim, args.vocab_size, bias=False)
         if args.tie_embeddings:
             self.output.weight = self.tok_embeddings.weight
-        cos, sin = rope_tables(args.head_dim, args.max_seq_len, args.rope_theta)
+        cos, sin = rope_tables(args.head_dim, args.max_seq_len, args.rope_theta, args.rope_freq_factors)
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
 

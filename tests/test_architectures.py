@@ -1,0 +1,180 @@
+"""Every family the loaders accept computes what transformers computes: tiny random models
+written by transformers itself (Llama tied and untied, Llama 3.1 rope scaling, Qwen2 with q/k/v
+biases, Qwen3 with q/k norms and a head size of its own), read from the HF directory and from
+the GGUF file llama.cpp's converter would write, in eager code and in an fp32 program; and
+what edgespec does not compute is refused by name."""
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from edgespec.errors import EdgespecError
+from edgespec.models.load import build_model, read_source
+from tiny_models import HF_FAMILIES, write_gguf_of_hf, write_hf_dir
+
+PROMPT, STEPS = 24, 8  # prefill rows, then one-token decoding steps
+TOL = 1e-4  # fp32: observed differences are ~5e-6 on logits of magnitude ~5
+
+
+@pytest.fixture(scope="module", params=list(HF_FAMILIES))
+def family(request, tmp_path_factory):
+    """(name, transformers model, HF directory, token ids [1, PROMPT + STEPS], transformers' logits [PROMPT + STEPS, V])."""
+    d = tmp_path_factory.mktemp(request.param) / "hf"
+    hf = write_hf_dir(d, request.param)
+    ids = torch.randint(3, hf.config.vocab_size, (1, PROMPT + STEPS), generator=torch.Generator().manual_seed(7))
+    with torch.no_grad():
+        logits = hf(ids).logits[0]
+    return request.param, hf, d, ids, logits
+
+
+def _eager_logits(source: str, ids: torch.Tensor) -> torch.Tensor:
+    """edgespec's eager model on `source`: all prompt rows in one call, then one token per call
+    through the static KV cache; logits of every position [PROMPT + STEPS, V]."""
+    model = build_model(read_source(source, 64))
+    with torch.no_grad():
+        rows = [model.output(model.hidden(ids[:, :PROMPT], torch.tensor([0])))[0]]
+        rows += [model(ids[:, p : p + 1], torch.tensor([p])) for p in range(PROMPT, PROMPT + STEPS)]
+    return torch.cat(rows)
+
+
+def test_hf_directory_equals_transformers(family):
+    name, _, d, ids, ref = family
+    diff = (_eager_logits(str(d), ids) - ref).abs().max().item()
+    assert diff < TOL, f"{name}: max |logit difference| {diff:.2e}"
+
+
+def _llama_cpp_permute(w: np.ndarray, n_head: int) -> np.ndarray:
+    """llama.cpp's converter's q/k permutation for Llama (written here from its formula, not
+    from edgespec's code): rotate-half rows -> interleaved pairs within each head."""
+    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def test_gguf_equals_transformers_and_the_hf_directory(family, tmp_path):
+    name, hf, d, ids, ref = family
+    path = tmp_path / f"{name}.gguf"
+    write_gguf_of_hf(path, hf)
+    if hf.config.model_type == "llama":  # the file's q rows are llama.cpp's permutation of transformers'
+        from gguf import GGUFReader
+
+        q = next(t for t in GGUFReader(path).tensors if t.name == "blk.0.attn_q.weight")
+        hf_q = hf.state_dict()["model.layers.0.self_attn.q_proj.weight"].numpy()
+        assert np.array_equal(np.asarray(q.data).reshape(hf_q.shape), _llama_cpp_permute(hf_q, hf.config.num_attention_heads))
+    from_gguf, from_dir = read_source(str(path), 64), read_source(str(d), 64)
+    f32 = lambda x: np.float32(x).item()  # GGUF keeps eps and rope_freqs in fp32  # noqa: E731
+    assert from_gguf.args == dataclasses.replace(
+        from_dir.args, norm_eps=f32(from_dir.args.norm_eps), rope_freq_factors=tuple(map(f32, from_dir.args.rope_freq_factors))
+    )
+    for k, v in from_dir.state_dict.items():
+        assert torch.equal(from_gguf.state_dict[k], v), k
+    diff = (_eager_logits(str(path), ids) - ref).abs().max().item()
+    assert diff < TOL, f"{name} from GGUF: max |logit difference| {diff:.2e}"
+
+
+def test_quantized_qwen_rows_are_permuted_with_their_blocks(tmp_path):
+    """A Qwen file's q/k are rotate-half rows: a Q8_0 q/k is permuted block by block, so its
+    carried blocks are the permuted rows of the file (each within Q8_0's error of the float rows)."""
+    hf = write_hf_dir(tmp_path / "hf", "qwen2", hidden_size=64, intermediate_size=96, num_attention_heads=4)  # rows of whole Q8_0 blocks
+    q8 = {"blk.0.attn_q.weight": "Q8_0", "blk.0.attn_k.weight": "Q8_0", "blk.1.ffn_up.weight": "Q8_0"}
+    write_gguf_of_hf(tmp_path / "f32.gguf", hf)
+    write_gguf_of_hf(tmp_path / "q8.gguf", hf, quantize=q8)
+    f32, q = read_source(str(tmp_path / "f32.gguf"), 64), read_source(str(tmp_path / "q8.gguf"), 64)
+    for name in ("layers.0.attention.wq.weight", "layers.0.attention.wk.weight", "layers.1.feed_forward.w3.weight"):
+        blocks = q.blocks[name]
+        assert blocks.format == "Q8_0" and q.file_types[name] == "Q8_0"
+        assert torch.equal(blocks.dequantize(), q.state_dict[name])
+        step = f32.state_dict[name].abs().amax(-1, keepdim=True) / 127  # Q8_0's rounding error is at most half a step of a block's scale
+        assert ((q.state_dict[name] - f32.state_dict[name]).abs() <= step).all(), name
+
+
+# ---- what is refused, by name
+
+
+@pytest.mark.parametrize(
+    "family, change, message",
+    [
+        ("llama", {"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0}}, "rope type 'yarn'"),
+        ("llama", {"rope_scaling": {"type": "dynamic", "factor": 2.0}, "rope_parameters": None}, "rope type 'dynamic'"),
+        ("llama", {"attention_bias": True}, "attention_bias"),
+        ("llama", {"mlp_bias": True}, "mlp_bias"),
+        ("llama", {"hidden_act": "gelu"}, "activation 'gelu'"),
+        ("llama", {"partial_rotary_factor": 0.5}, "partial rotary"),
+        ("qwen2", {"use_sliding_window": True, "sliding_window": 16}, "sliding-window"),
+        ("qwen3", {"layer_types": ["full_attention", "sliding_attention"]}, "sliding-window"),
+        ("llama", {"model_type": "gemma3"}, "unsupported architecture 'gemma3'"),
+    ],
+)
+def test_numerics_it_does_not_implement_are_refused(tmp_path, family, change, message):
+    write_hf_dir(tmp_path, family)
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    cfg.update(change)
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(EdgespecError, match=message):
+        read_source(str(tmp_path), 64)
+
+
+def test_weights_without_a_place_are_refused(tmp_path):
+    """Qwen2's biases in a directory that says llama: an error, not a model without them."""
+    write_hf_dir(tmp_path, "qwen2")
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**cfg, "model_type": "llama"}))
+    with pytest.raises(EdgespecError, match="unexpected.*bias"):
+        build_model(read_source(str(tmp_path), 64))
+
+
+def test_gguf_tensors_and_rope_scaling_it_does_not_implement_are_refused(tmp_path):
+    import gguf
+
+    hf = write_hf_dir(tmp_path / "hf", "llama")
+    write_gguf_of_hf(tmp_path / "ok.gguf", hf)
+    reader = gguf.GGUFReader(tmp_path / "ok.gguf")
+
+    def rewrite(path, arch="llama", extra_kv=(), extra_tensor=None):
+        w = gguf.GGUFWriter(str(path), arch)
+        for f in reader.fields.values():
+            if f.name.startswith("GGUF.") or f.name == "general.architecture":
+                continue
+            key = f.name.replace("llama.", f"{arch}.", 1)
+            w.add_key_value(key, f.contents(), f.types[0], f.types[-1] if f.types[0] == gguf.GGUFValueType.ARRAY else None)
+        for k, v in extra_kv:
+            w.add_string(k, v)
+        for t in reader.tensors:
+            w.add_tensor(t.name, np.asarray(t.data).reshape(tuple(int(s) for s in reversed(t.shape))))
+        if extra_tensor:
+            w.add_tensor(extra_tensor, np.ones(48, dtype=np.float32))
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+        return str(path)
+
+    read_source(rewrite(tmp_path / "same.gguf"), 64)  # the rewrite itself loads
+    with pytest.raises(EdgespecError, match="unsupported architecture 'gemma3'"):
+        read_source(rewrite(tmp_path / "gemma.gguf", arch="gemma3"), 64)
+    with pytest.raises(EdgespecError, match="rope scaling 'yarn'"):
+        read_source(rewrite(tmp_path / "yarn.gguf", extra_kv=[("llama.rope.scaling.type", "yarn")]), 64)
+    with pytest.raises(EdgespecError, match="no place for.*blk.0.post_attention_norm.weight"):
+        read_source(rewrite(tmp_path / "sandwich.gguf", extra_tensor="blk.0.post_attention_norm.weight"), 64)
+
+
+# ---- the fp32 program
+
+
+@pytest.mark.slow
+def test_fp32_program_equals_transformers(family, tmp_path):
+    """The family's fp32 ExecuTorch program (XNNPACK, ExecuTorch's attention): the prompt in one
+    call, then one token per call, each last-row logits against transformers'."""
+    from edgespec.export.lowering import ProgramMeta, export_forward, lower_to_executorch
+    from edgespec.runtime.runner import ProgramRunner
+
+    name, hf, d, ids, ref = family
+    src = read_source(str(d), 64)
+    model = build_model(src)
+    path = tmp_path / "model.pte"
+    path.write_bytes(lower_to_executorch({"forward": export_forward(model, 64)}, ProgramMeta(64, src.args.vocab_size, src.args.n_layers, 1, (2,))))
+    runner = ProgramRunner(path)
+    rows = [runner.forward(ids[:, :PROMPT], 0)] + [runner.forward(ids[:, p : p + 1], p) for p in range(PROMPT, PROMPT + STEPS)]
+    diff = (torch.stack(rows) - ref[PROMPT - 1 :]).abs().max().item()
+    assert diff < TOL, f"{name} program: max |logit difference| {diff:.2e}"
