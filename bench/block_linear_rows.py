@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+
+from edgespec.kernels import library
 
 KERNELS = Path(__file__).resolve().parents[1] / "sdk" / "edgespec" / "kernels"
 
@@ -96,14 +96,12 @@ def main() -> None:
     ap.add_argument("--vocab", type=int, default=49152)
     ap.add_argument("--layers", type=int, default=30)
     args = ap.parse_args()
-    cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
-    if cxx is None:
-        raise SystemExit("no C++ compiler (apt-get install g++)")
+    cxx = library.compiler()
     with tempfile.TemporaryDirectory() as tmp:
         src, exe = Path(tmp) / "driver.cpp", Path(tmp) / "driver"
         src.write_text(DRIVER)
-        # the library's own flags (kernels/library.py): -O3, no contraction, built for this CPU
-        subprocess.run([cxx, "-O3", "-march=native", "-ffp-contract=off", "-std=c++17", f"-I{KERNELS}", str(src), "-o", str(exe)], check=True)
+        # the library's own code generation: -O3, no contraction, built for this CPU
+        subprocess.run([cxx, *library.CODEGEN, f"-I{KERNELS}", str(src), "-o", str(exe)], check=True)
         shape = [args.dim, args.kv_dim, args.hidden, args.vocab, args.layers]
         line = subprocess.run([str(exe), str(args.reps), *map(str, shape)], check=True, capture_output=True, text=True).stdout.split()
     report = {"shape": dict(zip(("dim", "kv_dim", "hidden", "vocab", "layers"), shape)), "reps": args.reps, "ms_per_token_all_linears": {}}

@@ -13,6 +13,7 @@ import json
 import statistics
 import subprocess
 import sys
+from pathlib import Path
 
 
 def stock_decode(pte: str, tokenizer_json: str, texts: list[str], max_new_tokens: int) -> dict:
@@ -23,7 +24,7 @@ def stock_decode(pte: str, tokenizer_json: str, texts: list[str], max_new_tokens
     from edgespec.runtime.runner import load_runtime_kernels
     from edgespec.runtime.speed import peak_rss_mb
 
-    load_runtime_kernels()
+    load_runtime_kernels(Path(pte))
     runner = TextLLMRunner(pte, tokenizer_json)
     tps = []
     for i, text in enumerate([texts[0], *texts]):

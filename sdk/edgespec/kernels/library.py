@@ -3,9 +3,11 @@ ExecuTorch wheel (its headers and `libexecutorch.so`, which holds the operator r
 Python runtime uses) and load it, which registers the kernels.
 
 The library is cached under ``$EDGESPEC_CACHE`` (default ``~/.cache/edgespec``), keyed by
-the source, the flags, the ExecuTorch version and this CPU (it is built with
-``-march=native``), and written to a temporary name first, so an interrupted build leaves
-nothing half-written.
+the sources, the flags, the ExecuTorch version and this CPU (it is built with
+``-march=native``), not by the compiler: a machine without one loads a cached build. A build
+is written to a temporary name holding the builder's pid first, so an interrupted build leaves
+nothing half-written under the library's name, and the next build removes the temporaries of
+builders that no longer run.
 """
 
 from __future__ import annotations
@@ -21,27 +23,52 @@ from functools import cache
 from pathlib import Path
 
 from edgespec.errors import EdgespecError
+from edgespec.host import process_alive
+from edgespec.packages import package_dir
 
 SOURCES = ("attention.cpp", "block_linear.cpp", "glue.cpp")  # compiled into one library
 HEADERS = ("block_linear.h", "vec8.h")  # included by them (part of the cache key)
+CODEGEN = (
+    "-O3",
+    "-march=native",
+    "-ffp-contract=off",  # every expression rounds as written (attention.cpp's invariance)
+    "-std=c++17",
+)
+FLAGS = (
+    *CODEGEN,
+    "-shared",
+    "-fPIC",
+    "-DC10_USING_CUSTOM_GENERATED_MACROS",
+    "-DET_EVENT_TRACER_ENABLED",
+    "-DET_USE_THREADPOOL",
+)
 _HERE = Path(__file__).parent
+_TEMP = ".build-"  # temporaries: .build-PID-*.so
 
 
 def _executorch_root() -> Path:
-    import importlib.util
-
-    spec = importlib.util.find_spec("executorch")
-    if spec is None or not spec.submodule_search_locations:
+    root = package_dir("executorch")
+    if root is None:
         raise EdgespecError("executorch is not installed; edgespec's kernels build against its wheel")
-    return Path(next(iter(spec.submodule_search_locations)))
+    return root
 
 
-def _cpu_key() -> str:
-    try:
-        flags = next((line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags")), "")
-    except OSError:
-        flags = ""
-    return platform.machine() + flags
+# /proc/cpuinfo fields that decide what -march=native compiles for: x86's flags, aarch64's
+# features and core identity
+_CPU_FIELDS = ("flags", "Features", "CPU implementer", "CPU architecture", "CPU variant", "CPU part")
+
+
+def cpu_key(cpuinfo: str | None = None) -> str:
+    """This CPU as the cache key needs it: the machine and each distinct `_CPU_FIELDS` line of
+    /proc/cpuinfo (`cpuinfo`: its text), else (no such lines: macOS, Windows)
+    platform.machine() and platform.processor()."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            cpuinfo = ""
+    lines = sorted({" ".join(line.split()) for line in cpuinfo.splitlines() if line.partition(":")[0].strip() in _CPU_FIELDS})
+    return "\n".join([platform.machine(), *lines]) if lines else f"{platform.machine()} {platform.processor()}"
 
 
 def kernels_dir() -> Path:
@@ -49,35 +76,33 @@ def kernels_dir() -> Path:
 
 
 def library_path() -> Path:
-    """Where the library for this source, ExecuTorch build and CPU lives (built or not)."""
+    """Where the library for these sources, ExecuTorch build and CPU lives (built or not);
+    computed without a compiler."""
     from importlib.metadata import version
 
     h = hashlib.sha256()
     for name in SOURCES + HEADERS:
         h.update((_HERE / name).read_bytes())
     h.update(version("executorch").encode())
-    h.update(" ".join(compile_command(Path("out"))).encode())
-    h.update(_cpu_key().encode())
+    h.update(" ".join(FLAGS).encode())
+    h.update(cpu_key().encode())
     return kernels_dir() / f"libedgespec_kernels-{h.hexdigest()[:16]}.so"
+
+
+def compiler() -> str:
+    """The C++ compiler a build uses: $CXX, else g++, c++ or clang++ on PATH."""
+    cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")
+    if cxx is None:
+        raise EdgespecError("no C++ compiler found (g++, c++ or clang++); install one (apt-get install g++) or set CXX")
+    return cxx
 
 
 def compile_command(out: Path) -> list[str]:
     root = _executorch_root()
-    cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")
-    if cxx is None:
-        raise EdgespecError("no C++ compiler found (g++, c++ or clang++); install one (apt-get install g++) or set CXX")
     lib = root / "lib"
     return [
-        cxx,
-        "-O3",
-        "-march=native",
-        "-ffp-contract=off",  # every expression rounds as written (attention.cpp's invariance)
-        "-std=c++17",
-        "-shared",
-        "-fPIC",
-        "-DC10_USING_CUSTOM_GENERATED_MACROS",
-        "-DET_EVENT_TRACER_ENABLED",
-        "-DET_USE_THREADPOOL",
+        compiler(),
+        *FLAGS,
         f"-I{root / 'include'}",
         f"-I{root / 'include/executorch/runtime/core/portable_type/c10'}",
         *[str(_HERE / s) for s in SOURCES],
@@ -91,12 +116,14 @@ def compile_command(out: Path) -> list[str]:
 
 
 def build() -> Path:
-    """The library, compiled now if this source/ExecuTorch/CPU has none cached."""
+    """The library, compiled now if these sources/ExecuTorch/CPU have none cached."""
     path = library_path()
     if path.is_file():
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=path.parent)
+    remove_stale_temporaries(path.parent)
+    compiler()  # no compiler: say so before writing anything
+    fd, tmp = tempfile.mkstemp(prefix=f"{_TEMP}{os.getpid()}-", suffix=".so", dir=path.parent)
     os.close(fd)
     try:
         done = subprocess.run(compile_command(Path(tmp)), capture_output=True, text=True)
@@ -107,6 +134,15 @@ def build() -> Path:
         if os.path.exists(tmp):
             os.unlink(tmp)
     return path
+
+
+def remove_stale_temporaries(directory: Path) -> None:
+    """Remove the build temporaries (`.build-PID-*.so`) of builders that no longer run: what a
+    killed build leaves."""
+    for p in directory.glob(f"{_TEMP}*.so"):
+        pid = p.name[len(_TEMP) :].split("-", 1)[0]
+        if pid.isdigit() and not process_alive(int(pid)):
+            p.unlink(missing_ok=True)
 
 
 @cache

@@ -10,20 +10,38 @@ from edgespec.errors import EdgespecError
 from edgespec.export import constants as C
 
 
-def load_runtime_kernels() -> str | None:
+def load_runtime_kernels(program: Path | None = None) -> str | None:
     """Register the non-delegated kernels an LLM program may use (custom SDPA, KV update,
-    quantized embedding, edgespec's exact attention); without them loading fails with
-    'Missing operator'. Returns why edgespec's kernels could not be built, or None."""
+    quantized embedding) and edgespec's own (exact attention, block linears; built on first
+    use) when `program` calls them (`uses_edgespec_ops`) or is None (any program to come);
+    without them loading fails with 'Missing operator'. Returns why edgespec's kernels could
+    not be built, or None."""
     from executorch.extension.llm.custom_ops import custom_ops  # noqa: F401
     from executorch.kernels import quantized  # noqa: F401
 
     from edgespec.kernels import library
 
+    if program is not None and not uses_edgespec_ops(program):
+        return None
     try:
         library.load()
-    except EdgespecError as e:  # only programs that call edgespec::attention need them
+    except EdgespecError as e:
         return str(e)
     return None
+
+
+def uses_edgespec_ops(program: str | Path) -> bool:
+    """Whether a `.pte` calls an `edgespec::` operator. Every operator's name is a string in the
+    program's flatbuffer, which ends at `program_size` of ExecuTorch's extended header (bytes
+    8-32: b"eh00", its length, program_size, segment_base_offset) when the file has segments
+    (constants, delegate blobs) after it."""
+    import mmap
+
+    if Path(program).stat().st_size < 32:  # not a program: ExecuTorch's loading says so
+        return False
+    with open(program, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+        end = int.from_bytes(m[16:24], "little") if m[8:12] == b"eh00" else len(m)
+        return m.find(b"edgespec::", 0, end) >= 0
 
 
 def set_threads(n: int) -> None:
@@ -43,7 +61,7 @@ class Program:
         path = Path(path)
         if not path.is_file():
             raise EdgespecError(f"program '{path}' not found")
-        no_kernels = load_runtime_kernels()
+        no_kernels = load_runtime_kernels(path)
         from executorch.runtime import Runtime, Verification
 
         try:
