@@ -165,15 +165,16 @@ def reference_block_linear(x: torch.Tensor, blocks: BlockCodes, rows_per_pass: i
 
 
 class BlockLinear(nn.Module):
-    """A bias-free linear over packed weight blocks. Eager calls run the reference (same
-    bits as the kernel); inside `kernel_ops` (export) it is the op `edgespec::block_linear`,
-    whose weight is the packed buffer stored in the program."""
+    """A linear over packed weight blocks, plus an fp32 bias if given (Qwen2's q/k/v). Eager
+    calls run the reference (same bits as the kernel); inside `kernel_ops` (export) it is the op
+    `edgespec::block_linear`, whose weight is the packed buffer stored in the program."""
 
-    def __init__(self, blocks: BlockCodes):
+    def __init__(self, blocks: BlockCodes, bias: torch.Tensor | None = None):
         super().__init__()
         self.out_features, self.in_features = blocks.shape
         self.format = blocks.format
         self.register_buffer("packed", pack(blocks))
+        self.register_buffer("bias", None if bias is None else bias.detach().float().clone())
         self._blocks = blocks  # unpacked, for eager calls
         self.use_kernel = False
 
@@ -183,8 +184,10 @@ class BlockLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.use_kernel:  # the op's schema: edgespec.kernels.ops (imported by `executorch_ops`)
-            return torch.ops.edgespec.block_linear(x, self.packed, FORMAT_IDS[self.format], self.out_features)
-        return reference_block_linear(x, self._blocks)
+            y = torch.ops.edgespec.block_linear(x, self.packed, FORMAT_IDS[self.format], self.out_features)
+        else:
+            y = reference_block_linear(x, self._blocks)
+        return y if self.bias is None else y + self.bias
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, format={self.format}"
