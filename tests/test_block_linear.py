@@ -204,7 +204,7 @@ def test_q4_k_m_file_is_carried_not_rounded(tmp_path):
     from edgespec.config import QuantConfig
     from edgespec.models.gguf import load_gguf
     from edgespec.models.load import build_model
-    from edgespec.quant import quantize_model_
+    from edgespec.quant import plan_quantization, quantize_
 
     deq = write_q4_k_m_gguf(tmp_path / "m.gguf")
     src = load_gguf(tmp_path / "m.gguf", 64)
@@ -214,7 +214,7 @@ def test_q4_k_m_file_is_carried_not_rounded(tmp_path):
     down = src.blocks["layers.0.feed_forward.w2.weight"]
     assert down.format == "Q6_K" and torch.equal(down.dequantize(), torch.from_numpy(deq["blk.0.ffn_down.weight"]))
     model = build_model(src)
-    summary = quantize_model_(model, QuantConfig(scheme="8da4w", kernel="edgespec"), src.blocks, src.file_types)
+    summary = quantize_(model, plan_quantization(model, QuantConfig(scheme="8da4w", kernel="edgespec"), src.blocks, src.file_types))
     assert summary.rounded == [] and summary.rounded_from == {} and len(summary.carried) == 8
     w2 = model.layers[0].feed_forward.w2
     assert w2.format == "S8F" and torch.equal(w2.blocks.dequantize(), src.state_dict["layers.0.feed_forward.w2.weight"])
@@ -239,13 +239,13 @@ def test_block_kernel_program_is_row_invariant_end_to_end(tmp_path):
     from edgespec.export.lowering import ProgramMeta, export_forward, lower_to_executorch
     from edgespec.kernels import library
     from edgespec.models.llama import LlamaArgs
-    from edgespec.quant import quantize_model_
+    from edgespec.quant import plan_quantization, quantize_
     from tiny_models import random_transformer
 
     library.load()
     args = LlamaArgs(dim=96, n_layers=2, n_heads=6, n_kv_heads=2, hidden_dim=160, vocab_size=97, max_seq_len=64)
     model = random_transformer(args)
-    summary = quantize_model_(model, QuantConfig(scheme="8da4w", kernel="edgespec"))
+    summary = quantize_(model, plan_quantization(model, QuantConfig(scheme="8da4w", kernel="edgespec")))
     assert len(summary.rounded) == 2 * 7 + 1 and all(isinstance(m, BlockLinear) for m in (model.output, model.layers[1].feed_forward.w2))
     model.eval()
     pte = lower_to_executorch({"forward": export_forward(model, args.max_seq_len, "exact")}, ProgramMeta(64, 97, 2, 1, (2,)), xnnpack=False)

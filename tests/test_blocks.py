@@ -11,7 +11,7 @@ import torch
 from edgespec.config import QuantConfig
 from edgespec.models.blocks import BLOCK_FORMATS
 from edgespec.models.gguf import load_gguf
-from edgespec.quant import BlockOffsetLinear, quantize_model_
+from edgespec.quant import BlockOffsetLinear, plan_quantization, quantize_
 
 DIM, HIDDEN, HEADS, KV = 64, 96, 4, 2
 
@@ -76,7 +76,7 @@ def test_carried_linears_compute_with_the_files_weights(tmp_path, fmt):
     write_tiny_gguf(tmp_path / "m.gguf", fmt)
     src = load_gguf(tmp_path / "m.gguf", 64)
     model = build_model(src)
-    summary = quantize_model_(model, QuantConfig(scheme="8da4w", head_bits=8, kernel="xnnpack"), src.blocks)
+    summary = quantize_(model, plan_quantization(model, QuantConfig(scheme="8da4w", head_bits=8, kernel="xnnpack"), src.blocks))
     assert len(summary.carried) == 7 and summary.rounded == ["output"]  # the head: int8 per channel
     layer = model.layers[0].feed_forward.w2
     assert isinstance(layer, BlockOffsetLinear) == (fmt == "Q4_1")
@@ -100,12 +100,14 @@ def test_other_formats_and_fp32_sources_are_rounded(tmp_path):
     assert src.blocks == {}
     from edgespec.models.load import build_model
 
-    summary = quantize_model_(build_model(src), QuantConfig(scheme="8da4w", head_bits=4), src.blocks)
+    model = build_model(src)
+    summary = quantize_(model, plan_quantization(model, QuantConfig(scheme="8da4w", head_bits=4), src.blocks))
     assert summary.carried == [] and len(summary.rounded) == 8
     # carry_blocks off: a Q4_1 file is rounded again like any fp32 weight (the old path)
     write_tiny_gguf(tmp_path / "q.gguf", "Q4_1")
     src = load_gguf(tmp_path / "q.gguf", 64)
-    summary = quantize_model_(build_model(src), QuantConfig(scheme="8da4w", carry_blocks=False), src.blocks)
+    model = build_model(src)
+    summary = quantize_(model, plan_quantization(model, QuantConfig(scheme="8da4w", carry_blocks=False), src.blocks))
     assert summary.carried == [] and len(summary.rounded) == 8
 
 

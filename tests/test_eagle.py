@@ -83,14 +83,14 @@ def test_eagle_trains_and_reloads(tiny_model, tmp_path):
 
 
 def test_quantized_draft_layer_still_drafts_losslessly(tiny_model):
-    """Export quantizes the draft layer like the base (`EagleLayer.quantize_like_base`): its
+    """Export quantizes the draft layer like the base (`EagleLayer.quant_policy`): its
     drafts change, the output does not."""
     from edgespec.config import QuantConfig
-    from edgespec.quant import quantize_model_
+    from edgespec.quant import QuantPolicy, plan_quantization, quantize_
 
     model = _eagle(tiny_model)
-    assert model.params.quantize_like_base
-    summary = quantize_model_(model.params, QuantConfig(scheme="8da4w", group_size=32))
+    assert model.params.quant_policy == QuantPolicy()
+    summary = quantize_(model.params, plan_quantization(model.params, QuantConfig(scheme="8da4w", group_size=32)))
     assert len(summary.rounded) == 9  # fuse, inp and the block's seven linears
     prompt = [4, 8, 15, 16, 23, 42, 4, 8]
     ar = generate(eager_step(tiny_model), prompt, max_new_tokens=24, max_seq_len=64, eos_ids=()).completion_ids

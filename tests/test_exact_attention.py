@@ -22,9 +22,9 @@ def _model(precision: str) -> Transformer:
             p.normal_(0, 0.2)
     if precision == "8da4w":
         from edgespec.config import QuantConfig
-        from edgespec.quant import quantize_model_
+        from edgespec.quant import plan_quantization, quantize_
 
-        quantize_model_(model, QuantConfig(scheme="8da4w", group_size=32))
+        quantize_(model, plan_quantization(model, QuantConfig(scheme="8da4w", group_size=32)))
     return model.eval()
 
 

@@ -43,7 +43,7 @@ def test_default_gates_fail_a_re_rounded_8da4w_and_pass_the_carried_blocks():
     torchao's int4 grid fails both fidelity gates; carrying the file's blocks passes them, on
     XNNPACK (int8 lm head) and on edgespec's block kernel (the default)."""
     from edgespec.models.load import build_model, read_source, tokenizer_of
-    from edgespec.quant import quantize_model_
+    from edgespec.quant import plan_quantization, quantize_
 
     src = read_source("smollm2-135m-instruct", 1024)
     chunks = heldout_chunks(tokenizer_of(src), 2, 512)
@@ -57,7 +57,7 @@ def test_default_gates_fail_a_re_rounded_8da4w_and_pass_the_carried_blocks():
     }
     for name, cfg in variants.items():
         model = build_model(src)
-        quantize_model_(model, cfg, src.blocks)
+        quantize_(model, plan_quantization(model, cfg, src.blocks))
         fid = compare(ref, reference_logits(model, chunks), targets).to_dict()
         results[name] = {g.name: g.passed for g in check_gates({"overall": {}, "fidelity": fid}, GatesConfig())}, fid
     assert results["re-rounded"][0] == {"min_top1_agreement": False, "max_perplexity_ratio": False}, results["re-rounded"][1]

@@ -98,12 +98,12 @@ def test_stock_runner_runs_our_fp32_program_unchanged(fp32_bundle, case):
 def test_8da4w_program_matches_eager_quantized_model_and_stock_runner(q_bundle):
     from edgespec.config import QuantConfig
     from edgespec.models.load import build_model, read_source
-    from edgespec.quant import quantize_model_
+    from edgespec.quant import plan_quantization, quantize_
     from edgespec.runtime.generate import eager_step
 
     src = read_source("smollm2-135m-instruct", 256)
     model = build_model(src)
-    quantize_model_(model, QuantConfig(scheme="8da4w", group_size=32), src.blocks)  # as the export does: the GGUF's blocks carried
+    quantize_(model, plan_quantization(model, QuantConfig(scheme="8da4w", group_size=32), src.blocks))  # as the export does: the GGUF's blocks carried
     r, tok = _runner(q_bundle), _tokenizer(q_bundle)
     agree = total = 0
     for case in GOLDEN["cases"]:

@@ -125,14 +125,16 @@ def test_verify_and_package(tiny_hf_dir, tmp_path):
 def test_every_quantization_scheme_lowers_and_runs(tiny_hf_dir, tmp_path, scheme):
     """Each QuantConfig scheme (fp32 is the other tests') exports, loads, and its program
     computes what the eager model quantized the same way computes."""
+    from typing import get_args
+
     import torch
 
-    from edgespec.config import QuantConfig
+    from edgespec.config import QuantConfig, QuantScheme
     from edgespec.models.load import build_model, read_source
-    from edgespec.quant import SCHEMES, quantize_model_
+    from edgespec.quant import plan_quantization, quantize_
     from edgespec.runtime.runner import ProgramRunner
 
-    assert set(SCHEMES) == {"fp32", "fp16", "8da4w", "8da8w"}
+    assert set(get_args(QuantScheme)) == {"fp32", "fp16", "8da4w", "8da8w", "int8wo"}  # int8wo is refused (below)
     r = tmp_path / "r.yaml"
     r.write_text(
         f"name: q\nmodel: {{source: {tiny_hf_dir}, max_seq_len: 64}}\nquant: {{scheme: {scheme}}}\nnumerics: {{search: false}}\nvalidate: {{enabled: false}}\n"
@@ -142,7 +144,7 @@ def test_every_quantization_scheme_lowers_and_runs(tiny_hf_dir, tmp_path, scheme
     tokens = torch.tensor([[5, 17, 42, 7]])
     got = ProgramRunner(tmp_path / "b" / "model.pte").forward(tokens, 0)
     eager = build_model(read_source(str(tiny_hf_dir), 64))
-    quantize_model_(eager, QuantConfig(scheme=scheme))
+    quantize_(eager, plan_quantization(eager, QuantConfig(scheme=scheme)))
     with torch.no_grad():
         ref = eager(tokens, torch.tensor([0]))[0].float()  # last position [V]
     assert torch.isfinite(got).all()

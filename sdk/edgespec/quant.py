@@ -1,20 +1,30 @@
-"""Quantization of a model for its program: torchao tensors, and GGUF blocks carried over.
+"""Quantization of a program as one pass: a plan of what each module gets, applied in place.
 
-`quantize_model_(model, cfg, blocks)` is the one entry point. For the weight-quantized schemes
-(8da4w, 8da8w) every linear gets torchao's `IntxUnpackedToInt8Tensor` with dynamic int8
-activations per token, the form XNNPACK lowers to its qd8 GEMMs. Where that tensor's codes
-and scales come from:
+`plan_quantization(program, cfg, blocks, file_types, base)` computes the `QuantPlan` of a
+program (the base model, and its drafter when it has one) from the recipe's `QuantConfig`,
+the source file's blocks and the `QuantPolicy` each other part of the program declares (its
+class's ``quant_policy``: a drafter's parameters, the draft head). `quantize_(program, plan)`
+applies it, torchao-style (the ``_``: in place), and returns what the manifest records
+(`QuantSummary`: the base model's linears). A module's weight is:
 
-- carried over (``quant.carry_blocks``, on by default): a linear whose source weight is a
-  GGUF Q4_0/Q4_1 matrix (`edgespec.models.blocks`) keeps the file's own 4-bit codes and block
-  scales, so the program computes with the model's weights, not a second rounding of them.
-  Q4_1's asymmetric part becomes `BlockOffsetLinear`: y = W_sym x + C S(x), S(x) the sums of
-  x over each block of 32, C = m + 8d [out, in/32] (two small fp32 linears: ~3% of the
-  layer's multiply-adds, but three more XNNPACK ops per linear, ~15-20% of a token's time). XNNPACK stores block scales as bf16: the scales are rounded to
-  bf16 here already, so eager code computes what the program does.
-- rounded (everything else: fp32 sources, other GGUF types, `carry_blocks: false`): codes and
-  scales chosen from the dequantized weights, max-abs per block (torchao's default) or the
-  scale minimising each block's squared error (``quant.rounding: mse``).
+- carried (`Carried`; ``quant.carry_blocks``, on by default): a linear whose source weight is
+  GGUF blocks (`edgespec.models.blocks`) keeps the file's own codes and scales, so the program
+  computes with the model's weights, not a second rounding of them.
+- rounded (`Rounded`; everything else in 8da4w / 8da8w: fp32 sources, other GGUF types,
+  ``carry_blocks: false``, the drafter's linears; the embedding with ``quant.embedding_bits``):
+  codes and scales chosen here from the float weights.
+- left in float (`Unquantized`: a linear the kernel cannot take; no rule: fp32 and fp16
+  programs, parts whose policy keeps them float). In an fp16 program every part is then cast
+  to fp16 (`QuantPlan.half`).
+
+With ``quant.kernel: xnnpack`` a linear's weight becomes torchao's `IntxUnpackedToInt8Tensor`
+with dynamic int8 activations per token, the form XNNPACK lowers to its qd8 GEMMs. Carried:
+GGUF Q4_0/Q4_1 only, the scales rounded to bf16 (XNNPACK stores block scales as bf16, so eager
+code computes what the program does); Q4_1's asymmetric part becomes `BlockOffsetLinear`:
+y = W_sym x + C S(x), S(x) the sums of x over each block of 32, C = m + 8d [out, in/32] (two
+small fp32 linears: ~3% of the layer's multiply-adds, but three more XNNPACK ops per linear,
+~15-20% of a token's time). Rounded: max-abs per block (torchao's default) or the scale
+minimising each block's squared error (``quant.rounding: mse``).
 
 With ``quant.kernel: edgespec`` every such linear is instead a `BlockLinear`: edgespec's own
 op over GGUF-style blocks with int8 activations per block of 32 (llama.cpp's arithmetic).
@@ -30,6 +40,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -38,6 +50,9 @@ from torch import nn
 from edgespec.config import QuantConfig
 from edgespec.kernels.block_linear import BlockCodes, BlockLinear
 from edgespec.models.blocks import BLOCK, BlockWeights
+
+Kernel = Literal["edgespec", "xnnpack", "weight_only"]  # weight_only: an embedding's lookup (no activations to quantize)
+XNNPACK_CARRIED = ("Q4_0", "Q4_1")  # the file's block types an XNNPACK program carries (4-bit, symmetric codes + offsets)
 
 
 @dataclass
@@ -95,28 +110,6 @@ def mse_scales(w: torch.Tensor, bits: int, block: int, candidates: int = 40) -> 
     return (wb / best_s[..., None]).round().clamp(qmin, qmax).to(torch.int8).view(out, n), best_s
 
 
-def _quantize_linear(linear: nn.Linear, bits: int, block: int, blocks: BlockWeights | None, cfg: QuantConfig) -> tuple[nn.Module, bool]:
-    """`linear` with int weights (in place where it can); True when the source blocks were kept."""
-    from torchao.quantization.quantize_.workflows.intx.intx_unpacked_to_int8_tensor import (
-        IntxUnpackedToInt8Tensor,
-        IntxUnpackedToInt8TensorActivationQuantization,
-    )
-
-    per_token = IntxUnpackedToInt8TensorActivationQuantization.INT8_ASYM_PER_TOKEN
-    dtype = getattr(torch, f"int{bits}")
-    carry = cfg.carry_blocks and blocks is not None and blocks.format in ("Q4_0", "Q4_1") and bits == 4 and block == BLOCK
-    if carry or cfg.rounding == "mse":
-        codes, scales = (blocks.codes, blocks.scales.to(torch.bfloat16).float()) if carry else mse_scales(linear.weight.detach(), bits, block)
-        zeros = torch.zeros(scales.shape, dtype=torch.int8)
-        weight = IntxUnpackedToInt8Tensor(codes.contiguous(), scales.contiguous(), zeros, dtype, (1, block), torch.float32, per_token)
-    else:  # torchao's own max-abs rounding
-        weight = IntxUnpackedToInt8Tensor.from_hp(linear.weight.detach(), (1, block), dtype, activation_quantization=per_token)
-    linear.weight = nn.Parameter(weight, requires_grad=False)
-    if carry and blocks.offsets is not None:
-        return BlockOffsetLinear(linear, blocks.offsets), True
-    return linear, carry
-
-
 def asymmetric_blocks(w: torch.Tensor, rounding: str = "maxabs", candidates: int = 20) -> BlockCodes:
     """Q4_1-style blocks for w [out, in]: per block of 32, w ~ d q + m with q in 0..15 and d, m
     fp16. ``maxabs``: the block's min and max span the grid; ``mse``: among `candidates`
@@ -163,89 +156,284 @@ def carried_codes(blocks: BlockWeights) -> BlockCodes:
     return BlockCodes("U4H" if fp16 else "U4F", (blocks.codes + 8).to(torch.int8), blocks.scales, m)
 
 
-def _block_linear(linear: nn.Linear, bits: int, block: int, blocks: BlockWeights | None, cfg: QuantConfig) -> tuple[nn.Module, bool]:
-    """`linear` as a `BlockLinear` (edgespec's kernel, blocks of 32); True when the source
-    blocks were kept: a file's blocks are kept whatever the scheme's bits (the kernel computes
-    every carried format as it is)."""
-    if cfg.carry_blocks and blocks is not None:
-        return BlockLinear(carried_codes(blocks)), True
-    w = linear.weight.detach()
-    return BlockLinear(asymmetric_blocks(w, cfg.rounding) if bits == 4 else symmetric8_blocks(w)), False
+@dataclass(frozen=True)
+class QuantPolicy:
+    """How a part of a program is quantized, relative to the recipe's `QuantConfig`: a module
+    class declares it as its ``quant_policy`` (a drafter's parameters, the draft head); the base
+    model follows the recipe as it is (``QuantPolicy()``).
+
+    weights: ``scheme``, its linears and embeddings quantized by the recipe's scheme like the
+    base model's (no source blocks: those name the base model's weights); ``float``, left in
+    float, in the activations' dtype (fp16 in an fp16 program). head_bits: the bits of its lm
+    head (a linear named ``output``) whatever ``quant.head_bits``; None: the recipe's."""
+
+    weights: Literal["scheme", "float"] = "scheme"
+    head_bits: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.weights not in ("scheme", "float"):
+            raise ValueError(f"QuantPolicy.weights must be 'scheme' or 'float', got {self.weights!r}")
+        if self.head_bits not in (None, 4, 8):
+            raise ValueError(f"QuantPolicy.head_bits must be None, 4 or 8, got {self.head_bits!r}")
 
 
-def _weight_format(name: str, linear: nn.Linear, cfg: QuantConfig) -> tuple[int, int] | None:
-    """(bits, block) of a linear's weights under the scheme; None leaves it in float. A block of
-    `in_features` is one scale per output channel."""
-    n = linear.in_features
-    if cfg.block_kernel and (linear.bias is not None or n % BLOCK):
-        return None  # the block kernel has no bias and needs whole blocks
-    head = name == "output" or name.endswith(".output")
-    if cfg.scheme == "8da8w" or (head and cfg.head_bits == 8):
-        return 8, n
-    if cfg.scheme == "8da4w":
-        return (4, cfg.group_size) if n % cfg.group_size == 0 else None
-    return None
-
-
-def _untie_output_(model: nn.Module) -> None:
-    """Give the lm head its own weight, so it and the embedding can be quantized differently."""
-    out, emb = getattr(model, "output", None), getattr(model, "tok_embeddings", None)
-    if out is not None and emb is not None and out.weight is emb.weight:
-        out.weight = nn.Parameter(emb.weight.detach().clone(), requires_grad=False)
-
-
-def _quantize_linears_(model: nn.Module, cfg: QuantConfig, blocks: Mapping[str, BlockWeights], summary: QuantSummary, file_types: Mapping[str, str]) -> None:
-    _untie_output_(model)
-    targets = [(name, m) for name, m in model.named_modules() if isinstance(m, nn.Linear)]
-    for name, linear in targets:
-        fmt = _weight_format(name, linear, cfg)
-        if fmt is None:
-            summary.unquantized.append(name)
-            continue
-        quantize = _block_linear if cfg.block_kernel else _quantize_linear
-        new, carried = quantize(linear, *fmt, blocks.get(f"{name}.weight"), cfg)
-        (summary.carried if carried else summary.rounded).append(name)
-        if not carried and f"{name}.weight" in file_types:
-            t = file_types[f"{name}.weight"]
-            summary.rounded_from[t] = summary.rounded_from.get(t, 0) + 1
-        if new is not linear:
-            parent, _, child = name.rpartition(".")
-            setattr(model.get_submodule(parent) if parent else model, child, new)
-
-
-def _quantize_embedding_(model: nn.Module, cfg: QuantConfig) -> None:
-    from torchao.quantization import IntxWeightOnlyConfig, quantize_
-    from torchao.quantization.granularity import PerGroup
-
-    _untie_output_(model)
-    quantize_(
-        model,
-        IntxWeightOnlyConfig(weight_dtype=getattr(torch, f"int{cfg.embedding_bits}"), granularity=PerGroup(cfg.group_size)),
-        filter_fn=lambda m, fqn: isinstance(m, nn.Embedding),
+def _torchao_intx():
+    """torchao's int tensor type and its dynamic int8 activations per token (the form XNNPACK
+    lowers to its qd8 GEMMs); imported when used, torchao is heavy."""
+    from torchao.quantization.quantize_.workflows.intx.intx_unpacked_to_int8_tensor import (
+        IntxUnpackedToInt8Tensor,
+        IntxUnpackedToInt8TensorActivationQuantization,
     )
 
-
-def _fp16(model: nn.Module, cfg: QuantConfig, blocks, summary: QuantSummary, file_types) -> None:
-    model.to_half_()
+    return IntxUnpackedToInt8Tensor, IntxUnpackedToInt8TensorActivationQuantization.INT8_ASYM_PER_TOKEN
 
 
-SCHEMES: dict[str, Callable[[nn.Module, QuantConfig, Mapping[str, BlockWeights], QuantSummary, Mapping[str, str]], None]] = {
-    "fp32": lambda *a: None,
-    "fp16": _fp16,
-    "8da4w": _quantize_linears_,
-    "8da8w": _quantize_linears_,
-}
+def _intx_weight(codes: torch.Tensor, scales: torch.Tensor, bits: int, block: int) -> nn.Parameter:
+    """torchao's int tensor of symmetric codes [out, in] and scales [out, in / block], with
+    dynamic int8 activations per token."""
+    intx, per_token = _torchao_intx()
+    zeros = torch.zeros(scales.shape, dtype=torch.int8)
+    weight = intx(codes.contiguous(), scales.contiguous(), zeros, getattr(torch, f"int{bits}"), (1, block), torch.float32, per_token)
+    return nn.Parameter(weight, requires_grad=False)
 
 
-def quantize_model_(
-    model: nn.Module, cfg: QuantConfig, blocks: Mapping[str, BlockWeights] | None = None, file_types: Mapping[str, str] | None = None
-) -> QuantSummary:
-    """Quantize `model` in place according to `cfg`. blocks: the source file's block-quantized
-    weights by parameter name (`ModelSource.blocks`), carried over where the scheme allows;
-    file_types: the file's storage type of each weight (`ModelSource.file_types`), which the
-    summary counts the rounded layers by."""
-    summary = QuantSummary()
-    if cfg.embedding_bits:
-        _quantize_embedding_(model, cfg)
-    SCHEMES[cfg.scheme](model, cfg, blocks or {}, summary, file_types or {})
-    return summary
+@dataclass(frozen=True)
+class Carried:
+    """A linear that keeps the source file's blocks: the file's codes and scales, no second
+    rounding. format: the file's block type (Q4_0, Q4_1; with edgespec's kernel also Q4_K,
+    Q6_K, Q8_0)."""
+
+    format: str
+    kernel: Literal["edgespec", "xnnpack"]
+    blocks: BlockWeights = field(compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.format != self.blocks.format:
+            raise ValueError(f"Carried: format {self.format} but blocks of {self.blocks.format}")
+        if self.kernel not in ("edgespec", "xnnpack") or (self.kernel == "xnnpack" and self.format not in XNNPACK_CARRIED):
+            raise ValueError(f"Carried: kernel {self.kernel!r} does not carry {self.format} blocks")
+
+    def apply(self, linear: nn.Linear) -> nn.Module:
+        """The linear computing with the file's blocks (in place where it can)."""
+        b = self.blocks
+        if self.kernel == "edgespec":
+            return BlockLinear(carried_codes(b))
+        linear.weight = _intx_weight(b.codes, b.scales.to(torch.bfloat16).float(), b.bits, BLOCK)
+        return linear if b.offsets is None else BlockOffsetLinear(linear, b.offsets)
+
+
+@dataclass(frozen=True)
+class Rounded:
+    """A weight whose codes and scales are chosen here from its float values: `bits`-bit codes
+    with a scale per `block` input elements (a linear's in_features: one per output channel),
+    for `kernel`. rounding: ``maxabs`` or ``mse`` (least squared error per block); source: the
+    file's storage type of the weight (F32, Q6_K, ...), None when it is not the file's."""
+
+    bits: int
+    block: int
+    kernel: Kernel
+    rounding: Literal["maxabs", "mse"] = "maxabs"
+    source: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.bits not in (4, 8) or self.block <= 0:
+            raise ValueError(f"Rounded: {self.bits} bits per {self.block} elements (4 or 8 bits, a positive block)")
+        if self.kernel not in _ROUNDERS or self.rounding not in ("maxabs", "mse"):
+            raise ValueError(f"Rounded: unknown kernel {self.kernel!r} or rounding {self.rounding!r}")
+        if self.kernel == "edgespec" and self.block != BLOCK:
+            raise ValueError(f"Rounded: edgespec's kernel rounds blocks of {BLOCK}, not {self.block}")
+        if self.rounding == "mse" and (self.kernel == "weight_only" or (self.kernel == "edgespec" and self.bits == 8)):
+            raise ValueError(f"Rounded: no mse rounding for {self.bits}-bit {self.kernel} weights")
+
+    def apply(self, module: nn.Module) -> nn.Module:
+        """The module with its weight rounded (in place where it can)."""
+        return _ROUNDERS[self.kernel](module, self)
+
+
+def _round_xnnpack(linear: nn.Linear, r: Rounded) -> nn.Module:
+    w = linear.weight.detach()
+    if r.rounding == "mse":
+        linear.weight = _intx_weight(*mse_scales(w, r.bits, r.block), r.bits, r.block)
+    else:  # torchao's own max-abs rounding
+        intx, per_token = _torchao_intx()
+        linear.weight = nn.Parameter(intx.from_hp(w, (1, r.block), getattr(torch, f"int{r.bits}"), activation_quantization=per_token), requires_grad=False)
+    return linear
+
+
+def _round_edgespec(linear: nn.Linear, r: Rounded) -> nn.Module:
+    w = linear.weight.detach()
+    return BlockLinear(asymmetric_blocks(w, r.rounding) if r.bits == 4 else symmetric8_blocks(w))
+
+
+def _round_weight_only(embedding: nn.Embedding, r: Rounded) -> nn.Module:
+    """torchao's weight-only int tensor, max-abs per block (what `quantize_` of torchao's
+    `IntxWeightOnlyConfig` makes)."""
+    intx, _ = _torchao_intx()
+    embedding.weight = nn.Parameter(intx.from_hp(embedding.weight.detach(), (1, r.block), getattr(torch, f"int{r.bits}")), requires_grad=False)
+    return embedding
+
+
+_ROUNDERS: dict[str, Callable[[nn.Module, Rounded], nn.Module]] = {"xnnpack": _round_xnnpack, "edgespec": _round_edgespec, "weight_only": _round_weight_only}
+
+
+@dataclass(frozen=True)
+class Unquantized:
+    """A linear the scheme leaves in float: edgespec's kernel takes no bias and only whole
+    blocks of 32; 8da4w needs in_features a multiple of group_size."""
+
+    def apply(self, module: nn.Module) -> nn.Module:
+        return module
+
+
+Rule = Carried | Rounded | Unquantized
+
+
+@dataclass(frozen=True)
+class QuantPlan:
+    """What quantization does to each module of a program (`plan_quantization`, applied by
+    `quantize_`). rules: module name -> its weight's rule, in the program's module order;
+    half: the parts cast to fp16 after the rules (an fp16 program), each by its own
+    ``to_half_`` where it has one (a Transformer keeps RoPE and its KV cache fp32), else
+    `nn.Module.half`; base: the base model's name in the program ("" the program itself),
+    whose linears the summary counts."""
+
+    rules: Mapping[str, Rule]
+    half: tuple[str, ...] = ()
+    base: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "rules", MappingProxyType(dict(self.rules)))  # frozen all the way down
+        bad = [n for n, r in self.rules.items() if not isinstance(r, Rule)]
+        if bad:
+            raise ValueError(f"QuantPlan: {bad[0]} has no rule of quant ({self.rules[bad[0]]!r})")
+
+    def summary(self) -> QuantSummary:
+        """The base model's linears (names within it) by how their weights are obtained: what
+        the manifest records."""
+        s, prefix = QuantSummary(), f"{self.base}." if self.base else ""
+        for name, rule in self.rules.items():
+            if not name.startswith(prefix) or (isinstance(rule, Rounded) and rule.kernel == "weight_only"):
+                continue  # another part's, or the embedding (not a linear)
+            local = name[len(prefix) :]
+            if isinstance(rule, Carried):
+                s.carried.append(local)
+            elif isinstance(rule, Unquantized):
+                s.unquantized.append(local)
+            else:
+                s.rounded.append(local)
+                if rule.source is not None:
+                    s.rounded_from[rule.source] = s.rounded_from.get(rule.source, 0) + 1
+        return s
+
+
+def _linear_rule(name: str, linear: nn.Linear, cfg: QuantConfig, head_bits: int, blocks: BlockWeights | None, source: str | None) -> Rule | None:
+    """The rule of one linear under an 8da4w / 8da8w scheme (None: fp32 and fp16 keep linears
+    float). blocks, source: the file's blocks and storage type of its weight (None: not the file's)."""
+    if cfg.scheme not in ("8da4w", "8da8w"):
+        return None
+    n = linear.in_features
+    if cfg.block_kernel and (linear.bias is not None or n % BLOCK):
+        return Unquantized()
+    head = name == "output" or name.endswith(".output")
+    if cfg.scheme == "8da8w" or (head and head_bits == 8):
+        bits, block = 8, n  # one scale per output channel
+    elif n % cfg.group_size:
+        return Unquantized()
+    else:
+        bits, block = 4, cfg.group_size
+    if cfg.block_kernel:  # a file's blocks are kept whatever the bits: the kernel computes each carried format as it is
+        if cfg.carry_blocks and blocks is not None:
+            return Carried(blocks.format, "edgespec", blocks)
+        return Rounded(bits, BLOCK, "edgespec", cfg.rounding if bits == 4 else "maxabs", source)  # 8 bits: Q8_0-style max-abs
+    if cfg.carry_blocks and blocks is not None and blocks.format in XNNPACK_CARRIED and (bits, block) == (4, BLOCK):
+        return Carried(blocks.format, "xnnpack", blocks)
+    return Rounded(bits, block, "xnnpack", cfg.rounding, source)
+
+
+def _name_in(program: nn.Module, module: nn.Module) -> str:
+    for name, m in program.named_modules():
+        if m is module:
+            return name
+    raise ValueError("plan_quantization: the base model is not a module of the program")
+
+
+def _part_of(name: str, parts: Mapping[str, QuantPolicy]) -> str | None:
+    """The innermost part (a name in `parts`) module `name` belongs to."""
+    inside = [p for p in parts if p == "" or name == p or name.startswith(f"{p}.")]
+    return max(inside, key=len, default=None)
+
+
+def plan_quantization(
+    program: nn.Module,
+    cfg: QuantConfig,
+    blocks: Mapping[str, BlockWeights] | None = None,
+    file_types: Mapping[str, str] | None = None,
+    base: nn.Module | None = None,
+) -> QuantPlan:
+    """The `QuantPlan` of `program` under `cfg`. base: the source's model in the program (None:
+    the program itself), the one `blocks` (`ModelSource.blocks`: the file's block-quantized
+    weights by parameter name, carried where the scheme allows) and `file_types`
+    (`ModelSource.file_types`: the file's storage type of each weight, which the summary counts
+    rounded layers by) name; it follows the recipe as it is. Every other module holding
+    parameters must be inside a part that declares its ``quant_policy`` (`QuantPolicy`)."""
+    blocks, file_types = blocks or {}, file_types or {}
+    base_name = _name_in(program, base if base is not None else program)
+    parts: dict[str, QuantPolicy] = {base_name: QuantPolicy()}
+    for name, m in program.named_modules():
+        declared = getattr(type(m), "quant_policy", None)
+        if declared is not None:
+            if not isinstance(declared, QuantPolicy):
+                raise ValueError(f"{type(m).__name__}.quant_policy must be a QuantPolicy, got {declared!r}")
+            parts[name] = declared
+    prefix = f"{base_name}." if base_name else ""
+    rules: dict[str, Rule] = {}
+    for name, m in program.named_modules():
+        part = _part_of(name, parts)
+        if part is None:
+            if next(m.parameters(recurse=False), None) is not None:
+                raise ValueError(f"plan_quantization: {name} ({type(m).__name__}) holds weights but no part it is in declares a quant_policy")
+            continue
+        policy = parts[part]
+        if policy.weights == "float":
+            continue
+        key = f"{name[len(prefix) :]}.weight" if part == base_name else None  # the source names the base model's weights only
+        source = file_types.get(key) if key is not None else None
+        rule = None
+        if isinstance(m, nn.Linear):
+            rule = _linear_rule(name, m, cfg, policy.head_bits or cfg.head_bits, blocks.get(key) if key is not None else None, source)
+        elif isinstance(m, nn.Embedding) and cfg.embedding_bits:
+            rule = Rounded(cfg.embedding_bits, cfg.group_size, "weight_only", "maxabs", source)
+        if rule is not None:
+            rules[name] = rule
+    half = tuple(sorted(parts, key=len)) if cfg.scheme == "fp16" else ()  # outer parts first
+    return QuantPlan(rules, half, base_name)
+
+
+def _untie_(program: nn.Module, names) -> None:
+    """A weight shared by modules (a tied lm head and embedding) of which one gets a rule: each
+    holder gets a copy of its own, so they can be quantized differently."""
+    holders: dict[int, list[nn.Module]] = {}
+    for m in program.modules():
+        if isinstance(m, (nn.Linear, nn.Embedding)):
+            holders.setdefault(id(m.weight), []).append(m)
+    for name in names:
+        shared = holders.pop(id(program.get_submodule(name).weight), [])
+        for m in shared if len(shared) > 1 else ():
+            m.weight = nn.Parameter(m.weight.detach().clone(), requires_grad=False)
+
+
+def quantize_(program: nn.Module, plan: QuantPlan) -> QuantSummary:
+    """Apply `plan` to `program` in place: each module's rule (a carried or rounded linear may
+    be replaced by another module under the same name), then the fp16 casts. Returns
+    `plan.summary()`."""
+    _untie_(program, [n for n, r in plan.rules.items() if not isinstance(r, Unquantized)])
+    for name, rule in plan.rules.items():
+        module = program.get_submodule(name)
+        new = rule.apply(module)
+        if new is not module:
+            parent, _, child = name.rpartition(".")
+            setattr(program.get_submodule(parent), child, new)
+    for name in plan.half:
+        part = program.get_submodule(name)
+        getattr(part, "to_half_", part.half)()
+    return plan.summary()

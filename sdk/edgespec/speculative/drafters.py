@@ -54,7 +54,7 @@ class Drafter(Protocol):
     (`tune.future_ranks`) and `SpecProgram` use it."""
 
     base: Transformer
-    params: nn.Module | None  # the trained parameters (None: nothing drafted, e.g. prompt lookup)
+    params: nn.Module | None  # the trained parameters, their class declaring its `quant_policy` (None: nothing drafted, e.g. prompt lookup)
     cfg: DrafterConfig | None  # its architecture (gamma, mode, n_layers, ...)
     first: int  # layer L0: the first base layer drafting rows run through (n_layers: none)
     taps: tuple[int, ...]  # layers whose inputs (n_layers: the top output) make its features

@@ -28,10 +28,13 @@ from torch import nn
 
 from edgespec.config import DrafterConfig
 from edgespec.models.llama import Transformer
+from edgespec.quant import QuantPolicy
 from edgespec.speculative.streams import frozen_layers, stream_positions
 
 
 class MedusaHeads(nn.Module):
+    quant_policy = QuantPolicy(weights="float")  # small blocks on the hidden state: they follow the activations' dtype
+
     def __init__(self, dim: int, n_heads: int):
         super().__init__()
         self.n_heads = n_heads
@@ -46,6 +49,8 @@ class MedusaHeads(nn.Module):
 
 
 class HydraHeads(nn.Module):
+    quant_policy = QuantPolicy(weights="float")  # small blocks on the hidden state: they follow the activations' dtype
+
     def __init__(self, dim: int, n_heads: int):
         super().__init__()
         self.n_heads = n_heads

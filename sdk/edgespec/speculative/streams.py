@@ -30,6 +30,7 @@ from torch import nn
 
 from edgespec.config import DrafterConfig
 from edgespec.models.llama import SDPA, GrowingKV, Transformer, attention_op, linear_shapes
+from edgespec.quant import QuantPolicy
 
 
 class LoRA(nn.Module):
@@ -47,6 +48,8 @@ class LoRA(nn.Module):
 
 class StreamParams(nn.Module):
     """Every trained parameter of Speculative Streaming (a few hundred KB to a few MB)."""
+
+    quant_policy = QuantPolicy(weights="float")  # small adapters: they follow the activations' dtype
 
     def __init__(self, base: Transformer, cfg: DrafterConfig):
         super().__init__()

@@ -12,6 +12,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from edgespec.quant import QuantPolicy
+
 
 def frequent_tokens(counts: torch.Tensor, n: int, always: tuple[int, ...] = ()) -> torch.Tensor:
     """Ids [min(n, V)], ascending, of the n most frequent tokens by counts [V] (ties: lower id
@@ -42,6 +44,10 @@ class DraftHead(nn.Module):
     """lm head rows `ids` [N] of `head` [V, d] as a Linear of its own (quantized like the base
     model's linears), with the id map to full-vocabulary tokens."""
 
+    # a slice of the lm head that only drafts: 4-bit whatever the head's precision (a cheaper
+    # draft; verification uses the full head)
+    quant_policy = QuantPolicy(head_bits=4)
+
     def __init__(self, head: torch.Tensor, ids: torch.Tensor):
         super().__init__()
         self.output = nn.Linear(head.shape[1], ids.shape[0], bias=False)
@@ -54,10 +60,6 @@ class DraftHead(nn.Module):
         logits = self.output(hidden)  # [D, N]
         local = logits.argmax(-1, keepdim=True) if k == 1 else logits.topk(k, -1).indices  # argmax: cheaper scan
         return self.ids.index_select(0, local.reshape(-1)).reshape(local.shape)
-
-    def to_half_(self) -> DraftHead:
-        self.half()
-        return self
 
 
 def restrict_ranks(sub: torch.Tensor, target: torch.Tensor, ids: torch.Tensor | None, vocab_size: int) -> torch.Tensor:

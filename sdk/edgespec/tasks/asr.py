@@ -52,9 +52,9 @@ def build_bundle_files(recipe: AsrRecipe, stage_dir: Path, stage: StageClock) ->
             stabilize_norms_(encoder, choices_of(search))
 
     stage("quantize")
-    from edgespec.quant import quantize_model_
+    from edgespec.quant import plan_quantization, quantize_
 
-    quantize_model_(encoder, recipe.quant)
+    quantize_(encoder, plan_quantization(encoder, recipe.quant))
 
     stage("export")
     from edgespec.speech.recognizer_program import AsrMeta, export_recognizer, recognizer_module

@@ -10,7 +10,6 @@ format (quant.scheme fp16).
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
@@ -59,19 +58,11 @@ def build_bundle_files(recipe: Recipe, stage_dir: Path, stage: StageClock) -> Lm
             stabilize_norms_(model, choices_of(search))
 
     stage("quantize")
-    from edgespec.quant import quantize_model_
+    from edgespec.quant import plan_quantization, quantize_
 
-    quant_summary = quantize_model_(model, recipe.quant, src.blocks, src.file_types)
-    if spec is not None and spec.draft_head is not None:
-        # a slice of the lm head that only drafts: 4-bit whatever the head's precision (a
-        # cheaper draft; verification uses the full head)
-        quantize_model_(spec.draft_head, dataclasses.replace(recipe.quant, head_bits=4))
-    if spec is not None and recipe.quant.scheme == "fp16":
-        spec.streams.half()  # stream adapters follow the activations' dtype
-    elif spec is not None and getattr(spec.streams, "quantize_like_base", False):
-        # a drafter with a decoder layer of its own: in fp32 its weights, read once per drafting
-        # call, cost as many bytes as a quarter of the 8da4w base model
-        quantize_model_(spec.streams, recipe.quant)
+    # the whole program at once: the base model by the recipe, the drafter's parts by their policies
+    program = spec if spec is not None else model
+    quant_summary = quantize_(program, plan_quantization(program, recipe.quant, src.blocks, src.file_types, base=model))
 
     stage("export")
     from edgespec.export.lowering import ProgramMeta, export_forward, lower_to_executorch
