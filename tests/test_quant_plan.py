@@ -1,0 +1,133 @@
+"""Quantization as one pass (`edgespec.quant`): the plan of a speculative program gives each part
+what it declares, and applying it gives each module the weights written out here."""
+
+import pytest
+import torch
+from torch import nn
+
+from edgespec.config import DrafterConfig, QuantConfig
+from edgespec.kernels.block_linear import BlockLinear
+from edgespec.models.llama import LlamaArgs
+from edgespec.quant import QuantPlan, QuantPolicy, Rounded, Unquantized, plan_quantization, quantize_
+from edgespec.speculative.drafters import new_drafter
+from edgespec.speculative.step import SpecProgram
+from edgespec.speculative.tree import Tree
+from tiny_models import random_transformer
+
+ARGS = LlamaArgs(dim=64, n_layers=2, n_heads=4, n_kv_heads=2, hidden_dim=128, vocab_size=97, max_seq_len=64)  # lm head tied
+BASE_LINEARS = [
+    f"layers.{i}.{m}" for i in range(2) for m in ("attention.wq", "attention.wk", "attention.wv", "attention.wo", *(f"feed_forward.w{j}" for j in (1, 3, 2)))
+]
+EAGLE_LINEARS = ["fuse", "inp", *(f"block.{n.removeprefix('layers.0.')}" for n in BASE_LINEARS[:7])]
+KINDS = ("streams", "medusa", "hydra", "eagle")
+U4, S8 = Rounded(4, 32, "edgespec"), Rounded(8, 32, "edgespec")  # the default recipe's roundings (edgespec's kernel)
+
+
+def _program(kind: str) -> tuple[SpecProgram, dict[str, torch.Tensor]]:
+    """A tiny base with a `kind` drafter (random parameters) and a 40-token draft vocabulary,
+    and a copy of every float weight before quantization, by name in the program."""
+    base = random_transformer(ARGS)
+    torch.manual_seed(3)
+    drafter = new_drafter(base, DrafterConfig(kind=kind, gamma=3, n_layers=1, lora_rank=4, f_rank=4, tree=(1, 1, 1)))
+    with torch.no_grad():
+        for p in drafter.params.parameters():
+            p.add_(torch.randn_like(p) * 0.3)
+    program = SpecProgram(drafter, Tree((1, 1, 1)), torch.arange(0, 97, 2)[:40]).eval()
+    return program, {k: v.detach().clone() for k, v in program.state_dict().items()}
+
+
+def _u4h(w: torch.Tensor) -> torch.Tensor:
+    """Q4_1-style max-abs blocks of 32, dequantized: d = fp16((max - min) / 15), m = fp16(min), q = round((w - m) / d) in 0..15."""
+    wb = w.view(w.shape[0], -1, 32)
+    lo, hi = wb.amin(-1), wb.amax(-1)
+    d, m = ((hi - lo) / 15).half().float(), lo.half().float()
+    q = ((wb - m[..., None]) / d[..., None]).round().clamp(0, 15)
+    return (q * d[..., None] + m[..., None]).view(w.shape)
+
+
+def _s8h(w: torch.Tensor) -> torch.Tensor:
+    """Q8_0-style blocks of 32, dequantized: d = fp16(max|w| / 127), q = round(w / d)."""
+    wb = w.view(w.shape[0], -1, 32)
+    d = (wb.abs().amax(-1) / 127).half().float()
+    return ((wb / d[..., None]).round().clamp(-127, 127) * d[..., None]).view(w.shape)
+
+
+def _torchao_symmetric(w: torch.Tensor, bits: int, block: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """torchao's symmetric max-abs codes and scales: s = max|w| / (qmax + 1/2), q = round(w * (1 / s))."""
+    qmax = 2 ** (bits - 1) - 1
+    wb = w.view(w.shape[0], -1, block)
+    s = wb.abs().amax(-1) / (qmax + 0.5)
+    return (wb * (1.0 / s[..., None])).round().clamp(-qmax - 1, qmax).to(torch.int8).view(w.shape), s
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_plan_gives_each_part_what_it_declares(kind):
+    program, _ = _program(kind)
+    plan = plan_quantization(program, QuantConfig(), base=program.base)
+    drafter = {f"streams.{n}": U4 for n in EAGLE_LINEARS} if kind == "eagle" else {}  # heads and stream adapters: float
+    assert dict(plan.rules) == {**{f"base.{n}": U4 for n in BASE_LINEARS}, "base.output": S8, **drafter, "draft_head.output": U4}
+    assert plan.half == () and plan.base == "base"
+    summary = plan.summary()  # the base model's linears only, by their names in it
+    assert summary.as_dict() == {"carried": 0, "rounded": 15, "unquantized": 0, "rounded_layers": BASE_LINEARS[:8], "rounded_from": {}}
+    # XNNPACK: the lm head int8 per output channel, the draft head 4-bit in blocks of 32
+    plan = plan_quantization(program, QuantConfig(kernel="xnnpack", embedding_bits=8), base=program.base)
+    assert plan.rules["base.output"] == Rounded(8, 64, "xnnpack") and plan.rules["draft_head.output"] == Rounded(4, 32, "xnnpack")
+    assert plan.rules["base.tok_embeddings"] == Rounded(8, 32, "weight_only")
+    assert ("streams.fuse" in plan.rules) == (kind == "eagle")
+    # fp16: no weight rule; every part cast, the base model first
+    plan = plan_quantization(program, QuantConfig(scheme="fp16"), base=program.base)
+    assert dict(plan.rules) == {} and plan.half == ("base", "streams", "draft_head")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_applying_the_plan_gives_each_module_its_weights(kind):
+    program, w0 = _program(kind)
+    summary = quantize_(program, plan_quantization(program, QuantConfig(), base=program.base))
+    assert len(summary.rounded) == 15
+    for name, m in program.named_modules():
+        if name in [f"base.{n}" for n in BASE_LINEARS] + [f"streams.{n}" for n in EAGLE_LINEARS if kind == "eagle"] + ["draft_head.output"]:
+            assert isinstance(m, BlockLinear) and torch.equal(m.blocks.dequantize(), _u4h(w0[f"{name}.weight"])), name
+    assert torch.equal(program.base.output.blocks.dequantize(), _s8h(w0["base.output.weight"]))  # the head's 8 bits (quant.head_bits)
+    assert isinstance(program.base.tok_embeddings, nn.Embedding) and torch.equal(program.base.tok_embeddings.weight, w0["base.tok_embeddings.weight"])
+    if kind != "eagle":  # heads and stream adapters untouched
+        assert all(torch.equal(v, w0[f"streams.{k}"]) for k, v in program.streams.state_dict().items())
+        assert not any(isinstance(m, BlockLinear) for m in program.streams.modules())
+
+
+def test_xnnpack_and_embedding_weights():
+    program, w0 = _program("eagle")
+    quantize_(program, plan_quantization(program, QuantConfig(kernel="xnnpack", embedding_bits=8), base=program.base))
+    for name, bits, block, per_token in (
+        ("draft_head.output", 4, 32, True),
+        ("streams.block.feed_forward.w2", 4, 32, True),
+        ("base.output", 8, 64, True),
+        ("base.tok_embeddings", 8, 32, False),  # weight-only
+    ):
+        t = program.get_submodule(name).weight
+        q, s = _torchao_symmetric(w0[f"{name}.weight"], bits, block)
+        assert torch.equal(t.qdata, q) and torch.equal(t.scale, s), name
+        assert (t.activation_quantization is not None) == per_token, name
+    assert program.base.output.weight is not program.base.tok_embeddings.weight  # the tied head untied
+
+
+def test_fp16_casts_every_part():
+    program, w0 = _program("eagle")
+    quantize_(program, plan_quantization(program, QuantConfig(scheme="fp16"), base=program.base))
+    assert program.base.layers[0].attention.wq.weight.dtype == torch.float16 and program.base.rope_cos.dtype == torch.float32  # Transformer.to_half_
+    assert all(p.dtype == torch.float16 for p in (*program.streams.parameters(), *program.draft_head.parameters()))
+    assert program.streams.g_store.k_cache.dtype == torch.float16  # nn.Module.half: the part's buffers too
+    assert torch.equal(program.draft_head.output.weight, w0["draft_head.output.weight"].half())
+
+
+def test_an_undeclared_part_and_bad_policies_are_refused():
+    program, _ = _program("medusa")
+    program.extra = nn.Linear(4, 4)  # weights outside the base model in no declared part
+    with pytest.raises(ValueError, match="extra .* declares a quant_policy"):
+        plan_quantization(program, QuantConfig(), base=program.base)
+    with pytest.raises(ValueError, match="head_bits"):
+        QuantPolicy(head_bits=6)
+    with pytest.raises(ValueError, match="edgespec's kernel rounds blocks of 32"):
+        Rounded(4, 64, "edgespec")
+    with pytest.raises(ValueError, match="no rule"):
+        QuantPlan({"x": "int4"})
+    assert QuantPlan({"x": Unquantized()}).summary().unquantized == ["x"]
