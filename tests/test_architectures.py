@@ -163,18 +163,23 @@ def test_gguf_tensors_and_rope_scaling_it_does_not_implement_are_refused(tmp_pat
 
 
 @pytest.mark.slow
-def test_fp32_program_equals_transformers(family, tmp_path):
-    """The family's fp32 ExecuTorch program (XNNPACK, ExecuTorch's attention): the prompt in one
-    call, then one token per call, each last-row logits against transformers'."""
+@pytest.mark.parametrize("fmt", ["hf", "gguf"])
+def test_fp32_program_equals_transformers(family, fmt, tmp_path):
+    """The family's fp32 ExecuTorch program (XNNPACK, ExecuTorch's attention), from the HF
+    directory and from the GGUF file: the prompt in one call, then one token per call, each
+    last-row logits against transformers'."""
     from edgespec.export.lowering import ProgramMeta, export_forward, lower_to_executorch
     from edgespec.runtime.runner import ProgramRunner
 
     name, hf, d, ids, ref = family
-    src = read_source(str(d), 64)
-    model = build_model(src)
+    source = d
+    if fmt == "gguf":
+        source = tmp_path / f"{name}.gguf"
+        write_gguf_of_hf(source, hf)
+    src = read_source(str(source), 64)
     path = tmp_path / "model.pte"
-    path.write_bytes(lower_to_executorch({"forward": export_forward(model, 64)}, ProgramMeta(64, src.args.vocab_size, src.args.n_layers, 1, (2,))))
+    path.write_bytes(lower_to_executorch({"forward": export_forward(build_model(src), 64)}, ProgramMeta(64, src.args.vocab_size, src.args.n_layers, 1, (2,))))
     runner = ProgramRunner(path)
     rows = [runner.forward(ids[:, :PROMPT], 0)] + [runner.forward(ids[:, p : p + 1], p) for p in range(PROMPT, PROMPT + STEPS)]
     diff = (torch.stack(rows) - ref[PROMPT - 1 :]).abs().max().item()
-    assert diff < TOL, f"{name} program: max |logit difference| {diff:.2e}"
+    assert diff < TOL, f"{name} program from {fmt}: max |logit difference| {diff:.2e}"
