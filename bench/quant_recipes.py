@@ -149,6 +149,7 @@ def main() -> None:
 
     from edgespec.harness.fidelity import CHUNK, heldout_chunks, heldout_text, measure_fidelity
     from edgespec.harness.process_measure import peak_rss_fresh
+    from edgespec.harness.reference import load_reference
     from edgespec.models.load import EMBEDDED, embedded_path
     from edgespec.models.tokenizer import encode_prompt
     from edgespec.runtime.session import open_bundle
@@ -163,9 +164,10 @@ def main() -> None:
         if args.llama_cpp:
             llama_tg[t] = llama_bench(args.llama_cpp, gguf_path, t, args.max_new_tokens)
     rows = []
+    reference = functools.cache(load_reference)  # one fp32 model per (source, context) for every bundle
     for b in args.bundles:
         manifest, tokenizer, runner = open_bundle(b)
-        fid = measure_fidelity(runner.forward, manifest.recipe.model.source, runner.max_seq_len, tokenizer, args.chunks)
+        fid = measure_fidelity(runner.forward, reference(manifest.recipe.model.source, runner.max_seq_len), tokenizer, args.chunks)
         v = manifest.validation
         row = {
             "bundle": b,

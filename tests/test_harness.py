@@ -119,8 +119,12 @@ def _report(spec=True, lossless=(10, 10), score_=0.30, ref=0.35, events=0, fidel
     return {"overall": overall, "normalizer_events": events, "fidelity": fidelity}
 
 
-def _by_name(results):
-    return {r.name: r for r in results}
+def _by_name(verdicts):
+    return {r.name: r for r in verdicts.judged}
+
+
+def _not_judged(verdicts):
+    return {r.name: r.why for r in verdicts.not_judged}
 
 
 def test_gates_pass_and_fail_with_the_measured_margin():
@@ -140,15 +144,22 @@ def test_gates_pass_and_fail_with_the_measured_margin():
 
 
 def test_gates_that_do_not_apply():
-    # AR-only program: lossless has nothing to judge; min_speedup 0 is off
-    g = _by_name(check_gates(_report(spec=False, ref=None, events=None), GatesConfig()))
-    assert g == {}
+    # AR-only program without a normalizer search: lossless and no_overflow have nothing to
+    # judge, min_speedup 0 is off; each is listed with why
+    everything_off = GatesConfig(min_score_ratio=0, min_top1_agreement=0, max_perplexity_ratio=0)
+    v = check_gates(_report(spec=False, ref=None, events=None), everything_off)
+    assert v.judged == () and v.passed
+    why = _not_judged(v)
+    assert set(why) == {"min_speedup", "lossless", "min_score_ratio", "min_top1_agreement", "max_perplexity_ratio", "no_overflow"}
+    assert why["min_speedup"] == "off (validate.gates.min_speedup: 0)" and why["min_top1_agreement"] == "off (validate.gates.min_top1_agreement: 0)"
+    assert "no speculative methods" in why["lossless"] and "numerics.search: false" in why["no_overflow"]
     # a speedup asked of a program without speculative methods fails, saying why
     g = _by_name(check_gates(_report(spec=False), GatesConfig(min_speedup=1.2)))
     assert not g["min_speedup"].passed and "no speculative methods" in g["min_speedup"].message
-    # score and fidelity gates off
-    off = GatesConfig(min_score_ratio=0, min_top1_agreement=0, max_perplexity_ratio=0)
-    assert not {"min_score_ratio", "min_top1_agreement", "max_perplexity_ratio"} & set(_by_name(check_gates(_report(fidelity={"x": 1}), off)))
+    # score and fidelity gates off: not judged, even with the measurements there
+    v = check_gates(_report(fidelity={"x": 1}), everything_off)
+    assert not {"min_score_ratio", "min_top1_agreement", "max_perplexity_ratio"} & set(_by_name(v))
+    assert {"min_score_ratio", "min_top1_agreement", "max_perplexity_ratio"} <= set(_not_judged(v))
     # a reference that scored 0: nothing to fall below
     assert _by_name(check_gates(_report(score_=0.0, ref=0.0), GatesConfig()))["min_score_ratio"].passed
     # nothing timed (every answer one token): the speedup gate fails, saying why
@@ -156,6 +167,28 @@ def test_gates_that_do_not_apply():
     unmeasured["overall"]["spec"]["speedup"] = None
     g = _by_name(check_gates(unmeasured, GatesConfig(min_speedup=1.2)))
     assert not g["min_speedup"].passed and "no speed was measured" in g["min_speedup"].message
+
+
+def test_a_gate_set_without_its_measurement_fails_naming_the_setting():
+    # validate.reference: none -- no fp32 answers, no fidelity: the default gates fail, saying
+    # which setting left the measurement out and how to turn the gate off
+    report = {**_report(ref=None), "config": {"reference": "none", "fidelity_chunks": 4}}
+    v = check_gates(report, GatesConfig())
+    g = _by_name(v)
+    assert not v.passed and not g["min_score_ratio"].passed and g["min_score_ratio"].measured is None
+    assert "validate.reference: none" in g["min_score_ratio"].message and "validate.gates.min_score_ratio: 0" in g["min_score_ratio"].message
+    for name in ("min_top1_agreement", "max_perplexity_ratio"):
+        assert not g[name].passed and "validate.reference is none" in g[name].message and f"validate.gates.{name}: 0" in g[name].message
+    # validate.fidelity_chunks: 0 -- the fidelity gates fail; the score gate judges
+    report = {**_report(), "config": {"reference": "fp32", "fidelity_chunks": 0}}
+    g = _by_name(check_gates(report, GatesConfig(min_score_ratio=0.5)))
+    assert g["min_score_ratio"].passed
+    assert not g["min_top1_agreement"].passed and "validate.fidelity_chunks is 0" in g["min_top1_agreement"].message
+    assert not g["max_perplexity_ratio"].passed and "validate.fidelity_chunks is 0" in g["max_perplexity_ratio"].message
+    # turned off explicitly: every gate passes and the report lists them as off
+    off = GatesConfig(min_score_ratio=0, min_top1_agreement=0, max_perplexity_ratio=0)
+    v = check_gates({**_report(ref=None), "config": {"reference": "none", "fidelity_chunks": 4}}, off)
+    assert v.passed and _not_judged(v)["min_score_ratio"] == "off (validate.gates.min_score_ratio: 0)"
 
 
 # --- speed summaries and reports -----------------------------------------------------------
@@ -237,6 +270,7 @@ def test_report_files(tmp_path):
         peak_rss_mb={"ar": 100.0, "spec": 110.0},
         normalizer_events=None,
         gates=[{"name": "lossless", "passed": True, "measured": "2/2", "threshold": "all", "message": "ok"}],
+        gates_not_judged=[{"name": "min_speedup", "why": "off (validate.gates.min_speedup: 0)"}],
     )
     files = write_report(report, tmp_path / "r")
     assert files == ["report.json", "report.md", "speedup_per_task.png", "accepted_length.png", "accuracy_vs_precision.png"]
@@ -245,6 +279,7 @@ def test_report_files(tmp_path):
     md = (tmp_path / "r" / "report.md").read_text()
     assert "| rag | m | 1.000 | 1.000 | 100.0 | 150.0 | 1.500 | 1.500 | 1/1 |" in md
     assert "**Gates: PASSED**" in md and "![accepted_length.png](accepted_length.png)" in md
+    assert "- not judged `min_speedup`: off (validate.gates.min_speedup: 0)" in md
     assert json.loads((tmp_path / "r" / "report.json").read_text())["passed"] is True
 
 

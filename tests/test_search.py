@@ -25,6 +25,11 @@ def test_naive_fails_on_large_rms_and_linf_is_chosen(tmp_path):
     result = {"format": "fp16", "guarantee": True, "layers": [res], "summary": summarize_search([res])}
     files = write_search_report(result, tmp_path)
     assert "normsearch.md" in files and "linf" in (tmp_path / "normsearch.md").read_text()
+    from edgespec.harness.validate import _normalizer_events
+    from edgespec.manifest import LAYOUT
+
+    # validation reads the events from the file the search wrote, by the bundle layout's name
+    assert LAYOUT.normsearch_json in files and _normalizer_events(tmp_path) == result["summary"]["chosen_events_all_sets"] == 0
 
 
 def test_without_guarantee_the_cheapest_clean_candidate_wins():

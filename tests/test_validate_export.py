@@ -21,11 +21,17 @@ def _recipe(tmp_path, src, gates=""):
 
 
 def test_export_validates_and_packages_the_report(tiny_hf_dir, tmp_path, monkeypatch):
+    from edgespec.harness import reference
+
     monkeypatch.setenv("EDGESPEC_CACHE", str(tmp_path / "cache"))
+    loads = []
+    load = reference.load_reference
+    monkeypatch.setattr(reference, "load_reference", lambda *a: loads.append(a) or load(*a))
     out = tmp_path / "bundle"
     res = CliRunner().invoke(main, ["export", str(_recipe(tmp_path, tiny_hf_dir)), "-o", str(out)])
     assert res.exit_code == 0, res.output
     assert "validated on 4 prompts" in res.output and "gates passed" in res.output
+    assert len(loads) == 1  # one fp32 model for the reference answers (cold cache) and the fidelity
     m = json.loads((out / "manifest.json").read_text())
     for f in ("report.json", "report.md", "speedup_per_task.png", "accuracy_vs_precision.png"):
         assert f in m["files"] and f in m["reports"]
@@ -67,6 +73,9 @@ def test_validate_cli_exit_codes(tiny_hf_dir, tmp_path, monkeypatch):
     assert CliRunner().invoke(main, ["export", str(tmp_path / "r2.yaml"), "-o", str(out)]).exit_code == 0
     assert not (out / "report.json").exists()
     base = ["validate", "--bundle", str(out), "--suite", "rag", "--prompts-per-suite", "2", "--reference", "none"]
+    res = CliRunner().invoke(main, base)  # the recipe's score and fidelity gates, with nothing to judge them by
+    assert res.exit_code == 1 and "validate.reference: none" in res.output and "validate.gates.min_score_ratio: 0" in res.output
+    base += ["--min-score-ratio", "0", "validate.gates.min_top1_agreement=0", "validate.gates.max_perplexity_ratio=0"]
     res = CliRunner().invoke(main, [*base, "--json", "-o", str(tmp_path / "rep")])
     assert res.exit_code == 0, res.output
     report = json.loads(res.output[res.output.index("{") :])

@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 
 from edgespec.config import AsrRecipe, Recipe, Record, from_dict, parsing, require, upgrade_recipe_data
 from edgespec.errors import EdgespecError
+from edgespec.numerics import SEARCH_REPORT_JSON
 
 SCHEMA_VERSION = 1
 
@@ -34,6 +35,7 @@ class BundleLayout:
     frontend: str = "frontend.pt"  # a speech bundle's host-side log-mel buffers
     report_md: str = "report.md"
     report_json: str = "report.json"
+    normsearch_json: str = SEARCH_REPORT_JSON  # the normalizer search's report (numerics.search: true)
     asr_report_json: str = "asr_report.json"
 
     @staticmethod

@@ -64,7 +64,11 @@ def verify(bundle: str, as_json: bool) -> None:
 @click.option("--runs", type=click.IntRange(min=1, max=100), help="validate.runs (repetitions per prompt; median).")
 @click.option("--seed", type=int, help="validate.seed (which prompts each suite draws).")
 @click.option("--lookup", type=click.IntRange(min=0, max=8), help="validate.lookup (also measure the hybrid draft).")
-@click.option("--reference", type=click.Choice(["fp32", "none"]), help="validate.reference.")
+@click.option(
+    "--reference",
+    type=click.Choice(["fp32", "none"]),
+    help="validate.reference (none: no fp32 model, so its gates fail unless turned off: --min-score-ratio 0 validate.gates.min_top1_agreement=0 validate.gates.max_perplexity_ratio=0).",
+)
 @click.option("--min-speedup", type=click.FloatRange(min=0.0), help="validate.gates.min_speedup.")
 @click.option("--min-score-ratio", type=click.FloatRange(min=0.0), help="validate.gates.min_score_ratio (mean task score over the fp32 model's; 0: off).")
 @click.option("--fidelity-chunks", type=click.IntRange(min=0, max=200), help="validate.fidelity_chunks (512-token held-out chunks; 0: skip fidelity).")

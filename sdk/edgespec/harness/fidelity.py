@@ -93,17 +93,14 @@ def program_logits(
 
 def measure_fidelity(
     forward: Callable[[torch.Tensor, int], torch.Tensor],
-    source: str,
-    max_seq_len: int,
+    reference,
     tokenizer,
     n_chunks: int,
     ctx: int = CHUNK,
     on_token: Callable[[], None] = lambda: None,
 ) -> Fidelity:
-    """A program (its `forward`) against the fp32 source model on `n_chunks` held-out chunks."""
-    from edgespec.models.load import build_model, read_source
-
+    """A program (its `forward`) against the fp32 source model `reference`
+    (edgespec.harness.reference.load_reference) on `n_chunks` held-out chunks."""
     chunks = heldout_chunks(tokenizer, n_chunks, ctx)
     logits = program_logits(forward, chunks, on_token)
-    ref = reference_logits(build_model(read_source(source, max_seq_len)), chunks)
-    return compare(ref, logits, scored_targets(chunks))
+    return compare(reference_logits(reference, chunks), logits, scored_targets(chunks))

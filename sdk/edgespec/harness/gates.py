@@ -1,14 +1,50 @@
-"""Gates: the recipe's bars, checked against a validation report."""
+"""Gates: the recipe's bars, checked against a validation report.
+
+A gate the recipe sets but whose measurement the report lacks fails, saying which setting
+left it out and how to turn the gate off; a gate turned off, or with nothing to judge in this
+program (losslessness without speculative methods, overflow without a normalizer search), is
+listed as not judged, with why.
+"""
 
 from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
 
 from edgespec.config import GatesConfig
 from edgespec.manifest import GateResult
 
 
-def _speedup(report: dict, g: GatesConfig) -> GateResult | None:
+@dataclass(frozen=True)
+class GateNotJudged:
+    """A gate that judged nothing, and why (report.json `gates_not_judged`)."""
+
+    name: str
+    why: str
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class Verdicts:
+    """Every gate of the recipe on one report: judged (`GateResult`) or not (`GateNotJudged`)."""
+
+    judged: tuple[GateResult, ...]
+    not_judged: tuple[GateNotJudged, ...]
+
+    @property
+    def passed(self) -> bool:
+        return all(r.passed for r in self.judged)
+
+
+def _off(name: str, value: float | str) -> GateNotJudged:
+    return GateNotJudged(name, f"off (validate.gates.{name}: {value if isinstance(value, str) else f'{value:g}'})")
+
+
+def _speedup(report: dict, g: GatesConfig) -> GateResult | GateNotJudged:
     if g.min_speedup <= 0:
-        return None
+        return _off("min_speedup", g.min_speedup)
     spec = report["overall"].get("spec")
     if spec is None:
         return GateResult(
@@ -37,9 +73,11 @@ def _speedup(report: dict, g: GatesConfig) -> GateResult | None:
     )
 
 
-def _lossless(report: dict, g: GatesConfig) -> GateResult | None:
-    if not g.lossless or report["overall"].get("spec") is None:
-        return None
+def _lossless(report: dict, g: GatesConfig) -> GateResult | GateNotJudged:
+    if not g.lossless:
+        return _off("lossless", "false")
+    if report["overall"].get("spec") is None:
+        return GateNotJudged("lossless", "the program has no speculative methods: its only decoder is autoregressive")
     counts = report["overall"]["lossless"]
     ok_n, n = counts["identical"], counts["prompts"]
     ok = ok_n == n
@@ -55,14 +93,23 @@ def _lossless(report: dict, g: GatesConfig) -> GateResult | None:
 SHORTFALL_P = 0.05  # the score gate fails a program whose shortfall is this unlikely to be the prompts' noise
 
 
-def _score_ratio(report: dict, g: GatesConfig) -> GateResult | None:
+def _score_ratio(report: dict, g: GatesConfig) -> GateResult | GateNotJudged:
     """Fails when the mean task score is below min_score_ratio x the fp32 model's beyond the
     noise of the suites' few prompts: the ratio below the bar, and a paired sign-flip test
     (`score_shortfall_p`, harness/score_noise.py) puts the shortfall's p-value below 0.05."""
-    ratio = report["overall"].get("score_ratio")
-    if g.min_score_ratio <= 0 or "reference_score" not in report["overall"]:  # validate.reference: none -- nothing to compare with
-        return None
+    if g.min_score_ratio <= 0:
+        return _off("min_score_ratio", g.min_score_ratio)
     o = report["overall"]
+    if "reference_score" not in o:
+        return GateResult(
+            "min_score_ratio",
+            False,
+            None,
+            g.min_score_ratio,
+            f"min_score_ratio {g.min_score_ratio}x asked, but the fp32 base model did not answer the prompts (validate.reference: none): "
+            "set validate.reference: fp32, or turn the gate off with validate.gates.min_score_ratio: 0",
+        )
+    ratio = o.get("score_ratio")
     if ratio is None:  # the reference scored 0: any score is at least as good
         return GateResult("min_score_ratio", True, None, g.min_score_ratio, f"mean task score {o['score']:.3f}; the fp32 base model scored 0")
     p = o.get("score_shortfall_p")  # None: a report without the test (judged on the ratio alone)
@@ -94,14 +141,33 @@ _FIDELITY = {
 }
 
 
+def _no_fidelity(report: dict) -> str:
+    """Why a report has no fidelity measurement, from its config (validate.*)."""
+    c = report.get("config") or {}
+    if c.get("reference") == "none":
+        return "validate.reference is none (fidelity compares with the fp32 source model)"
+    if c.get("fidelity_chunks") == 0:
+        return "validate.fidelity_chunks is 0"
+    return "the report holds no fidelity measurement"
+
+
 def _fidelity_gate(name: str):
     """The gate on one fidelity number of the report (edgespec.harness.fidelity); 0 = off."""
     key, at_least, measured, bar = _FIDELITY[name]
 
-    def gate(report: dict, g: GatesConfig) -> GateResult | None:
+    def gate(report: dict, g: GatesConfig) -> GateResult | GateNotJudged:
         f, threshold = report.get("fidelity"), getattr(g, name)
-        if threshold <= 0 or f is None:
-            return None
+        if threshold <= 0:
+            return _off(name, threshold)
+        if f is None:
+            return GateResult(
+                name,
+                False,
+                None,
+                threshold,
+                f"{name} {bar(threshold)} asked, but no fidelity was measured: {_no_fidelity(report)}; "
+                f"set validate.reference: fp32 and validate.fidelity_chunks > 0, or turn the gate off with validate.gates.{name}: 0",
+            )
         ok = f[key] >= threshold if at_least else f[key] <= threshold
         op = (">=" if ok else "<") if at_least else ("<=" if ok else ">")
         return GateResult(name, ok, f[key], threshold, f"{measured(f)} {op} {bar(threshold)}")
@@ -109,10 +175,12 @@ def _fidelity_gate(name: str):
     return gate
 
 
-def _overflow(report: dict, g: GatesConfig) -> GateResult | None:
+def _overflow(report: dict, g: GatesConfig) -> GateResult | GateNotJudged:
     events = report.get("normalizer_events")
-    if not g.no_overflow or events is None:
-        return None
+    if not g.no_overflow:
+        return _off("no_overflow", "false")
+    if events is None:
+        return GateNotJudged("no_overflow", "the bundle has no normalizer search report (exported with numerics.search: false)")
     ok = events == 0
     return GateResult("no_overflow", ok, events, 0, f"chosen pre-normalizers: {events} overflow/underflow events on the search rows")
 
@@ -120,10 +188,7 @@ def _overflow(report: dict, g: GatesConfig) -> GateResult | None:
 GATES = (_speedup, _lossless, _score_ratio, _fidelity_gate("min_top1_agreement"), _fidelity_gate("max_perplexity_ratio"), _overflow)
 
 
-def check_gates(report: dict, gates: GatesConfig) -> list[GateResult]:
-    """Every gate that applies to this report (a gate with nothing to judge is left out)."""
-    return [r for check in GATES if (r := check(report, gates)) is not None]
-
-
-def as_dicts(results: list[GateResult]) -> list[dict]:
-    return [r.to_dict() for r in results]
+def check_gates(report: dict, gates: GatesConfig) -> Verdicts:
+    """Every gate of `gates` on this report, judged or not (with why)."""
+    out = [check(report, gates) for check in GATES]
+    return Verdicts(tuple(r for r in out if isinstance(r, GateResult)), tuple(r for r in out if isinstance(r, GateNotJudged)))

@@ -12,6 +12,7 @@ import json
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from edgespec import __version__
 
@@ -28,10 +29,25 @@ def _source_identity(source: str) -> list:
     return [source, [(f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in files if f.is_file()]]
 
 
+def load_reference(source: str, max_seq_len: int):
+    """The fp32 base model of `source`, eager, without streams: the yardstick of the score and
+    fidelity gates."""
+    from edgespec.models.load import build_model, read_source
+
+    return build_model(read_source(source, max_seq_len))
+
+
 def reference_completions(
-    source: str, max_seq_len: int, prompts: list[list[int]], budgets: list[int], eos_ids: tuple[int, ...], on_done: Callable[[], None] = lambda: None
+    source: str,
+    max_seq_len: int,
+    prompts: list[list[int]],
+    budgets: list[int],
+    eos_ids: tuple[int, ...],
+    model: Callable[[], Any],
+    on_done: Callable[[], None] = lambda: None,
 ) -> list[list[int]]:
-    """Greedy completion ids of the fp32 base model for each prompt (budget = max new tokens)."""
+    """Greedy completion ids of the fp32 base model of `source` for each prompt (budget = max
+    new tokens); `model()` gives that model (`load_reference`), called only on a cache miss."""
     key = hashlib.sha256(json.dumps([__version__, _source_identity(source), max_seq_len, prompts, budgets, list(eos_ids)]).encode()).hexdigest()[:24]
     path = cache_dir() / f"{key}.json"
     if path.is_file():
@@ -41,11 +57,9 @@ def reference_completions(
             pass  # a torn cache file is recomputed
     import torch
 
-    from edgespec.models.load import build_model, read_source
     from edgespec.runtime.generate import eager_step, generate
 
-    model = build_model(read_source(source, max_seq_len))
-    step = eager_step(model)
+    step = eager_step(model())
     out = []
     with torch.no_grad():
         for ids, budget in zip(prompts, budgets):

@@ -45,6 +45,7 @@ def render_markdown(report: dict, plots: list[str]) -> str:
         "",
     ]
     lines += [f"- {'pass' if g['passed'] else 'FAIL'} `{g['name']}`: {g['message']}" for g in report["gates"]] or ["- (no gate applies)"]
+    lines += [f"- not judged `{g['name']}`: {g['why']}" for g in report.get("gates_not_judged", [])]  # absent from older reports
     lines += ["", "## Suites", ""]
     head = "| suite | metric | score | fp32 base | AR tok/s |"
     sep = "|---|---|---:|---:|---:|"

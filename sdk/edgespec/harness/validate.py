@@ -5,43 +5,119 @@ speculative when it has `spec_step`), side by side (edgespec.runtime.speed). The
 autoregressive answer is scored with the suite's metric; the speculative answers must be the
 same tokens (losslessness). The fp32 base model answers the same prompts (cached) for the
 score-ratio gate, and on held-out text the program's next-token distributions are compared
-with the fp32 source model's (edgespec.harness.fidelity) for the fidelity gates. Returns the
-report as a dict; prints nothing.
+with the fp32 source model's (edgespec.harness.fidelity) for the fidelity gates; one fp32
+model serves both. `measure_bundle` measures (typed `Measurements`), `judge` applies the gates
+and assembles the report, a dict; nothing is printed.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import statistics
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from edgespec.config import ValidateConfig
 from edgespec.errors import EdgespecError
-from edgespec.harness.gates import as_dicts, check_gates
+from edgespec.harness.gates import check_gates
 from edgespec.harness.score_noise import shortfall_p_value
 from edgespec.harness.suites import SUITES, Example, load_suite
+from edgespec.manifest import LAYOUT, Fidelity, LmManifest
 
 Progress = Callable[[str, int, int], None]  # (phase, done, total)
 
 
-def _examples(cfg: ValidateConfig) -> list[Example]:
-    return [ex for name in cfg.suites for ex in load_suite(name, cfg.prompts_per_suite, cfg.seed)]
+@dataclass(frozen=True)
+class Measurements:
+    """What `measure_bundle` measured, before any gate judged it; `examples`, `suites` and
+    `overall` are report.json's fields (docs/validation.md)."""
+
+    bundle: Path
+    manifest: LmManifest
+    program_bytes: int
+    examples: list[dict]
+    suites: dict[str, dict]
+    overall: dict[str, Any]
+    fidelity: Fidelity | None
+    peak_rss_mb: dict[str, float]
+    normalizer_events: int | None
 
 
 def validate_bundle(bundle_dir: str | Path, cfg: ValidateConfig, *, on_progress: Progress = lambda *a: None) -> dict:
     """The validation report of a bundle (see docs/validation.md for every field); the fp32
     reference is the bundle recipe's `model.source`."""
-    from edgespec.harness.metrics import score
-    from edgespec.harness.process_measure import peak_rss_fresh
-    from edgespec.models.tokenizer import encode_prompt
+    return judge(measure_bundle(bundle_dir, cfg, on_progress=on_progress), cfg)
+
+
+def judge(m: Measurements, cfg: ValidateConfig) -> dict:
+    """The report: the measurements, and the recipe's gates on them."""
+    report = {
+        "bundle": str(m.bundle.resolve()),
+        "model": m.manifest.model.name,
+        "precision": m.manifest.precision,
+        "speculative": None if m.manifest.speculative is None else m.manifest.speculative.to_dict(),
+        "config": dataclasses.asdict(cfg),
+        "program_bytes": m.program_bytes,
+        "peak_rss_mb": m.peak_rss_mb,
+        "normalizer_events": m.normalizer_events,
+        "fidelity": None if m.fidelity is None else m.fidelity.to_dict(),
+        "suites": m.suites,
+        "overall": m.overall,
+        "examples": m.examples,
+    }
+    verdicts = check_gates(report, cfg.gates)
+    report["gates"] = [r.to_dict() for r in verdicts.judged]
+    report["gates_not_judged"] = [r.to_dict() for r in verdicts.not_judged]
+    report["passed"] = verdicts.passed
+    return report
+
+
+def measure_bundle(bundle_dir: str | Path, cfg: ValidateConfig, *, on_progress: Progress = lambda *a: None) -> Measurements:
+    """Run the bundle's program on the suites (every decoder, side by side), the fp32 base model
+    on the same prompts and held-out text (`cfg.reference`), and each decoder in a fresh
+    process for its peak RSS."""
+    from edgespec.harness.reference import load_reference
     from edgespec.runtime.session import decoder, open_bundle
-    from edgespec.runtime.speed import measure, row_stats, summarize
 
     bundle_dir = Path(bundle_dir)
     manifest, tokenizer, runner = open_bundle(bundle_dir)
-    examples = _examples(cfg)
+    examples = [ex for name in cfg.suites for ex in load_suite(name, cfg.prompts_per_suite, cfg.seed)]
+    ids = _encode(examples, manifest, tokenizer, runner)
+    decoders = dict([decoder(runner, "ar")] + ([decoder(runner, "spec")] if runner.has_spec else []))
+    if cfg.lookup and runner.has_spec:
+        decoders["lookup"] = decoder(runner, "spec", cfg.lookup)[1]
+    rows = _run_suites(examples, ids, decoders, tokenizer, runner, cfg.runs, on_progress)
+    # the fp32 model, loaded at most once for the reference answers and the fidelity
+    reference = functools.cache(lambda: load_reference(manifest.recipe.model.source, runner.max_seq_len))
+    ref_scores = None
+    if cfg.reference == "fp32":
+        ref_scores = _reference_answers(rows, examples, ids, tokenizer, runner, manifest.recipe.model.source, reference, on_progress)
+    suites, overall = _summaries(rows, ref_scores, cfg.gates.min_score_ratio)
+    fidelity = None
+    if cfg.reference == "fp32" and cfg.fidelity_chunks:
+        fidelity = _fidelity(runner, tokenizer, reference(), cfg.fidelity_chunks, on_progress)
+    return Measurements(
+        bundle=bundle_dir,
+        manifest=manifest,
+        program_bytes=runner.path.stat().st_size,
+        examples=rows,
+        suites=suites,
+        overall=overall,
+        fidelity=fidelity,
+        peak_rss_mb=_peak_rss(bundle_dir, [m for m in ("ar", "spec") if m in decoders], ids[:2], on_progress),
+        normalizer_events=_normalizer_events(bundle_dir),
+    )
+
+
+def _encode(examples: list[Example], manifest: LmManifest, tokenizer, runner) -> list[list[int]]:
+    """Each example's prompt ids; EdgespecError for one that does not fit the program's context
+    with its answer budget (and a speculative step's room)."""
+    from edgespec.models.tokenizer import encode_prompt
+
     room = (runner.tree_size + runner.depth) if runner.has_spec else 0
     ids = []
     for ex in examples:
@@ -51,14 +127,16 @@ def validate_bundle(bundle_dir: str | Path, cfg: ValidateConfig, *, on_progress:
                 f"suite example {ex.id}: {len(p)} prompt tokens + {ex.max_new_tokens} new do not fit the program's context of {runner.max_seq_len}"
             )
         ids.append(p)
+    return ids
 
-    decoders = dict([decoder(runner, "ar")] + ([decoder(runner, "spec")] if runner.has_spec else []))
-    if cfg.lookup and runner.has_spec:
-        decoders["lookup"] = decoder(runner, "spec", cfg.lookup)[1]
-    measured = measure(
-        decoders, ids, max_new_tokens=[ex.max_new_tokens for ex in examples], max_seq_len=runner.max_seq_len, eos_ids=runner.eos_ids, warmup=1, runs=cfg.runs
-    )
 
+def _run_suites(examples: list[Example], ids: list[list[int]], decoders: dict, tokenizer, runner, runs: int, on_progress: Progress) -> list[dict]:
+    """Per example: the autoregressive answer and its score, every decoder's timing."""
+    from edgespec.harness.metrics import score
+    from edgespec.runtime.speed import measure, row_stats
+
+    budgets = [ex.max_new_tokens for ex in examples]
+    measured = measure(decoders, ids, max_new_tokens=budgets, max_seq_len=runner.max_seq_len, eos_ids=runner.eos_ids, warmup=1, runs=runs)
     rows = []
     for i, (ex, p, res) in enumerate(zip(examples, ids, measured)):
         text = tokenizer.decode(res["ar"].completion_ids)
@@ -76,23 +154,35 @@ def validate_bundle(bundle_dir: str | Path, cfg: ValidateConfig, *, on_progress:
             }
         )
         on_progress("suites", i + 1, len(examples))
+    return rows
 
-    ref_scores = None
-    if cfg.reference == "fp32":
-        from edgespec.harness.reference import reference_completions
 
-        src = manifest.recipe.model.source
-        done = [0]
+def _reference_answers(
+    rows: list[dict], examples: list[Example], ids: list[list[int]], tokenizer, runner, source: str, reference: Callable[[], Any], on_progress: Progress
+) -> list[float]:
+    """The fp32 base model's answers (cached on disk; `reference()` gives the model) into
+    `rows`; their scores."""
+    from edgespec.harness.metrics import score
+    from edgespec.harness.reference import reference_completions
 
-        def tick() -> None:
-            done[0] += 1
-            on_progress("fp32 reference", done[0], len(examples))
+    done = [0]
 
-        comps = reference_completions(src, runner.max_seq_len, ids, [ex.max_new_tokens for ex in examples], runner.eos_ids, on_done=tick)
-        ref_scores = [score(ex.metric, tokenizer.decode(c), ex) for ex, c in zip(examples, comps)]
-        for row, s, c in zip(rows, ref_scores, comps):
-            row["reference_score"] = s
-            row["reference_prediction"] = tokenizer.decode(c)
+    def tick() -> None:
+        done[0] += 1
+        on_progress("fp32 reference", done[0], len(examples))
+
+    budgets = [ex.max_new_tokens for ex in examples]
+    comps = reference_completions(source, runner.max_seq_len, ids, budgets, runner.eos_ids, model=reference, on_done=tick)
+    ref_scores = [score(ex.metric, tokenizer.decode(c), ex) for ex, c in zip(examples, comps)]
+    for row, s, c in zip(rows, ref_scores, comps):
+        row["reference_score"] = s
+        row["reference_prediction"] = tokenizer.decode(c)
+    return ref_scores
+
+
+def _summaries(rows: list[dict], ref_scores: list[float] | None, min_score_ratio: float) -> tuple[dict[str, dict], dict[str, Any]]:
+    """Per suite and overall: scores (and the fp32 model's), speed, losslessness."""
+    from edgespec.runtime.speed import summarize
 
     suites = {}
     for name in dict.fromkeys(r["suite"] for r in rows):
@@ -115,55 +205,42 @@ def validate_bundle(bundle_dir: str | Path, cfg: ValidateConfig, *, on_progress:
         overall["accuracy_drop"] = round(overall["reference_score"] - overall["score"], 4)
         overall["score_ratio"] = round(overall["score"] / overall["reference_score"], 4) if overall["reference_score"] > 0 else None
         # how surely the prompts put the program below the score gate's bar (the gate's test)
-        p = shortfall_p_value([r["suite"] for r in rows], [r["score"] for r in rows], ref_scores, cfg.gates.min_score_ratio)
+        p = shortfall_p_value([r["suite"] for r in rows], [r["score"] for r in rows], ref_scores, min_score_ratio)
         overall["score_shortfall_p"] = round(p, 4)
         overall["same_answers"] = f"{sum(r['prediction'] == r['reference_prediction'] for r in rows)}/{len(rows)}"  # paired: AR answer == fp32 answer
+    return suites, overall
 
-    fidelity = None
-    if cfg.reference == "fp32" and cfg.fidelity_chunks:
-        from edgespec.harness.fidelity import CHUNK, measure_fidelity
 
-        ctx = min(CHUNK, runner.max_seq_len)  # a short-context program gets shorter chunks
-        total, done = cfg.fidelity_chunks * (ctx - ctx // 2 - 1), [0]
+def _fidelity(runner, tokenizer, reference, n_chunks: int, on_progress: Progress) -> Fidelity:
+    """The program against the fp32 model `reference` on `n_chunks` held-out chunks."""
+    from edgespec.harness.fidelity import CHUNK, measure_fidelity
 
-        def token() -> None:
-            done[0] += 1
-            if done[0] % 64 == 0 or done[0] == total:
-                on_progress("fidelity", done[0], total)
+    ctx = min(CHUNK, runner.max_seq_len)  # a short-context program gets shorter chunks
+    total, done = n_chunks * (ctx - ctx // 2 - 1), [0]
 
-        src = manifest.recipe.model.source
-        fidelity = measure_fidelity(runner.forward, src, runner.max_seq_len, tokenizer, cfg.fidelity_chunks, ctx, on_token=token).to_dict()
+    def token() -> None:
+        done[0] += 1
+        if done[0] % 64 == 0 or done[0] == total:
+            on_progress("fidelity", done[0], total)
 
-    on_progress("memory", 0, len(decoders))
-    few = ids[:2]
+    return measure_fidelity(runner.forward, reference, tokenizer, n_chunks, ctx, on_token=token)
+
+
+def _peak_rss(bundle_dir: Path, modes: list[str], prompts: list[list[int]], on_progress: Progress) -> dict[str, float]:
+    """Peak RSS (MB) of each decoder in a fresh process, decoding `prompts`."""
+    from edgespec.harness.process_measure import peak_rss_fresh
+
+    on_progress("memory", 0, len(modes))
     memory = {}
-    for j, mode in enumerate(m for m in ("ar", "spec") if m in decoders):
-        memory[mode] = peak_rss_fresh(str(bundle_dir), mode, few, 32)
-        on_progress("memory", j + 1, len(decoders))
-
-    report = {
-        "bundle": str(bundle_dir.resolve()),
-        "model": manifest.model.name,
-        "precision": manifest.precision,
-        "speculative": None if manifest.speculative is None else manifest.speculative.to_dict(),
-        "config": dataclasses.asdict(cfg),
-        "program_bytes": runner.path.stat().st_size,
-        "peak_rss_mb": memory,
-        "normalizer_events": _normalizer_events(bundle_dir),
-        "fidelity": fidelity,
-        "suites": suites,
-        "overall": overall,
-        "examples": rows,
-    }
-    gates = check_gates(report, cfg.gates)
-    report["gates"] = as_dicts(gates)
-    report["passed"] = all(g.passed for g in gates)
-    return report
+    for j, mode in enumerate(modes):
+        memory[mode] = peak_rss_fresh(str(bundle_dir), mode, prompts, 32)
+        on_progress("memory", j + 1, len(modes))
+    return memory
 
 
 def _normalizer_events(bundle_dir: Path) -> int | None:
     """Overflow/underflow events of the chosen pre-normalizers (None when the bundle has no search report)."""
-    p = bundle_dir / "normsearch.json"
+    p = bundle_dir / LAYOUT.normsearch_json
     if not p.is_file():
         return None
     return int(json.loads(p.read_text())["summary"]["chosen_events_all_sets"])

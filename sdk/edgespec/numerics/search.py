@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import nn
 
+from edgespec.numerics import SEARCH_REPORT_JSON
 from edgespec.numerics.formats import FloatFormat, round_to_format
 from edgespec.numerics.prenorm import INF, emulated_pow_sum, plan_constant, plan_data_dependent
 from edgespec.numerics.stable_norm import NormChoice
@@ -248,7 +249,7 @@ def write_search_report(result: dict, out_dir) -> list[str]:
     from pathlib import Path
 
     out = Path(out_dir)
-    (out / "normsearch.json").write_text(json.dumps(result, indent=1))
+    (out / SEARCH_REPORT_JSON).write_text(json.dumps(result, indent=1))
     s = result["summary"]
     lines = [
         f"# Normalizer search ({result['format']}, guarantee={result['guarantee']})",
@@ -265,7 +266,7 @@ def write_search_report(result: dict, out_dir) -> list[str]:
         ev = "/".join(str(naive[k]["overflow"] + naive[k]["underflow"]) for k in ("calibration", "heldout", "adversarial"))
         lines.append(f"| {layer['layer']} | {layer['rms_max']:.1f} | {ch['prenorm']} | {ch['log2_k']} | {ev} | {ch['heldout']['max_rel_err']:.2e} |")
     (out / "normsearch.md").write_text("\n".join(lines) + "\n")
-    files = ["normsearch.json", "normsearch.md"]
+    files = [SEARCH_REPORT_JSON, "normsearch.md"]
     try:
         import matplotlib  # noqa: F401
     except ImportError:
