@@ -89,6 +89,34 @@ def test_quantized_qwen_rows_are_permuted_with_their_blocks(tmp_path):
         assert ((q.state_dict[name] - f32.state_dict[name]).abs() <= step).all(), name
 
 
+@pytest.mark.parametrize("kernel", ["edgespec", "xnnpack"])
+@pytest.mark.parametrize("name", ["qwen2", "qwen3"])
+def test_quantization_keeps_biases_and_head_norms(tmp_path, name, kernel):
+    """8da4w over a Qwen model: every q/k/v linear keeps its fp32 bias (edgespec's block
+    linear or torchao's) and computes with it, and the q/k norms stay."""
+    from edgespec.config import QuantConfig
+    from edgespec.quant import plan_quantization, quantize_
+
+    write_hf_dir(tmp_path, name, hidden_size=64, intermediate_size=96, num_attention_heads=4)  # whole blocks of 32
+    src = read_source(str(tmp_path), 64)
+    model = build_model(src)
+    quantize_(model, plan_quantization(model, QuantConfig(kernel=kernel), src.blocks, src.file_types))
+    ids = torch.randint(3, 259, (1, 32), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        with_biases = model.output(model.hidden(ids, torch.tensor([0])))
+        for i in range(src.args.n_layers):
+            att = model.layers[i].attention
+            assert (att.q_norm is not None) == (name == "qwen3")
+            for proj in ("wq", "wk", "wv"):
+                bias = src.state_dict.get(f"layers.{i}.attention.{proj}.bias")
+                got = getattr(att, proj).bias
+                assert (got is None) == (bias is None) and (bias is None or torch.equal(got, bias)), f"layer {i} {proj}"
+                if got is not None:
+                    got.zero_()
+        without = model.output(model.hidden(ids, torch.tensor([0])))
+    assert (name == "qwen2") == (not torch.allclose(with_biases, without))
+
+
 # ---- what is refused, by name
 
 

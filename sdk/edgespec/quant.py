@@ -217,7 +217,7 @@ class Carried:
         """The linear computing with the file's blocks (in place where it can)."""
         b = self.blocks
         if self.kernel == "edgespec":
-            return BlockLinear(carried_codes(b))
+            return BlockLinear(carried_codes(b), linear.bias)
         linear.weight = _intx_weight(b.codes, b.scales.to(torch.bfloat16).float(), b.bits, BLOCK)
         return linear if b.offsets is None else BlockOffsetLinear(linear, b.offsets)
 
@@ -262,7 +262,7 @@ def _round_xnnpack(linear: nn.Linear, r: Rounded) -> nn.Module:
 
 def _round_edgespec(linear: nn.Linear, r: Rounded) -> nn.Module:
     w = linear.weight.detach()
-    return BlockLinear(asymmetric_blocks(w, r.rounding) if r.bits == 4 else symmetric8_blocks(w))
+    return BlockLinear(asymmetric_blocks(w, r.rounding) if r.bits == 4 else symmetric8_blocks(w), linear.bias)
 
 
 def _round_weight_only(embedding: nn.Embedding, r: Rounded) -> nn.Module:
