@@ -109,7 +109,9 @@ def test_quantization_keeps_biases_and_head_norms(tmp_path, name, kernel):
             assert (att.q_norm is not None) == (name == "qwen3")
             for proj in ("wq", "wk", "wv"):
                 bias = src.state_dict.get(f"layers.{i}.attention.{proj}.bias")
-                got = getattr(att, proj).bias
+                linear = getattr(att, proj)
+                assert type(linear.weight if kernel == "xnnpack" else linear).__name__ == ("IntxUnpackedToInt8Tensor" if kernel == "xnnpack" else "BlockLinear")
+                got = linear.bias
                 assert (got is None) == (bias is None) and (bias is None or torch.equal(got, bias)), f"layer {i} {proj}"
                 if got is not None:
                     got.zero_()

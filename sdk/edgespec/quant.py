@@ -332,7 +332,7 @@ def _linear_rule(name: str, linear: nn.Linear, cfg: QuantConfig, head_bits: int,
     if cfg.scheme not in ("8da4w", "8da8w"):
         return None
     n = linear.in_features
-    if cfg.block_kernel and (linear.bias is not None or n % BLOCK):
+    if cfg.block_kernel and n % BLOCK:
         return Unquantized()
     head = name == "output" or name.endswith(".output")
     if cfg.scheme == "8da8w" or (head and head_bits == 8):
