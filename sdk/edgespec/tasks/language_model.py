@@ -19,7 +19,7 @@ from edgespec.config import Recipe
 from edgespec.manifest import LAYOUT, GateResult, LmManifest, LmModelInfo, LmValidation, QuantizationInfo, SpeculativeInfo, TokenizerInfo
 
 NAME = "generate"
-DESCRIPTION = "a causal language model (Llama family: SmolLM2, Llama 3.x, Qwen2.x) for text generation, with optional speculative decoding"
+DESCRIPTION = "a causal language model (Llama, Qwen2, Qwen3 families: SmolLM2, Llama 3.x, Qwen2.5, Qwen3) for text generation, with optional speculative decoding"
 RECIPE = Recipe
 STAGES = ("load", "drafter", "normsearch", "quantize", "export", "lower")
 
