@@ -103,12 +103,28 @@ def test_other_formats_and_fp32_sources_are_rounded(tmp_path):
     model = build_model(src)
     summary = quantize_(model, plan_quantization(model, QuantConfig(scheme="8da4w", head_bits=4), src.blocks))
     assert summary.carried == [] and len(summary.rounded) == 8
+    # the cost of rounding again, measured by the file's type: over the 8 layers, ||W' - W|| / ||W||
+    src = load_gguf(tmp_path / "m.gguf", 64)
+    model = build_model(src)
+    summary = quantize_(model, plan_quantization(model, QuantConfig(), src.blocks, src.file_types))
+    assert summary.rounded_from == {"Q5_0": 8}
+    err = sum((model.get_submodule(n).blocks.dequantize() - src.state_dict[f"{n}.weight"]).pow(2).sum() for n in summary.rounded)
+    norm = sum(src.state_dict[f"{n}.weight"].pow(2).sum() for n in summary.rounded)
+    assert 0.01 < summary.rounding_error["Q5_0"] == pytest.approx((err / norm).sqrt().item(), rel=1e-5)
     # carry_blocks off: a Q4_1 file is rounded again like any fp32 weight (the old path)
     write_tiny_gguf(tmp_path / "q.gguf", "Q4_1")
     src = load_gguf(tmp_path / "q.gguf", 64)
     model = build_model(src)
     summary = quantize_(model, plan_quantization(model, QuantConfig(scheme="8da4w", carry_blocks=False), src.blocks))
     assert summary.carried == [] and len(summary.rounded) == 8
+    # the cost of rounding again, measured by the file's type: over the 8 layers, ||W' - W|| / ||W||
+    src = load_gguf(tmp_path / "m.gguf", 64)
+    model = build_model(src)
+    summary = quantize_(model, plan_quantization(model, QuantConfig(), src.blocks, src.file_types))
+    assert summary.rounded_from == {"Q5_0": 8}
+    err = sum((model.get_submodule(n).blocks.dequantize() - src.state_dict[f"{n}.weight"]).pow(2).sum() for n in summary.rounded)
+    norm = sum(src.state_dict[f"{n}.weight"].pow(2).sum() for n in summary.rounded)
+    assert 0.01 < summary.rounding_error["Q5_0"] == pytest.approx((err / norm).sqrt().item(), rel=1e-5)
 
 
 def test_mse_scales_never_lose_to_maxabs():

@@ -175,6 +175,7 @@ class QuantizationInfo(Record):
     unquantized: int = 0
     rounded_layers: tuple[str, ...] = ()
     rounded_from: dict[str, int] = field(default_factory=dict)  # rounded layers by the source file's storage type
+    rounding_error: dict[str, float] = field(default_factory=dict)  # by storage type: ||W' - W|| / ||W|| of those layers
 
 
 @dataclass(frozen=True)

@@ -63,6 +63,8 @@ class QuantSummary:
     rounded: list[str] = field(default_factory=list)  # codes and scales chosen here
     unquantized: list[str] = field(default_factory=list)  # left in the float dtype
     rounded_from: dict[str, int] = field(default_factory=dict)  # rounded layers by the file's storage type (Q6_K, F32, ...)
+    # what rounding again cost, by the file's storage type: ||W' - W|| / ||W|| over those layers (W the file's weights)
+    rounding_error: dict[str, float] = field(default_factory=dict)
 
     def as_dict(self) -> dict:
         return {
@@ -71,6 +73,7 @@ class QuantSummary:
             "unquantized": len(self.unquantized),
             "rounded_layers": self.rounded[:8],
             "rounded_from": dict(sorted(self.rounded_from.items())),
+            "rounding_error": {k: round(v, 5) for k, v in sorted(self.rounding_error.items())},
         }
 
 
@@ -427,13 +430,29 @@ def quantize_(program: nn.Module, plan: QuantPlan) -> QuantSummary:
     be replaced by another module under the same name), then the fp16 casts. Returns
     `plan.summary()`."""
     _untie_(program, [n for n, r in plan.rules.items() if not isinstance(r, Unquantized)])
+    squares: dict[str, list[float]] = {}  # source type -> [sum (W' - W)^2, sum W^2] of the layers rounded again
     for name, rule in plan.rules.items():
         module = program.get_submodule(name)
+        before = module.weight.detach().float().clone() if isinstance(rule, Rounded) and rule.source is not None else None
         new = rule.apply(module)
         if new is not module:
             parent, _, child = name.rpartition(".")
             setattr(program.get_submodule(parent), child, new)
+        if before is not None:
+            acc = squares.setdefault(rule.source, [0.0, 0.0])
+            acc[0] += (_computed_weight(new) - before).pow(2).sum().item()
+            acc[1] += before.pow(2).sum().item()
     for name in plan.half:
         part = program.get_submodule(name)
         getattr(part, "to_half_", part.half)()
-    return plan.summary()
+    summary = plan.summary()
+    summary.rounding_error = {t: (err / max(norm, 1e-30)) ** 0.5 for t, (err, norm) in squares.items()}
+    return summary
+
+
+def _computed_weight(module: nn.Module) -> torch.Tensor:
+    """The float weight a quantized module computes with [out, in] (an embedding: [vocab, dim])."""
+    if isinstance(module, BlockLinear):
+        return module.blocks.dequantize()
+    w = module.weight.detach()
+    return w.dequantize().float() if type(w) not in (torch.Tensor, nn.Parameter) else w.float()

@@ -19,7 +19,9 @@ from edgespec.config import Recipe
 from edgespec.manifest import LAYOUT, GateResult, LmManifest, LmModelInfo, LmValidation, QuantizationInfo, SpeculativeInfo, TokenizerInfo
 
 NAME = "generate"
-DESCRIPTION = "a causal language model (Llama, Qwen2, Qwen3 families: SmolLM2, Llama 3.x, Qwen2.5, Qwen3) for text generation, with optional speculative decoding"
+DESCRIPTION = (
+    "a causal language model (Llama, Qwen2, Qwen3 families: SmolLM2, Llama 3.x, Qwen2.5, Qwen3) for text generation, with optional speculative decoding"
+)
 RECIPE = Recipe
 STAGES = ("load", "drafter", "normsearch", "quantize", "export", "lower")
 
@@ -167,10 +169,17 @@ def export_summary(result: ExportResult) -> str:
         checked = f"; validated on {v.prompts} prompts: score {v.score:.3f}{ref}{fid}, AR {v.ar_tokens_per_s:.1f} tok/s{spec}, gates passed; report {result.bundle_dir}/{LAYOUT.report_md}"
     q = m.quantization
     rounded = (
-        ", ".join(f"{n} layer{'' if n == 1 else 's'} re-rounded from {t}" for t, n in q.rounded_from.items() if t not in ("F32", "F16", "BF16")) if q else ""
+        ", ".join(f"{n} layer{'' if n == 1 else 's'} re-rounded from {t}{_error(q, t)}" for t, n in q.rounded_from.items() if t not in ("F32", "F16", "BF16"))
+        if q
+        else ""
     )
     rounded = f"; {rounded}" if rounded else ""
     return f"wrote {result.bundle_dir} ({m.precision}, {LAYOUT.program} {size_mb:.1f} MB) in {total:.0f}s [{parts}]{rounded}{checked}"
+
+
+def _error(q: QuantizationInfo, source: str) -> str:
+    e = q.rounding_error.get(source)
+    return "" if e is None else f" (weight error {e:.1%} rms)"
 
 
 def describe(m: LmManifest) -> list[str]:
