@@ -75,8 +75,11 @@ def build_bundle_files(recipe: Recipe, stage_dir: Path, stage: StageClock) -> Lm
         programs = export_spec_methods(spec, recipe.export.step_attention)
     else:
         # a program of edgespec's block kernel needs edgespec's library anyway: its attention
-        # is edgespec's too (one row: ~4x faster than llama::custom_sdpa here, bench/attention_paths.py)
-        attention = "exact" if recipe.quant.block_kernel else "block"
+        # is edgespec's too (one row: ~4x faster than llama::custom_sdpa here, bench/attention_paths.py),
+        # where the kernel is compiled for the model's head size
+        from edgespec.kernels.ops import HEAD_SIZES
+
+        attention = "exact" if recipe.quant.block_kernel and src.args.head_dim in HEAD_SIZES else "block"
         programs = {"forward": export_forward(model, recipe.model.max_seq_len, attention)}
 
     stage("lower")
