@@ -230,5 +230,7 @@ def render_validation(report: dict) -> str:
         )
     for g in report["gates"]:
         lines.append(f"gate {'pass' if g['passed'] else 'FAIL'}: {g['message']}")
+    for g in report.get("gates_not_judged", ()):
+        lines.append(f"gate not judged: {g['name']}: {g['why']}")
     lines.append("validation " + ("passed" if report["passed"] else "FAILED"))
     return "\n".join(lines)
