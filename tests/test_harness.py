@@ -271,6 +271,7 @@ def test_report_files(tmp_path):
         normalizer_events=None,
         gates=[{"name": "lossless", "passed": True, "measured": "2/2", "threshold": "all", "message": "ok"}],
         gates_not_judged=[{"name": "min_speedup", "why": "off (validate.gates.min_speedup: 0)"}],
+        quantization={"carried": 100, "rounded": 12, "unquantized": 0, "rounded_layers": [], "rounded_from": {"Q5_0": 12}, "rounding_error": {"Q5_0": 0.0412}},
     )
     files = write_report(report, tmp_path / "r")
     assert files == ["report.json", "report.md", "speedup_per_task.png", "accepted_length.png", "accuracy_vs_precision.png"]
@@ -280,6 +281,7 @@ def test_report_files(tmp_path):
     assert "| rag | m | 1.000 | 1.000 | 100.0 | 150.0 | 1.500 | 1.500 | 1/1 |" in md
     assert "**Gates: PASSED**" in md and "![accepted_length.png](accepted_length.png)" in md
     assert "- not judged `min_speedup`: off (validate.gates.min_speedup: 0)" in md
+    assert "Weights: 100 linears carried as the file's blocks, 12 rounded here, 0 float; 12 re-rounded from Q5_0 (weight error 4.1% rms)." in md
     assert json.loads((tmp_path / "r" / "report.json").read_text())["passed"] is True
 
 

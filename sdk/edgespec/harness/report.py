@@ -31,6 +31,20 @@ def _drafts(report: dict) -> list[str]:
     return [n for n in DRAFTS if report["overall"].get(n) is not None]
 
 
+def _weights(q: dict | None) -> list[str]:
+    """Where the linears' weights come from: the file's blocks, a rounding here (and what
+    rounding a file's quantized weights again cost), or float."""
+    if not q:
+        return []
+    again = [
+        f"{n} re-rounded from {t}" + (f" (weight error {q['rounding_error'][t]:.1%} rms)" if t in q.get("rounding_error", {}) else "")
+        for t, n in q["rounded_from"].items()
+        if t not in ("F32", "F16", "BF16")
+    ]
+    line = f"Weights: {q['carried']} linears carried as the file's blocks, {q['rounded']} rounded here, {q['unquantized']} float"
+    return [line + (f"; {', '.join(again)}" if again else "") + ".", ""]
+
+
 def render_markdown(report: dict, plots: list[str]) -> str:
     drafts = _drafts(report)
     o = report["overall"]
@@ -41,6 +55,7 @@ def render_markdown(report: dict, plots: list[str]) -> str:
         + ", ".join(f"{k} {v:.0f} MB" for k, v in report["peak_rss_mb"].items())
         + f" · {o['prompts']} prompts, greedy, {report['config']['runs']} run(s) each.",
         "",
+        *_weights(report.get("quantization")),  # absent from older reports
         f"**Gates: {'PASSED' if report['passed'] else 'FAILED'}**",
         "",
     ]

@@ -59,6 +59,7 @@ def judge(m: Measurements, cfg: ValidateConfig) -> dict:
         "bundle": str(m.bundle.resolve()),
         "model": m.manifest.model.name,
         "precision": m.manifest.precision,
+        "quantization": None if m.manifest.quantization is None else m.manifest.quantization.to_dict(),
         "speculative": None if m.manifest.speculative is None else m.manifest.speculative.to_dict(),
         "config": dataclasses.asdict(cfg),
         "program_bytes": m.program_bytes,
