@@ -95,20 +95,17 @@ def test_carried_linears_compute_with_the_files_weights(tmp_path, fmt):
 
 
 def test_other_formats_and_fp32_sources_are_rounded(tmp_path):
-    write_tiny_gguf(tmp_path / "m.gguf", "Q5_0")  # no symmetric 4-bit form: rounded again, and said so
-    src = load_gguf(tmp_path / "m.gguf", 64)
-    assert src.blocks == {}
+    """XNNPACK carries Q4_0/Q4_1 only: a Q5_0 file is rounded again there, and the summary
+    counts the layers by the file's type with what rounding them again cost."""
     from edgespec.models.load import build_model
 
-    model = build_model(src)
-    summary = quantize_(model, plan_quantization(model, QuantConfig(scheme="8da4w", head_bits=4), src.blocks))
-    assert summary.carried == [] and len(summary.rounded) == 8
-    # the cost of rounding again, measured by the file's type: over the 8 layers, ||W' - W|| / ||W||
+    write_tiny_gguf(tmp_path / "m.gguf", "Q5_0")
     src = load_gguf(tmp_path / "m.gguf", 64)
     model = build_model(src)
-    summary = quantize_(model, plan_quantization(model, QuantConfig(), src.blocks, src.file_types))
-    assert summary.rounded_from == {"Q5_0": 8}
-    err = sum((model.get_submodule(n).blocks.dequantize() - src.state_dict[f"{n}.weight"]).pow(2).sum() for n in summary.rounded)
+    summary = quantize_(model, plan_quantization(model, QuantConfig(head_bits=4, kernel="xnnpack"), src.blocks, src.file_types))
+    assert summary.carried == [] and len(summary.rounded) == 8 and summary.rounded_from == {"Q5_0": 8}
+    # the cost of rounding again, over the 8 layers: ||W' - W|| / ||W||
+    err = sum((model.get_submodule(n).weight.dequantize() - src.state_dict[f"{n}.weight"]).pow(2).sum() for n in summary.rounded)
     norm = sum(src.state_dict[f"{n}.weight"].pow(2).sum() for n in summary.rounded)
     assert 0.01 < summary.rounding_error["Q5_0"] == pytest.approx((err / norm).sqrt().item(), rel=1e-5)
     # carry_blocks off: a Q4_1 file is rounded again like any fp32 weight (the old path)
@@ -117,14 +114,6 @@ def test_other_formats_and_fp32_sources_are_rounded(tmp_path):
     model = build_model(src)
     summary = quantize_(model, plan_quantization(model, QuantConfig(scheme="8da4w", carry_blocks=False), src.blocks))
     assert summary.carried == [] and len(summary.rounded) == 8
-    # the cost of rounding again, measured by the file's type: over the 8 layers, ||W' - W|| / ||W||
-    src = load_gguf(tmp_path / "m.gguf", 64)
-    model = build_model(src)
-    summary = quantize_(model, plan_quantization(model, QuantConfig(), src.blocks, src.file_types))
-    assert summary.rounded_from == {"Q5_0": 8}
-    err = sum((model.get_submodule(n).blocks.dequantize() - src.state_dict[f"{n}.weight"]).pow(2).sum() for n in summary.rounded)
-    norm = sum(src.state_dict[f"{n}.weight"].pow(2).sum() for n in summary.rounded)
-    assert 0.01 < summary.rounding_error["Q5_0"] == pytest.approx((err / norm).sqrt().item(), rel=1e-5)
 
 
 def test_mse_scales_never_lose_to_maxabs():
@@ -139,3 +128,42 @@ def test_mse_scales_never_lose_to_maxabs():
         s0 = s0.to(torch.bfloat16).float() if bits == 4 else s0
         q0 = (w.view(16, 2, 32) / s0[..., None]).round().clamp(-qmax - 1, qmax)
         assert (err_mse <= (q0 * s0[..., None] - w.view(16, 2, 32)).pow(2).sum(-1) + 1e-9).all()
+
+
+@pytest.mark.parametrize("fmt", list(BLOCK_FORMATS))
+def test_every_block_format_reads_what_gguf_dequantizes(fmt):
+    """Codes, scales and mins of each type (random bytes of every field: K-quants' packed 6-bit
+    scales, Q5's fifth bits, Q3_K's high-bit mask) give exactly `gguf`'s dequantized weights."""
+    import gguf
+
+    from edgespec.models.blocks import read_blocks
+    from tiny_models import random_gguf_blocks
+
+    raw = random_gguf_blocks(fmt, 8, 512, np.random.default_rng(1))
+    want = torch.from_numpy(gguf.quants.dequantize(raw, getattr(gguf.GGMLQuantizationType, fmt)).reshape(8, 512).astype(np.float32))
+    b = read_blocks(fmt, raw, (8, 512))
+    bits = BLOCK_FORMATS[fmt][0]
+    assert b.bits == bits and b.codes.dtype == torch.int8
+    assert -(2 ** (bits - 1)) <= int(b.codes.min()) and int(b.codes.max()) < 2 ** (bits - 1)  # centred codes
+    assert torch.allclose(b.dequantize(), want, rtol=1e-6, atol=1e-7)
+    if b.mins is not None:  # w = scale (code + 2^(bits-1)) + min: the form the kernel computes
+        w = (b.codes.float() + 2 ** (bits - 1)).view(8, -1, b.scale_block) * b.scales[..., None] + b.mins[..., None]
+        assert torch.equal(w.view(8, 512), want)
+
+
+@pytest.mark.parametrize("fmt", ["Q4_0", "Q4_1", "Q4_K", "Q8_0", "Q5_0", "Q6_K", "Q3_K"])
+def test_kernel_carries_each_type_exactly(fmt):
+    """Each type edgespec's kernel carries becomes a block linear that computes with the file's
+    weights bit for bit (what `gguf` dequantizes), not a rounding of them."""
+    import gguf
+
+    from edgespec.kernels.block_linear import BlockLinear
+    from edgespec.models.blocks import read_blocks
+    from edgespec.quant import KERNEL_CARRIED, Carried
+    from tiny_models import random_gguf_blocks
+
+    assert fmt in KERNEL_CARRIED
+    raw = random_gguf_blocks(fmt, 16, 256, np.random.default_rng(2))
+    want = torch.from_numpy(gguf.quants.dequantize(raw, getattr(gguf.GGMLQuantizationType, fmt)).reshape(16, 256).astype(np.float32))
+    layer = Carried(fmt, "edgespec", read_blocks(fmt, raw, (16, 256))).apply(torch.nn.Linear(256, 16, bias=False))
+    assert isinstance(layer, BlockLinear) and torch.equal(layer.blocks.dequantize(), want)

@@ -180,3 +180,29 @@ def write_gguf_of_hf(path, model, quantize: dict[str, str] | None = None) -> Non
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
+
+
+# byte ranges of each GGUF block type's fp16 scale fields (d, and dmin or m where it has one)
+_FP16_FIELDS = {
+    "Q4_0": (0, 2),
+    "Q4_1": (0, 4),
+    "Q8_0": (0, 2),
+    "Q5_0": (0, 2),
+    "Q5_1": (0, 4),
+    "Q4_K": (0, 4),
+    "Q5_K": (0, 4),
+    "Q6_K": (208, 210),
+    "Q3_K": (108, 110),
+}
+
+
+def random_gguf_blocks(qtype: str, rows: int, cols: int, rng: np.random.Generator, scale: float = 2e-3) -> np.ndarray:
+    """Raw GGUF blocks of `qtype` for a [rows, cols] matrix (types `gguf` cannot quantize to
+    included): random codes, sub-block scales and mins, fp16 block scales of a realistic size."""
+    import gguf
+
+    per_block, nbytes = gguf.GGML_QUANT_SIZES[getattr(gguf.GGMLQuantizationType, qtype)]
+    raw = rng.integers(0, 256, (rows * cols // per_block, nbytes), dtype=np.uint8)
+    lo, hi = _FP16_FIELDS[qtype]
+    raw[:, lo:hi] = rng.uniform(scale / 2, scale * 2, (len(raw), (hi - lo) // 2)).astype(np.float16).view(np.uint8)
+    return raw.reshape(rows, -1)

@@ -146,17 +146,30 @@ def symmetric8_blocks(w: torch.Tensor) -> BlockCodes:
     return BlockCodes("S8H", q.to(torch.int8).view(out, n), d)
 
 
+def _unsigned_4bit(b: BlockWeights) -> BlockCodes:
+    """Q4_0 / Q4_1 / Q4_K: codes q in 0..15 with w = d q + m (Q4_0's m = -8 d); fp16 scales
+    as U4H, Q4_K's products d sc as U4F."""
+    m = b.mins if b.mins is not None else -8 * b.scales
+    fp16 = bool((b.scales.half().float() == b.scales).all() and (m.half().float() == m).all())
+    return BlockCodes("U4H" if fp16 else "U4F", (b.codes + 8).to(torch.int8), b.scales, m)
+
+
+# a file's block type -> its blocks in edgespec's kernel's terms, exactly (`BlockWeights`
+# writes codes centred): every type the kernel carries
+KERNEL_CARRIED: dict[str, Callable[[BlockWeights], BlockCodes]] = {
+    "Q4_0": _unsigned_4bit,
+    "Q4_1": _unsigned_4bit,
+    "Q4_K": _unsigned_4bit,
+    "Q8_0": lambda b: BlockCodes("S8H", b.codes, b.scales),
+    "Q5_0": lambda b: BlockCodes("S8H", b.codes, b.scales),  # codes q - 16, fp16 d: Q8_0's form
+    "Q6_K": lambda b: BlockCodes("S8F", b.codes, b.scales),  # a scale per 16
+    "Q3_K": lambda b: BlockCodes("S8F", b.codes, b.scales),
+}
+
+
 def carried_codes(blocks: BlockWeights) -> BlockCodes:
-    """A file's Q4_0 / Q4_1 / Q4_K / Q6_K / Q8_0 blocks in the kernel's terms, exactly
-    (`BlockWeights` writes 4-bit codes centred, q - 8): fp16 scales as U4H, Q4_K's products
-    d sc as U4F, Q6_K's scale per 16 as S8F."""
-    if blocks.format == "Q6_K":
-        return BlockCodes("S8F", blocks.codes, blocks.scales)
-    if blocks.bits == 8:
-        return BlockCodes("S8H", blocks.codes, blocks.scales)
-    m = blocks.mins if blocks.mins is not None else -8 * blocks.scales
-    fp16 = bool((blocks.scales.half().float() == blocks.scales).all() and (m.half().float() == m).all())
-    return BlockCodes("U4H" if fp16 else "U4F", (blocks.codes + 8).to(torch.int8), blocks.scales, m)
+    """A file's blocks in the kernel's terms, exactly (`KERNEL_CARRIED`)."""
+    return KERNEL_CARRIED[blocks.format](blocks)
 
 
 @dataclass(frozen=True)
@@ -203,8 +216,8 @@ def _intx_weight(codes: torch.Tensor, scales: torch.Tensor, bits: int, block: in
 @dataclass(frozen=True)
 class Carried:
     """A linear that keeps the source file's blocks: the file's codes and scales, no second
-    rounding. format: the file's block type (Q4_0, Q4_1; with edgespec's kernel also Q4_K,
-    Q6_K, Q8_0)."""
+    rounding. format: the file's block type (Q4_0, Q4_1; with edgespec's kernel every type of
+    `KERNEL_CARRIED`)."""
 
     format: str
     kernel: Literal["edgespec", "xnnpack"]
@@ -213,7 +226,8 @@ class Carried:
     def __post_init__(self) -> None:
         if self.format != self.blocks.format:
             raise ValueError(f"Carried: format {self.format} but blocks of {self.blocks.format}")
-        if self.kernel not in ("edgespec", "xnnpack") or (self.kernel == "xnnpack" and self.format not in XNNPACK_CARRIED):
+        carries = {"edgespec": KERNEL_CARRIED, "xnnpack": XNNPACK_CARRIED}.get(self.kernel, ())
+        if self.format not in carries:
             raise ValueError(f"Carried: kernel {self.kernel!r} does not carry {self.format} blocks")
 
     def apply(self, linear: nn.Linear) -> nn.Module:
@@ -345,7 +359,7 @@ def _linear_rule(name: str, linear: nn.Linear, cfg: QuantConfig, head_bits: int,
     else:
         bits, block = 4, cfg.group_size
     if cfg.block_kernel:  # a file's blocks are kept whatever the bits: the kernel computes each carried format as it is
-        if cfg.carry_blocks and blocks is not None:
+        if cfg.carry_blocks and blocks is not None and blocks.format in KERNEL_CARRIED:
             return Carried(blocks.format, "edgespec", blocks)
         return Rounded(bits, BLOCK, "edgespec", cfg.rounding if bits == 4 else "maxabs", source)  # 8 bits: Q8_0-style max-abs
     if cfg.carry_blocks and blocks is not None and blocks.format in XNNPACK_CARRIED and (bits, block) == (4, BLOCK):
