@@ -13,29 +13,41 @@ import numpy as np
 import pytest
 import torch
 
-from edgespec.kernels.block_linear import BLOCK, BlockCodes, BlockLinear, pack, reference_block_linear, unpack
+from edgespec.kernels.block_linear import BLOCK, FORMAT_IDS, TILE_BYTES, BlockCodes, BlockLinear, pack, reference_block_linear, unpack
 
 KERNELS = Path(__file__).resolve().parent.parent / "sdk" / "edgespec" / "kernels"
 
 
+FORMATS = list(FORMAT_IDS)
+
+
 def _codes(fmt: str, out: int, n: int, seed: int = 0) -> BlockCodes:
+    """Random blocks of `fmt`: codes over their whole range (every int8 for S8*)."""
     g = torch.Generator().manual_seed(seed)
     G = n // BLOCK
-    if fmt.startswith("S8"):
+    if fmt in ("S8H", "S8F"):
         d = torch.rand(out, G if fmt == "S8H" else 2 * G, generator=g) * 0.01
         return BlockCodes(fmt, torch.randint(-128, 128, (out, n), generator=g, dtype=torch.int8), d.half().float() if fmt == "S8H" else d)
     d, m = torch.rand(out, G, generator=g) * 0.05, -torch.rand(out, G, generator=g) * 0.4
     if fmt == "U4H":
         d, m = d.half().float(), m.half().float()
-    return BlockCodes(fmt, torch.randint(0, 16, (out, n), generator=g, dtype=torch.int8), d, m)
+    lo, hi = (-128, 128) if fmt == "S8M" else (0, 16)
+    return BlockCodes(fmt, torch.randint(lo, hi, (out, n), generator=g, dtype=torch.int8), d, m)
 
 
-@pytest.mark.parametrize("fmt", ["U4H", "U4F", "S8H", "S8F"])
+@pytest.mark.parametrize("fmt", FORMATS)
 def test_pack_roundtrip(fmt):
     b = _codes(fmt, 23, 96)  # a padded last tile
     u = unpack(pack(b), fmt, 23, 96)
     assert torch.equal(u.codes, b.codes) and torch.equal(u.d, b.d)
     assert (u.m is None) == (b.m is None) and (u.m is None or torch.equal(u.m, b.m))
+
+
+@pytest.mark.parametrize("fmt", ["S8H", "S8M"])
+def test_a_min_is_given_exactly_where_the_format_has_one(fmt):
+    b = _codes(fmt, 4, 32)
+    with pytest.raises(ValueError, match="per-block min"):
+        BlockCodes(fmt, b.codes, b.d, None if b.m is not None else b.d)
 
 
 def test_u4h_refuses_scales_fp16_cannot_hold():
@@ -80,6 +92,10 @@ def test_rounded_blocks_fit_the_weights():
     assert (symmetric8_blocks(w).dequantize() - w).abs().max() <= w.abs().max() / 127
 
 
+# the self-test's report of the formats it checked: every Format, with block_linear.py's tile sizes
+SELFTEST_FORMATS = "formats=" + ",".join(str(TILE_BYTES[f]) for f in sorted(FORMAT_IDS, key=FORMAT_IDS.get))
+
+
 def _selftest(compiler: list[str], run: list[str], tmp_path: Path) -> str:
     exe = tmp_path / "selftest"
     build = subprocess.run(
@@ -96,7 +112,7 @@ def test_kernel_paths_agree_natively(tmp_path):
     M = 1..8 and 70 rows, and any split of the tile rows among threads; the fastest is
     dispatched to."""
     out = _selftest([shutil.which("g++") or "c++"], [], tmp_path).split()
-    assert out[0] == "ok" and out[-1] == "portable", out
+    assert out[:2] == ["ok", SELFTEST_FORMATS] and out[-1] == "portable", out
     flags = set(next((line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags")), "").split())
     expected = [
         name
@@ -107,7 +123,7 @@ def test_kernel_paths_agree_natively(tmp_path):
         )
         if needs <= flags
     ]
-    assert out[1:-1] == expected, (out, expected)
+    assert out[2:-1] == expected, (out, expected)
 
 
 def test_kernel_paths_agree_on_aarch64(tmp_path):
@@ -116,9 +132,9 @@ def test_kernel_paths_agree_on_aarch64(tmp_path):
     each give the portable bits."""
     cxx, qemu = shutil.which("aarch64-linux-gnu-g++"), shutil.which("qemu-aarch64")
     assert cxx and qemu, "install g++-aarch64-linux-gnu and qemu-user (README's test command does)"
-    assert _selftest([cxx, "-static"], [qemu, "-cpu", "max"], tmp_path) == "ok neon-dotprod portable"
+    assert _selftest([cxx, "-static"], [qemu, "-cpu", "max"], tmp_path) == f"ok {SELFTEST_FORMATS} neon-dotprod portable"
     done = subprocess.run([qemu, "-cpu", "cortex-a53", str(tmp_path / "selftest")], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0 and done.stdout.strip() == "ok portable", done.stdout
+    assert done.returncode == 0 and done.stdout.strip() == f"ok {SELFTEST_FORMATS} portable", done.stdout
 
 
 def _program(module: torch.nn.Module, k: int):
@@ -136,7 +152,7 @@ def _program(module: torch.nn.Module, k: int):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("fmt", ["U4H", "U4F", "S8H", "S8F"])
+@pytest.mark.parametrize("fmt", FORMATS)
 def test_program_equals_reference_for_every_row_count(fmt):
     """The op in a real `.pte`, 1..8 and 70 rows: bitwise the eager reference, hence a row's
     result does not depend on how many rows share the call (speculative verification stays

@@ -9,11 +9,12 @@
 //     acc = acc + t
 // where the activation row x[i] is quantized once per call to int8 per block of 32 with its
 // own scale (llama.cpp's q8_1): d_x = amax / 127, q_x = round-half-even(x / d_x),
-// s_x = d_x * sum(q_x). Weights: w = d_w * q_w + m_w (4-bit q_w in 0..15) or w = d_w * q_w
-// (8-bit q_w in -128..127). Every path evaluates exactly these float operations in this
-// order on every output, one row of x at a time, and the library is compiled without
-// floating-point contraction: a row's result is bitwise independent of how many rows a call
-// carries (M), of the thread count and of the SIMD path (verification stays exact).
+// s_x = d_x * sum(q_x). Weights: w = d_w * q_w + m_w (U4*: 4-bit q_w in 0..15; S8M: 8-bit q_w)
+// or w = d_w * q_w (S8H, S8F); 8-bit q_w is any int8, -128..127. Every path evaluates exactly
+// these float operations in this order on every output, one row of x at a time, and the
+// library is compiled without floating-point contraction: a row's result is bitwise
+// independent of how many rows a call carries (M), of the thread count and of the SIMD path
+// (verification stays exact).
 //
 // Packed weights: output rows in tiles of 8 (kTileRows), tile rows in pairs (rows padded with
 // zeros to a multiple of 16), the two tiles of a pair side by side block after block, so a
@@ -31,6 +32,8 @@
 //   S8F (Q6_K): codes as S8H (q - 32), then fp32 scales [8] of elements 0..15 and [8] of
 //               elements 16..31 (d * sc per 16: exact)                               (320 bytes)
 //               its term is (d_lo d_x) dot_lo + (d_hi d_x) dot_hi
+//   S8M (Q5_1, Q5_K's sub-blocks): codes as S8H (GGUF's q in 0..31), then fp32 d[8] and
+//               m[8]                                                                (320 bytes)
 // edgespec/kernels/block_linear.py writes this layout; the two must agree.
 
 #pragma once
@@ -68,13 +71,18 @@ constexpr int64_t tile_rows(int64_t n) { return 2 * ((n + kPairRows - 1) / kPair
 inline const uint8_t* tile_row_start(const uint8_t* packed, int64_t rg, int64_t G, int64_t tb) { return packed + ((rg / 2) * G * 2 + rg % 2) * tb; }
 constexpr int64_t kRowChunk = 8;  // activation rows that share one read of a tile
 
-enum Format : int64_t { kU4H = 1, kU4F = 2, kS8H = 3, kS8F = 4 };
+enum Format : int64_t { kU4H = 1, kU4F = 2, kS8H = 3, kS8F = 4, kS8M = 5 };
 
-constexpr int64_t tile_bytes(int64_t format) {
-  return format == kU4H ? 128 + 16 + 16 : format == kU4F ? 128 + 32 + 32 : format == kS8H ? 256 + 16 : format == kS8F ? 256 + 64 : 0;
-}
-constexpr bool is_s8(int64_t format) { return format == kS8H || format == kS8F; }
+constexpr bool is_s8(int64_t format) { return format == kS8H || format == kS8F || format == kS8M; }
+constexpr bool fp32_scales(int64_t format) { return format == kU4F || format == kS8F || format == kS8M; }
+constexpr bool has_min(int64_t format) { return format == kU4H || format == kU4F || format == kS8M; }
 constexpr int64_t code_bytes(int64_t format) { return is_s8(format) ? 256 : 128; }
+// Codes, then d[8], then m[8] (S8F: the second half's scales; S8H: none)
+constexpr int64_t tile_bytes(int64_t format) {
+  return format < kU4H || format > kS8M ? 0 : code_bytes(format) + (fp32_scales(format) ? 4 : 2) * 8 * (format == kS8H ? 1 : 2);
+}
+// Where a tile's second 8 scales (m, or S8F's second half's d) start
+constexpr int64_t second_scales(int64_t format) { return code_bytes(format) + (fp32_scales(format) ? 32 : 16); }
 
 // Activation rows quantized per block: row i's codes at q + i * k, scales at d + i * g.
 struct QuantizedRows {
@@ -132,7 +140,7 @@ inline float half_to_float(uint16_t h) {
 inline void tile_scales(int64_t format, const uint8_t* t, float* d, float* m) {
   const uint8_t* p = t + code_bytes(format);
   for (int r = 0; r < 8; ++r) {
-    if (format == kU4F || format == kS8F) {
+    if (fp32_scales(format)) {
       std::memcpy(d + r, p + 4 * r, 4);
       std::memcpy(m + r, p + 32 + 4 * r, 4);
       continue;
@@ -180,7 +188,7 @@ inline void tile_row_portable(int64_t format, const uint8_t* w, const QuantizedR
           t = (d[r] * dx) * static_cast<float>(lo) + (mn[r] * dx) * static_cast<float>(hi);
         } else {
           t = (d[r] * dx) * static_cast<float>(lo + hi);
-          if (format != kS8H) t = t + mn[r] * sx;
+          if (has_min(format)) t = t + mn[r] * sx;
         }
         acc[i * 8 + r] = acc[i * 8 + r] + t;
       }
@@ -202,6 +210,13 @@ __attribute__((target("avx2"))) inline __m256i dpbusd_vex(__m256i acc, __m256i u
   return acc;
 }
 
+// 8 scales of a tile (fp32 or fp16 in the tile) as fp32
+template <bool Fp32>
+__attribute__((target("avx2,fma,f16c"))) inline __m256 scales8(const uint8_t* p) {
+  if constexpr (Fp32) return _mm256_loadu_ps(reinterpret_cast<const float*>(p));
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
 // x86: per tile and activation row, the 8 rows' exact integer dots with one activation block
 // in one __m256i (lane r = row r: each 4-byte group of the block broadcast to every lane), then
 // the epilogue on 8 float lanes. M: the activation rows (1..kRowChunk), known at compile time
@@ -219,8 +234,7 @@ __attribute__((target("avx2,fma,f16c"))) inline void tile_row_x86(const uint8_t*
     for (int64_t off = 0; off < Tiles * tb; off += 64) _mm_prefetch(reinterpret_cast<const char*>(w + 2 * (g + kPrefetchBlocks) * tb + off), _MM_HINT_T0);
     for (int64_t u = 0; u < Tiles; ++u) {
       const uint8_t* t = w + (2 * g + u) * tb;
-      const __m256 d8 = F == kU4F || F == kS8F ? _mm256_loadu_ps(reinterpret_cast<const float*>(t + code_bytes(F)))
-                                               : _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t + code_bytes(F))));
+      const __m256 d8 = scales8<fp32_scales(F)>(t + code_bytes(F));
       // wv[c]: elements 4c..4c+3 of the 8 rows (c = 0..7)
       __m256i wv[8];
       if constexpr (is_s8(F)) {
@@ -241,6 +255,8 @@ __attribute__((target("avx2,fma,f16c"))) inline void tile_row_x86(const uint8_t*
           xb[c] = _mm256_set1_epi32(four);
         }
         const __m256 dx = _mm256_set1_ps(x.d[i * x.g + g]);
+        __m256i dot;
+        __m256 tt;
         if constexpr (is_s8(F)) {
           // signed x signed: |w| (unsigned) times x with w's sign; the halves apart (S8F scales each)
           __m256i half[2];
@@ -255,14 +271,12 @@ __attribute__((target("avx2,fma,f16c"))) inline void tile_row_x86(const uint8_t*
             half[h] = s;
           }
           if constexpr (F == kS8F) {
-            const __m256 dh8 = _mm256_loadu_ps(reinterpret_cast<const float*>(t + 288));
-            const __m256 tt = _mm256_add_ps(_mm256_mul_ps(_mm256_mul_ps(d8, dx), _mm256_cvtepi32_ps(half[0])), _mm256_mul_ps(_mm256_mul_ps(dh8, dx), _mm256_cvtepi32_ps(half[1])));
-            a[u][i] = _mm256_add_ps(a[u][i], tt);
+            const __m256 dh8 = scales8<true>(t + second_scales(F));
+            tt = _mm256_add_ps(_mm256_mul_ps(_mm256_mul_ps(d8, dx), _mm256_cvtepi32_ps(half[0])), _mm256_mul_ps(_mm256_mul_ps(dh8, dx), _mm256_cvtepi32_ps(half[1])));
           } else {
-            a[u][i] = _mm256_add_ps(a[u][i], _mm256_mul_ps(_mm256_mul_ps(d8, dx), _mm256_cvtepi32_ps(_mm256_add_epi32(half[0], half[1]))));
+            dot = _mm256_add_epi32(half[0], half[1]);
           }
         } else {
-          __m256i dot;
           if constexpr (D == Dot::kMaddubs) {
             // eight int16 pair sums of 4-bit x int8 stay below 8 * 2 * 15 * 127 < 2^15: sum, then widen once
             __m256i s16 = _mm256_maddubs_epi16(wv[0], xb[0]);
@@ -273,12 +287,12 @@ __attribute__((target("avx2,fma,f16c"))) inline void tile_row_x86(const uint8_t*
             for (int c = 0; c < 8; c += 2) s0 = dpbusd_vex(s0, wv[c], xb[c]), s1 = dpbusd_vex(s1, wv[c + 1], xb[c + 1]);
             dot = _mm256_add_epi32(s0, s1);
           }
-          const __m256 m8 = F == kU4F ? _mm256_loadu_ps(reinterpret_cast<const float*>(t + 160))
-                                      : _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t + 144)));
-          __m256 tt = _mm256_mul_ps(_mm256_mul_ps(d8, dx), _mm256_cvtepi32_ps(dot));
-          tt = _mm256_add_ps(tt, _mm256_mul_ps(m8, _mm256_set1_ps(x.s[i * x.g + g])));
-          a[u][i] = _mm256_add_ps(a[u][i], tt);
         }
+        if constexpr (F != kS8F) {
+          tt = _mm256_mul_ps(_mm256_mul_ps(d8, dx), _mm256_cvtepi32_ps(dot));
+          if constexpr (has_min(F)) tt = _mm256_add_ps(tt, _mm256_mul_ps(scales8<fp32_scales(F)>(t + second_scales(F)), _mm256_set1_ps(x.s[i * x.g + g])));
+        }
+        a[u][i] = _mm256_add_ps(a[u][i], tt);
       }
     }
   }
@@ -323,8 +337,8 @@ __attribute__((target(EDGESPEC_AVX512))) inline __m512 scales16(const uint8_t* a
 
 template <int64_t F, int64_t M>
 __attribute__((target(EDGESPEC_AVX512))) inline void tile_pair_avx512(const uint8_t* w, const QuantizedRows& x, int64_t, float* acc) {
-  constexpr int64_t tb = tile_bytes(F), cb = code_bytes(F);
-  constexpr bool fp32 = F == kU4F || F == kS8F;
+  constexpr int64_t tb = tile_bytes(F), cb = code_bytes(F), cb2 = second_scales(F);
+  constexpr bool fp32 = fp32_scales(F);
   const __m512i low4 = _mm512_set1_epi8(0x0f);
   __m512 a[M];
   for (int64_t i = 0; i < M; ++i) a[i] = _mm512_loadu_ps(acc + 16 * i);
@@ -357,6 +371,8 @@ __attribute__((target(EDGESPEC_AVX512))) inline void tile_pair_avx512(const uint
         xb[c] = _mm512_set1_epi32(four);
       }
       const __m512 dx = _mm512_set1_ps(x.d[i * x.g + g]);
+      __m512i dot;
+      __m512 tt;
       if constexpr (is_s8(F)) {
         __m512i half[2];
         for (int h = 0; h < 2; ++h) {
@@ -365,20 +381,21 @@ __attribute__((target(EDGESPEC_AVX512))) inline void tile_pair_avx512(const uint
           half[h] = s;
         }
         if constexpr (F == kS8F) {
-          const __m512 dh16 = scales16<true>(t0 + 288, t1 + 288);
-          const __m512 tt = _mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(d16, dx), _mm512_cvtepi32_ps(half[0])), _mm512_mul_ps(_mm512_mul_ps(dh16, dx), _mm512_cvtepi32_ps(half[1])));
-          a[i] = _mm512_add_ps(a[i], tt);
+          const __m512 dh16 = scales16<true>(t0 + cb2, t1 + cb2);
+          tt = _mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(d16, dx), _mm512_cvtepi32_ps(half[0])), _mm512_mul_ps(_mm512_mul_ps(dh16, dx), _mm512_cvtepi32_ps(half[1])));
         } else {
-          a[i] = _mm512_add_ps(a[i], _mm512_mul_ps(_mm512_mul_ps(d16, dx), _mm512_cvtepi32_ps(_mm512_add_epi32(half[0], half[1]))));
+          dot = _mm512_add_epi32(half[0], half[1]);
         }
       } else {
         __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
         for (int c = 0; c < 8; c += 2) s0 = _mm512_dpbusd_epi32(s0, wv[c], xb[c]), s1 = _mm512_dpbusd_epi32(s1, wv[c + 1], xb[c + 1]);
-        const __m512 m16 = scales16<fp32>(t0 + cb + (fp32 ? 32 : 16), t1 + cb + (fp32 ? 32 : 16));
-        __m512 tt = _mm512_mul_ps(_mm512_mul_ps(d16, dx), _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)));
-        tt = _mm512_add_ps(tt, _mm512_mul_ps(m16, _mm512_set1_ps(x.s[i * x.g + g])));
-        a[i] = _mm512_add_ps(a[i], tt);
+        dot = _mm512_add_epi32(s0, s1);
       }
+      if constexpr (F != kS8F) {
+        tt = _mm512_mul_ps(_mm512_mul_ps(d16, dx), _mm512_cvtepi32_ps(dot));
+        if constexpr (has_min(F)) tt = _mm512_add_ps(tt, _mm512_mul_ps(scales16<fp32>(t0 + cb2, t1 + cb2), _mm512_set1_ps(x.s[i * x.g + g])));
+      }
+      a[i] = _mm512_add_ps(a[i], tt);
     }
   }
   for (int64_t i = 0; i < M; ++i) _mm512_storeu_ps(acc + 16 * i, a[i]);
@@ -458,7 +475,7 @@ __attribute__((target("arch=armv8.2-a+dotprod"))) inline void tile_row_dotprod(c
             tt = vaddq_f32(vmulq_f32(vmulq_f32(vld1q_f32(d + 4 * h), dx), vcvtq_f32_s32(lo)), vmulq_f32(vmulq_f32(vld1q_f32(mn + 4 * h), dx), vcvtq_f32_s32(hi)));
           } else {
             tt = vmulq_f32(vmulq_f32(vld1q_f32(d + 4 * h), dx), vcvtq_f32_s32(vaddq_s32(lo, hi)));
-            if constexpr (F != kS8H) tt = vaddq_f32(tt, vmulq_f32(vld1q_f32(mn + 4 * h), sx));
+            if constexpr (has_min(F)) tt = vaddq_f32(tt, vmulq_f32(vld1q_f32(mn + 4 * h), sx));
           }
           a[u][i][h] = vaddq_f32(a[u][i][h], tt);
         }
@@ -575,6 +592,7 @@ inline void linear_tile_rows(Path path, int64_t format, const uint8_t* packed, c
     case kU4F: return linear_tile_rows_as<kU4F>(path, packed, x, m, n, rg0, rg1, out);
     case kS8H: return linear_tile_rows_as<kS8H>(path, packed, x, m, n, rg0, rg1, out);
     case kS8F: return linear_tile_rows_as<kS8F>(path, packed, x, m, n, rg0, rg1, out);
+    case kS8M: return linear_tile_rows_as<kS8M>(path, packed, x, m, n, rg0, rg1, out);
     default: return;
   }
 }

@@ -12,6 +12,7 @@ s_x = d_x sum q_x). Weight formats (`BlockCodes.format`):
     U4F  the same with fp32 d and m                 Q4_K sub-blocks, 4-bit roundings made here
     S8H  w = d q, q in -128..127, d fp16           Q8_0
     S8F  w = d q with an fp32 d per 16              Q6_K (q - 32, d = the super-block's d x sc)
+    S8M  w = d q + m, q int8, d and m fp32          Q5_1, Q5_K sub-blocks (q in 0..31)
 
 `reference_block_linear` evaluates the kernel's float operations in the kernel's order (the
 integer dots are exact in fp32), so eager code computes the program's bits.
@@ -28,15 +29,18 @@ from torch import nn
 BLOCK = 32
 TILE_ROWS = 8
 PAIR_ROWS = 2 * TILE_ROWS  # tile rows come in pairs (block_linear.h): rows are padded to a multiple of 16
-FORMAT_IDS = {"U4H": 1, "U4F": 2, "S8H": 3, "S8F": 4}  # block_linear.h's Format
-TILE_BYTES = {"U4H": 160, "U4F": 192, "S8H": 272, "S8F": 320}
+FORMAT_IDS = {"U4H": 1, "U4F": 2, "S8H": 3, "S8F": 4, "S8M": 5}  # block_linear.h's Format
+TILE_BYTES = {"U4H": 160, "U4F": 192, "S8H": 272, "S8F": 320, "S8M": 320}
+WITH_MIN = ("U4H", "U4F", "S8M")  # formats whose blocks have a min m
+FP32_SCALES = ("U4F", "S8F", "S8M")  # formats whose tiles hold fp32 scales (the others fp16)
 GROUP = 4  # codes of one row side by side in a tile (block_linear.h: one 32-bit lane of a SIMD dot)
 
 
 @dataclass(frozen=True)
 class BlockCodes:
     """One weight matrix [out, in] in the kernel's terms: codes int8 [out, in] (0..15 for U4*,
-    -128..127 for S8*), d and m fp32 [out, in / 32] (m None for S8*; S8F's d is [out, in / 16])."""
+    -128..127 for S8*), d and m fp32 [out, in / 32] (m None for S8H and S8F; S8F's d is
+    [out, in / 16])."""
 
     format: str
     codes: torch.Tensor
@@ -49,9 +53,9 @@ class BlockCodes:
         out, n = self.codes.shape
         if n % BLOCK:
             raise ValueError(f"a row of {n} input channels is not whole blocks of {BLOCK}")
-        s8 = self.format.startswith("S8")
-        if (self.m is None) != s8:
-            raise ValueError(f"{self.format} {'has no' if s8 else 'needs a'} per-block min")
+        with_min = self.format in WITH_MIN
+        if (self.m is None) == with_min:
+            raise ValueError(f"{self.format} {'needs a' if with_min else 'has no'} per-block min")
         if self.format == "U4H" and not (_fp16_exact(self.d) and _fp16_exact(self.m)):
             raise ValueError("U4H scales must be fp16 values; use U4F")
 
@@ -99,7 +103,7 @@ def pack(blocks: BlockCodes) -> torch.Tensor:
     scales = (blocks.d, blocks.m)
     if blocks.format == "S8F":  # the scales of each block's two halves, one after the other
         scales = (blocks.d[:, 0::2].contiguous(), blocks.d[:, 1::2].contiguous())
-    scale_dtype = np.float32 if blocks.format in ("U4F", "S8F") else np.float16
+    scale_dtype = np.float32 if blocks.format in FP32_SCALES else np.float16
     parts = [grouped.reshape(pairs, g, 2, -1)]
     parts += [tiles(t.numpy().astype(scale_dtype)).view(np.uint8).reshape(pairs, g, 2, -1) for t in scales if t is not None]
     return torch.from_numpy(np.ascontiguousarray(np.concatenate(parts, axis=-1)).reshape(-1))
@@ -113,7 +117,7 @@ def unpack(packed: torch.Tensor, format: str, out: int, n: int) -> BlockCodes:
     cb = R * (BLOCK if s8 else BLOCK // 2)
     elements = t[..., :cb].reshape(pairs, g, 2, -1, R, GROUP).swapaxes(3, 4).reshape(pairs, g, 2, R, -1)  # [..., rows, bytes]
     codes = elements.view(np.int8) if s8 else np.concatenate([elements & 0x0F, elements >> 4], axis=-1).astype(np.int8)
-    dt = np.float32 if format in ("U4F", "S8F") else np.float16
+    dt = np.float32 if format in FP32_SCALES else np.float16
     w = np.dtype(dt).itemsize * R
     scales = [t[..., cb + i * w : cb + (i + 1) * w].view(dt) for i in range(1 if format == "S8H" else 2)]
 

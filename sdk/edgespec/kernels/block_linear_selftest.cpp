@@ -2,8 +2,8 @@
 // path this CPU runs gives the portable path's bits, and a row's result does not depend
 // on how many rows the call carries (M = 1..8, and 70 for the prefill chunks) or on how the
 // tile rows are split among threads. Built and run by tests/test_block_linear.py, natively
-// and cross-compiled for aarch64 under qemu. Prints the paths tested, the one dispatched to
-// first; exit 1 on a mismatch.
+// and cross-compiled for aarch64 under qemu. Prints the formats tested (their tile bytes, by
+// Format id from 1) and the paths tested, the one dispatched to first; exit 1 on a mismatch.
 
 #include <cstdio>
 #include <cstring>
@@ -36,7 +36,7 @@ std::vector<uint8_t> random_tiles(int64_t format, int64_t nt, int64_t g, std::mt
     for (int64_t j = 0; j < cb; ++j) p[j] = static_cast<uint8_t>(byte(rng));
     for (int r = 0; r < 8; ++r) {
       const float dv = std::ldexp(mag(rng), e(rng)), mv = -std::ldexp(mag(rng), e(rng) + 3);
-      if (format == B::kU4F || format == B::kS8F) {
+      if (B::fp32_scales(format)) {
         const float dd = dv * 1.0001f;  // not an fp16 value
         const float mm = format == B::kS8F ? dv * 0.37f : mv;  // S8F: the second half's scale
         std::memcpy(p + cb + 4 * r, &dd, 4);
@@ -72,7 +72,9 @@ int main() {
   for (B::Path p : {B::Path::kAvx512Vnni, B::Path::kAvxVnni, B::Path::kAvx2, B::Path::kDotprod, B::Path::kPortable})
     if (p != paths[0] && B::path_supported(p)) paths.push_back(p);
   int failures = 0;
-  for (int64_t format : {B::kU4H, B::kU4F, B::kS8H, B::kS8F}) {
+  std::vector<int64_t> formats;
+  for (int64_t f = 1; B::tile_bytes(f) > 0; ++f) formats.push_back(f);  // every Format
+  for (int64_t format : formats) {
     for (int64_t k : {32, 96, 576}) {
       const int64_t n = 45, nt = B::tile_rows(n);  // a padded last pair (tile rows 0..5: split at 3, inside a pair)
       const auto w = random_tiles(format, nt, k / B::kBlock, rng);
@@ -100,7 +102,8 @@ int main() {
       }
     }
   }
-  std::printf("%s", failures ? "FAILED" : "ok");
+  std::printf("%s formats=", failures ? "FAILED" : "ok");
+  for (int64_t f : formats) std::printf("%s%lld", f > 1 ? "," : "", static_cast<long long>(B::tile_bytes(f)));
   for (B::Path p : paths) std::printf(" %s", B::path_name(p));
   std::printf("\n");
   return failures ? 1 : 0;
