@@ -151,7 +151,7 @@ def test_every_block_format_reads_what_gguf_dequantizes(fmt):
         assert torch.equal(w.view(8, 512), want)
 
 
-@pytest.mark.parametrize("fmt", ["Q4_0", "Q4_1", "Q4_K", "Q8_0", "Q5_0", "Q6_K", "Q3_K"])
+@pytest.mark.parametrize("fmt", ["Q4_0", "Q4_1", "Q4_K", "Q8_0", "Q5_0", "Q5_1", "Q5_K", "Q6_K", "Q3_K"])
 def test_kernel_carries_each_type_exactly(fmt):
     """Each type edgespec's kernel carries becomes a block linear that computes with the file's
     weights bit for bit (what `gguf` dequantizes), not a rounding of them."""

@@ -164,6 +164,8 @@ KERNEL_CARRIED: dict[str, Callable[[BlockWeights], BlockCodes]] = {
     "Q5_0": lambda b: BlockCodes("S8H", b.codes, b.scales),  # codes q - 16, fp16 d: Q8_0's form
     "Q6_K": lambda b: BlockCodes("S8F", b.codes, b.scales),  # a scale per 16
     "Q3_K": lambda b: BlockCodes("S8F", b.codes, b.scales),
+    "Q5_1": lambda b: BlockCodes("S8M", (b.codes + 16).to(torch.int8), b.scales, b.mins),  # w = d q + m, q in 0..31
+    "Q5_K": lambda b: BlockCodes("S8M", (b.codes + 16).to(torch.int8), b.scales, b.mins),  # d sc_j, -dmin m_j per 32
 }
 
 

@@ -21,8 +21,8 @@ A symmetric 4-bit code with one scale per block is exactly XNNPACK's blockwise i
 (qb4w), so Q4_0 and the first term of Q4_1 go into a program without a second rounding; the
 Q4_1 offset is a per-block constant times the sum of the block's activations
 (`edgespec.quant`); edgespec's block kernel computes Q4_1 and Q4_K from `mins`, the
-per-block minimum itself, Q5_0 as Q8_0 and Q3_K as Q6_K (their codes fit 8 bits;
-`edgespec.quant.KERNEL_CARRIED`). Other GGUF types have no such form here (`BLOCK_FORMATS`):
+per-block minimum itself, Q5_0 as Q8_0, Q3_K as Q6_K and Q5_1/Q5_K as 8-bit codes with a
+min (their codes fit 8 bits; `edgespec.quant.KERNEL_CARRIED`). Other GGUF types have no such form here (`BLOCK_FORMATS`):
 their weights are dequantized and, if the recipe quantizes, rounded again.
 """
 
