@@ -170,62 +170,52 @@ def test_program_equals_reference_for_every_row_count(fmt):
         assert torch.equal(method.execute([x[:, :m].contiguous()])[0], alone[:, :m]), m
 
 
-def _k_quant_bytes(qtype: str, rows: int, cols: int, rng: np.random.Generator) -> np.ndarray:
-    """Raw GGUF super-blocks of `qtype` (Q4_K or Q6_K; `gguf` cannot quantize to them):
-    random codes, scales and mins, fp16 super-block scales of a realistic size."""
-    nbytes = {"Q4_K": 144, "Q6_K": 210}[qtype]
-    raw = rng.integers(0, 256, (rows * cols // 256, nbytes), dtype=np.uint8)
-    if qtype == "Q4_K":
-        raw[:, 0:4] = np.stack([rng.uniform(1e-3, 4e-3, len(raw)), rng.uniform(1e-3, 4e-3, len(raw))], 1).astype(np.float16).view(np.uint8)
-    else:
-        raw[:, 208:210] = rng.uniform(1e-4, 4e-4, (len(raw), 1)).astype(np.float16).view(np.uint8)
-    return raw.reshape(rows, -1)
-
-
-def write_q4_k_m_gguf(path: Path) -> dict[str, np.ndarray]:
-    """A 1-layer Llama GGUF laid out like llama.cpp's Q4_K_M (Q4_K matrices, Q6_K for
-    attn_v and ffn_down, the embedding Q8_0); returns what `gguf` dequantizes by GGUF name."""
+def write_k_m_gguf(path: Path, main: str = "Q4_K") -> dict[str, np.ndarray]:
+    """A 1-layer Llama GGUF laid out like llama.cpp's Q4_K_M / Q5_K_M (`main` matrices, Q6_K
+    for attn_v and ffn_down, the embedding Q8_0; random K-quant bytes, which `gguf` cannot
+    quantize to); returns what `gguf` dequantizes by GGUF name."""
     import gguf
 
-    from tiny_models import vocabulary, write_llama_gguf
+    from tiny_models import random_gguf_blocks, vocabulary, write_llama_gguf
 
     dim, hidden, heads, kv = 256, 512, 4, 2
     rng = np.random.default_rng(0)
     kv_dim = kv * dim // heads
     layout = {
         "token_embd.weight": ((len(vocabulary()), dim), "Q8_0"),
-        "blk.0.attn_q.weight": ((dim, dim), "Q4_K"),
-        "blk.0.attn_k.weight": ((kv_dim, dim), "Q4_K"),
+        "blk.0.attn_q.weight": ((dim, dim), main),
+        "blk.0.attn_k.weight": ((kv_dim, dim), main),
         "blk.0.attn_v.weight": ((kv_dim, dim), "Q6_K"),
-        "blk.0.attn_output.weight": ((dim, dim), "Q4_K"),
-        "blk.0.ffn_gate.weight": ((hidden, dim), "Q4_K"),
-        "blk.0.ffn_up.weight": ((hidden, dim), "Q4_K"),
+        "blk.0.attn_output.weight": ((dim, dim), main),
+        "blk.0.ffn_gate.weight": ((hidden, dim), main),
+        "blk.0.ffn_up.weight": ((hidden, dim), main),
         "blk.0.ffn_down.weight": ((dim, hidden), "Q6_K"),
     }
     deq, tensors = {}, {}
     for name, (shape, fmt) in layout.items():
         qtype = getattr(gguf.GGMLQuantizationType, fmt)
-        raw = gguf.quants.quantize((0.05 * rng.standard_normal(shape)).astype(np.float32), qtype) if fmt == "Q8_0" else _k_quant_bytes(fmt, *shape, rng)
+        raw = gguf.quants.quantize((0.05 * rng.standard_normal(shape)).astype(np.float32), qtype) if fmt == "Q8_0" else random_gguf_blocks(fmt, *shape, rng)
         tensors[name] = (raw, fmt)
         deq[name] = gguf.quants.dequantize(raw, qtype).reshape(shape)
     write_llama_gguf(path, dim, hidden, heads, kv, tensors)
     return deq
 
 
-def test_q4_k_m_file_is_carried_not_rounded(tmp_path):
-    """Q4_K and Q6_K matrices are carried into edgespec's kernel exactly (Q4_K sub-blocks of 32
-    with scale d sc and min -dmin m, Q6_K's codes q - 32 with a scale per 16: equal to `gguf`'s
-    dequantization); nothing is rounded again; the carried layers compute with the file's
-    weights."""
+@pytest.mark.parametrize("main, kernel_format", [("Q4_K", "U4F"), ("Q5_K", "S8M")])
+def test_k_m_file_is_carried_not_rounded(tmp_path, main, kernel_format):
+    """Q4_K / Q5_K and Q6_K matrices are carried into edgespec's kernel exactly (sub-blocks of
+    32 with scale d sc and min -dmin m, Q6_K's codes q - 32 with a scale per 16: equal to
+    `gguf`'s dequantization); nothing is rounded again; the carried layers compute with the
+    file's weights."""
     from edgespec.config import QuantConfig
     from edgespec.models.gguf import load_gguf
     from edgespec.models.load import build_model
     from edgespec.quant import plan_quantization, quantize_
 
-    deq = write_q4_k_m_gguf(tmp_path / "m.gguf")
+    deq = write_k_m_gguf(tmp_path / "m.gguf", main)
     src = load_gguf(tmp_path / "m.gguf", 64)
     q = src.blocks["layers.0.attention.wq.weight"]
-    assert q.format == "Q4_K"
+    assert q.format == main
     assert torch.equal(q.dequantize(), torch.from_numpy(deq["blk.0.attn_q.weight"]))
     down = src.blocks["layers.0.feed_forward.w2.weight"]
     assert down.format == "Q6_K" and torch.equal(down.dequantize(), torch.from_numpy(deq["blk.0.ffn_down.weight"]))
@@ -235,7 +225,7 @@ def test_q4_k_m_file_is_carried_not_rounded(tmp_path):
     w2 = model.layers[0].feed_forward.w2
     assert w2.format == "S8F" and torch.equal(w2.blocks.dequantize(), src.state_dict["layers.0.feed_forward.w2.weight"])
     wq = model.layers[0].attention.wq
-    assert isinstance(wq, BlockLinear) and wq.format == "U4F"  # d * sc is not an fp16 value in general
+    assert isinstance(wq, BlockLinear) and wq.format == kernel_format  # d * sc is not an fp16 value in general
     w_file = src.state_dict["layers.0.attention.wq.weight"]
     assert torch.equal(wq.blocks.dequantize(), w_file)
     x = torch.randn(5, 256)

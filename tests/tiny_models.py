@@ -196,10 +196,13 @@ _FP16_FIELDS = {
 }
 
 
-def random_gguf_blocks(qtype: str, rows: int, cols: int, rng: np.random.Generator, scale: float = 2e-3) -> np.ndarray:
+def random_gguf_blocks(qtype: str, rows: int, cols: int, rng: np.random.Generator) -> np.ndarray:
     """Raw GGUF blocks of `qtype` for a [rows, cols] matrix (types `gguf` cannot quantize to
-    included): random codes, sub-block scales and mins, fp16 block scales of a realistic size."""
+    included): random codes, sub-block scales and mins, fp16 block scales of a realistic size
+    (Q6_K's are multiplied by int8 sub-block scales: 10x smaller)."""
     import gguf
+
+    scale = 2e-4 if qtype == "Q6_K" else 2e-3
 
     per_block, nbytes = gguf.GGML_QUANT_SIZES[getattr(gguf.GGMLQuantizationType, qtype)]
     raw = rng.integers(0, 256, (rows * cols // per_block, nbytes), dtype=np.uint8)
