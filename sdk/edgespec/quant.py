@@ -444,12 +444,15 @@ def _untie_(program: nn.Module, names) -> None:
 def quantize_(program: nn.Module, plan: QuantPlan) -> QuantSummary:
     """Apply `plan` to `program` in place: each module's rule (a carried or rounded linear may
     be replaced by another module under the same name), then the fp16 casts. Returns
-    `plan.summary()`."""
+    `plan.summary()`, with what rounding the file's weights again cost (`rounding_error`)."""
     _untie_(program, [n for n, r in plan.rules.items() if not isinstance(r, Unquantized)])
-    squares: dict[str, list[float]] = {}  # source type -> [sum (W' - W)^2, sum W^2] of the layers rounded again
+    summary = plan.summary()
+    prefix = f"{plan.base}." if plan.base else ""
+    counted = {prefix + n for n in summary.rounded}  # the linears the summary counts by source type
+    squares: dict[str, list[float]] = {}  # source type -> [sum (W' - W)^2, sum W^2] of those rounded again
     for name, rule in plan.rules.items():
         module = program.get_submodule(name)
-        before = module.weight.detach().float().clone() if isinstance(rule, Rounded) and rule.source is not None else None
+        before = module.weight.detach().float().clone() if name in counted and rule.source is not None else None
         new = rule.apply(module)
         if new is not module:
             parent, _, child = name.rpartition(".")
@@ -461,13 +464,12 @@ def quantize_(program: nn.Module, plan: QuantPlan) -> QuantSummary:
     for name in plan.half:
         part = program.get_submodule(name)
         getattr(part, "to_half_", part.half)()
-    summary = plan.summary()
     summary.rounding_error = {t: (err / max(norm, 1e-30)) ** 0.5 for t, (err, norm) in squares.items()}
     return summary
 
 
 def _computed_weight(module: nn.Module) -> torch.Tensor:
-    """The float weight a quantized module computes with [out, in] (an embedding: [vocab, dim])."""
+    """The float weight a quantized linear computes with [out, in]."""
     if isinstance(module, BlockLinear):
         return module.blocks.dequantize()
     w = module.weight.detach()
