@@ -261,3 +261,18 @@ def test_the_fidelity_gate_judges_a_users_model(tmp_path):
         [f"model.source={tmp_path / 'hf'}", "numerics.search=false", "validate.suites=[qa]", "validate.prompts_per_suite=2", "-o", str(tmp_path / "b")]
     )
     assert res.exit_code != 0 and "min_top1_agreement" in res.output and not (tmp_path / "b").exists()
+
+
+@pytest.mark.parametrize(
+    "pre, pieces",
+    [
+        ("llama-bpe", ["Hello", "Ġworld", ",", "Ġit", "'s", "Ġ", "123", "45", "Ġapples", "!ĊĊ", "OK"]),  # Llama 3: numbers in runs of 3
+        ("qwen2", ["Hello", "Ġworld", ",", "Ġit", "'s", "Ġ", "1", "2", "3", "4", "5", "Ġapples", "!ĊĊ", "OK"]),  # Qwen2/Qwen3: digit by digit
+    ],
+)
+def test_gguf_pre_tokenizers_of_the_families_split_as_theirs_do(pre, pieces):
+    """A GGUF Llama 3 or Qwen file names its pre-tokenizer (`tokenizer.ggml.pre`); each splits
+    text with GPT-4's pattern before byte-level BPE, differing in how digits group."""
+    from edgespec.models.tokenizer import _pre_tokenizer
+
+    assert [t for t, _ in _pre_tokenizer(pre).pre_tokenize_str("Hello world, it's 12345 apples!\n\nOK")] == pieces

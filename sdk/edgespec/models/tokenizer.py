@@ -15,15 +15,28 @@ from edgespec.errors import EdgespecError
 _SPECIAL_TYPES = (3, 4)
 
 
+# the split of Llama 3's and Qwen2's tokenizers (GGUF `tokenizer.ggml.pre` llama-bpe, qwen2):
+# GPT-4's pattern, numbers in runs of up to 3 digits (Llama 3) or one digit each (Qwen2/Qwen3)
+_SPLIT = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}DIGITS| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+
+
 def _pre_tokenizer(pre: str):
+    from tokenizers import Regex
     from tokenizers import pre_tokenizers as pt
 
     byte_level = pt.ByteLevel(add_prefix_space=False, use_regex=True)
+
+    def split_then_bytes(digits: str):
+        split = pt.Split(Regex(_SPLIT.replace("DIGITS", digits)), behavior="isolated", invert=False)
+        return pt.Sequence([split, pt.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)])
+
     table = {
         # SmolLM2 splits every digit on its own before byte-level BPE
         "smollm": lambda: pt.Sequence([pt.Digits(individual_digits=True), byte_level]),
         "gpt2": lambda: byte_level,
         "default": lambda: byte_level,
+        "llama-bpe": lambda: split_then_bytes("{1,3}"),
+        "qwen2": lambda: split_then_bytes(""),
     }
     if pre not in table:
         raise EdgespecError(f"unsupported pre-tokenizer '{pre}' (supported: {', '.join(table)})")
