@@ -56,7 +56,7 @@ def test_gguf_equals_transformers_and_the_hf_directory(family, tmp_path):
     name, hf, d, ids, ref = family
     path = tmp_path / f"{name}.gguf"
     write_gguf_of_hf(path, hf)
-    if hf.config.model_type == "llama":  # the file's q rows are llama.cpp's permutation of transformers'
+    if hf.config.model_type in ("llama", "mistral"):  # the file's q rows are llama.cpp's permutation of transformers'
         from gguf import GGUFReader
 
         q = next(t for t in GGUFReader(path).tensors if t.name == "blk.0.attn_q.weight")
@@ -133,7 +133,8 @@ def test_quantization_keeps_biases_and_head_norms(tmp_path, name, kernel):
         ("llama", {"partial_rotary_factor": 0.5}, "partial rotary"),
         ("qwen2", {"use_sliding_window": True, "sliding_window": 16}, "sliding-window"),
         ("qwen3", {"layer_types": ["full_attention", "sliding_attention"]}, "sliding-window"),
-        ("llama", {"model_type": "gemma3"}, "unsupported architecture 'gemma3'"),
+        ("llama", {"model_type": "gemma3"}, "unsupported architecture 'gemma3'.*lacks its pre- and post-sublayer norms"),
+        ("mistral", {"sliding_window": 16}, r"window 16.*model.max_seq_len <= 16"),
     ],
 )
 def test_numerics_it_does_not_implement_are_refused(tmp_path, family, change, message):
@@ -143,6 +144,18 @@ def test_numerics_it_does_not_implement_are_refused(tmp_path, family, change, me
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(EdgespecError, match=message):
         read_source(str(tmp_path), 64)
+
+
+def test_a_sliding_window_that_covers_the_context_is_full_attention(tmp_path):
+    """Mistral with a window of 64 and a program context of 64: no key is ever outside the
+    window, so the model is computed exactly (transformers applies the window)."""
+    hf = write_hf_dir(tmp_path, "mistral", sliding_window=64)
+    ids = torch.randint(3, 259, (1, PROMPT + STEPS), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        ref = hf(ids).logits[0]
+    assert (_eager_logits(str(tmp_path), ids) - ref).abs().max().item() < TOL
+    with pytest.raises(EdgespecError, match="model.max_seq_len <= 64"):
+        read_source(str(tmp_path), 65)
 
 
 def test_weights_without_a_place_are_refused(tmp_path):

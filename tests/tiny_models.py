@@ -75,6 +75,7 @@ HF_FAMILIES = {
             }
         },
     ),
+    "mistral": ("MistralConfig", "MistralForCausalLM", {"sliding_window": None}),
     "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", {"tie_word_embeddings": True}),
     "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", {"head_dim": 12}),  # q width 72 != hidden 48
 }
@@ -124,7 +125,7 @@ _GGUF_NAMES = {
 
 
 def write_gguf_of_hf(path, model, quantize: dict[str, str] | None = None) -> None:
-    """The GGUF file llama.cpp's converter makes of a transformers model (Llama, Qwen2, Qwen3):
+    """The GGUF file llama.cpp's converter makes of a transformers model (Llama, Mistral, Qwen2, Qwen3):
     its metadata and tensor names; for `llama` q/k rows permuted to interleaved RoPE pairs and
     Llama 3 scaling as `rope_freqs.weight`, for `qwen2`/`qwen3` rows as they are (llama.cpp
     rotates them NEOX-style). quantize: GGUF type by GGUF tensor name (`gguf.quants`), F32 else."""
@@ -133,7 +134,7 @@ def write_gguf_of_hf(path, model, quantize: dict[str, str] | None = None) -> Non
     from edgespec.models.hf import interleave_rope_rows, llama3_freq_factors
 
     cfg = model.config
-    arch = cfg.model_type
+    arch = {"mistral": "llama"}.get(cfg.model_type, cfg.model_type)  # llama.cpp writes a Mistral as a llama
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
     tokens = vocabulary()
     w = gguf.GGUFWriter(str(path), arch)

@@ -1,6 +1,6 @@
 """Load a local Hugging Face model directory (config.json, *.safetensors, tokenizer.json) of
-a family edgespec's decoder computes: Llama (3.x `llama3` rope scaling included), Qwen2/2.5
-(q/k/v biases), Qwen3 (q/k norms per head).
+a family edgespec's decoder computes: Llama (3.x `llama3` rope scaling included), Mistral,
+Qwen2/2.5 (q/k/v biases), Qwen3 (q/k norms per head).
 
 Whatever in the config or the weights would change the numerics and is not implemented
 (another rope type, sliding-window layers, biases where the family has none, another
@@ -26,12 +26,22 @@ class HfFamily:
 
     qkv_bias: bool = False  # q/k/v projections always carry a bias (Qwen2)
     qk_norm: bool = False  # RMSNorm per head of q and k before RoPE (Qwen3)
+    window_when_set: bool = False  # a `sliding_window` in the config applies to every layer (Mistral)
 
 
 HF_FAMILIES = {
     "llama": HfFamily(),
+    "mistral": HfFamily(window_when_set=True),
     "qwen2": HfFamily(qkv_bias=True),
     "qwen3": HfFamily(qk_norm=True),
+}
+
+# families people ask for that the decoder does not compute, and what it lacks for them
+NOT_COMPUTED = {
+    "gemma3": "pre- and post-sublayer norms, (1 + w) RMSNorm, GeGLU, scaled embeddings, per-layer rope bases, sliding-window layers",
+    "gemma3_text": "pre- and post-sublayer norms, (1 + w) RMSNorm, GeGLU, scaled embeddings, per-layer rope bases, sliding-window layers",
+    "gemma2": "pre- and post-sublayer norms, (1 + w) RMSNorm, GeGLU, logit soft-capping, sliding-window layers",
+    "gemma": "(1 + w) RMSNorm, GeGLU, scaled embeddings",
 }
 
 ROPE_TYPES = ("default", "llama3")
@@ -106,8 +116,11 @@ def _rope(cfg: dict, head_dim: int, where: Path) -> tuple[float, tuple[float, ..
     return theta, llama3_freq_factors(head_dim, theta, *args)
 
 
-def _refuse_unsupported(cfg: dict, where: Path) -> None:
-    """Config fields that change what the model computes and that edgespec does not implement."""
+def _refuse_unsupported(cfg: dict, family: HfFamily, where: Path, max_seq_len: int) -> None:
+    """Config fields that change what the model computes and that edgespec does not implement.
+
+    Sliding-window layers are accepted where the window covers the program's whole context
+    (window >= max_seq_len): no query ever has a key outside it, so they compute full attention."""
     act = cfg.get("hidden_act", cfg.get("hidden_activation", "silu"))
     if act != "silu":
         raise EdgespecError(f"'{where}': activation '{act}' is not supported (SwiGLU with silu only)")
@@ -115,17 +128,24 @@ def _refuse_unsupported(cfg: dict, where: Path) -> None:
         raise EdgespecError(f"'{where}': attention_bias (a bias on every attention projection, o_proj included) is not supported")
     if cfg.get("mlp_bias"):
         raise EdgespecError(f"'{where}': mlp_bias (biases on the feed-forward projections) is not supported")
-    sliding = [t for t in cfg.get("layer_types") or () if t != "full_attention"]
-    if cfg.get("use_sliding_window") or sliding:
-        raise EdgespecError(f"'{where}': sliding-window attention layers are not supported")
+    window = cfg.get("sliding_window")
+    sliding = cfg.get("use_sliding_window") or any(t != "full_attention" for t in cfg.get("layer_types") or ()) or (family.window_when_set and window)
+    if sliding and (not window or window < max_seq_len):
+        raise EdgespecError(
+            f"'{where}': sliding-window attention layers (window {window}) are not supported beyond their window; "
+            f"export with model.max_seq_len <= {window} (within it they compute full attention)"
+            if window
+            else f"'{where}': sliding-window attention layers are not supported"
+        )
 
 
 def _args(cfg: dict, where: Path, max_seq_len: int) -> LlamaArgs:
     mtype = cfg.get("model_type")
     if mtype not in HF_FAMILIES:
-        raise EdgespecError(f"'{where}': unsupported architecture '{mtype}' (supported: {', '.join(HF_FAMILIES)})")
+        lacks = f"; edgespec's decoder lacks its {NOT_COMPUTED[mtype]}" if mtype in NOT_COMPUTED else ""
+        raise EdgespecError(f"'{where}': unsupported architecture '{mtype}' (supported: {', '.join(HF_FAMILIES)}){lacks}")
     family = HF_FAMILIES[mtype]
-    _refuse_unsupported(cfg, where)
+    _refuse_unsupported(cfg, family, where, max_seq_len)
     n_heads = int(cfg["num_attention_heads"])
     head_dim = int(cfg.get("head_dim") or int(cfg["hidden_size"]) // n_heads)
     theta, factors = _rope(cfg, head_dim, where)
