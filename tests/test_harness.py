@@ -283,6 +283,9 @@ def test_report_files(tmp_path):
     assert "- not judged `min_speedup`: off (validate.gates.min_speedup: 0)" in md
     assert "Weights: 100 linears carried as the file's blocks, 12 rounded here, 0 float; 12 re-rounded from Q5_0 (weight error 4.1% rms)." in md
     assert json.loads((tmp_path / "r" / "report.json").read_text())["passed"] is True
+    from edgespec.tasks.language_model import render_validation  # `edgespec validate`'s table says it too
+
+    assert "gate not judged: min_speedup: off (validate.gates.min_speedup: 0)" in render_validation(report).splitlines()
 
 
 def test_report_shows_the_hybrid_draft_beside_the_programs_own(tmp_path):
