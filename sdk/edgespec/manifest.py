@@ -9,6 +9,7 @@ names the field (``manifest field 'tokenizer.eos_ids': ...``); `Manifest.to_dict
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -176,6 +177,16 @@ class QuantizationInfo(Record):
     rounded_layers: tuple[str, ...] = ()
     rounded_from: dict[str, int] = field(default_factory=dict)  # rounded layers by the source file's storage type
     rounding_error: dict[str, float] = field(default_factory=dict)  # by storage type: ||W' - W|| / ||W|| of those layers
+
+
+def rerounded(rounded_from: Mapping[str, int], rounding_error: Mapping[str, float]) -> list[tuple[int, str]]:
+    """The file's quantized types that were rounded again (float sources are not: rounding them
+    is the quantization itself), as (layers, "re-rounded from T (weight error E% rms)")."""
+    return [
+        (n, f"re-rounded from {t}" + (f" (weight error {rounding_error[t]:.1%} rms)" if t in rounding_error else ""))
+        for t, n in rounded_from.items()
+        if t not in ("F32", "F16", "BF16")
+    ]
 
 
 @dataclass(frozen=True)

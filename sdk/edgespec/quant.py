@@ -146,32 +146,33 @@ def symmetric8_blocks(w: torch.Tensor) -> BlockCodes:
     return BlockCodes("S8H", q.to(torch.int8).view(out, n), d)
 
 
-def _unsigned_4bit(b: BlockWeights) -> BlockCodes:
-    """Q4_0 / Q4_1 / Q4_K: codes q in 0..15 with w = d q + m (Q4_0's m = -8 d); fp16 scales
-    as U4H, Q4_K's products d sc as U4F."""
-    m = b.mins if b.mins is not None else -8 * b.scales
-    fp16 = bool((b.scales.half().float() == b.scales).all() and (m.half().float() == m).all())
-    return BlockCodes("U4H" if fp16 else "U4F", (b.codes + 8).to(torch.int8), b.scales, m)
-
-
-# a file's block type -> its blocks in edgespec's kernel's terms, exactly (`BlockWeights`
-# writes codes centred): every type the kernel carries
-KERNEL_CARRIED: dict[str, Callable[[BlockWeights], BlockCodes]] = {
-    "Q4_0": _unsigned_4bit,
-    "Q4_1": _unsigned_4bit,
-    "Q4_K": _unsigned_4bit,
-    "Q8_0": lambda b: BlockCodes("S8H", b.codes, b.scales),
-    "Q5_0": lambda b: BlockCodes("S8H", b.codes, b.scales),  # codes q - 16, fp16 d: Q8_0's form
-    "Q6_K": lambda b: BlockCodes("S8F", b.codes, b.scales),  # a scale per 16
-    "Q3_K": lambda b: BlockCodes("S8F", b.codes, b.scales),
-    "Q5_1": lambda b: BlockCodes("S8M", (b.codes + 16).to(torch.int8), b.scales, b.mins),  # w = d q + m, q in 0..31
-    "Q5_K": lambda b: BlockCodes("S8M", (b.codes + 16).to(torch.int8), b.scales, b.mins),  # d sc_j, -dmin m_j per 32
+# a file's block type -> the kernel format that computes its blocks exactly: every type
+# edgespec's kernel carries (U4: U4H where the scales and mins are fp16 values, else U4F)
+KERNEL_CARRIED = {
+    "Q4_0": "U4",
+    "Q4_1": "U4",
+    "Q4_K": "U4",
+    "Q5_1": "S8M",  # 5-bit q as int8, the file's d and min
+    "Q5_K": "S8M",  # d sc_j and -dmin m_j per 32
+    "Q8_0": "S8H",
+    "Q5_0": "S8H",  # codes q - 16, fp16 d: Q8_0's form
+    "Q6_K": "S8F",  # a scale per 16
+    "Q3_K": "S8F",
 }
 
 
-def carried_codes(blocks: BlockWeights) -> BlockCodes:
-    """A file's blocks in the kernel's terms, exactly (`KERNEL_CARRIED`)."""
-    return KERNEL_CARRIED[blocks.format](blocks)
+def carried_codes(b: BlockWeights) -> BlockCodes:
+    """A file's blocks in the kernel's terms, exactly (`KERNEL_CARRIED`). `BlockWeights` writes
+    codes centred; formats with a min take them unsigned, q = code + 2^(bits-1), with
+    w = d q + m (Q4_0's m = -8 d)."""
+    kind = KERNEL_CARRIED[b.format]
+    if kind in ("S8H", "S8F"):
+        return BlockCodes(kind, b.codes, b.scales)
+    half = 2 ** (b.bits - 1)
+    m = b.mins if b.mins is not None else -half * b.scales
+    if kind == "U4":
+        kind = "U4H" if bool((b.scales.half().float() == b.scales).all() and (m.half().float() == m).all()) else "U4F"
+    return BlockCodes(kind, (b.codes + half).to(torch.int8), b.scales, m)
 
 
 @dataclass(frozen=True)

@@ -115,4 +115,8 @@ class AsrRecipe(Record):
             self.quant.scheme in ("fp32", "fp16", "8da8w", "8da4w"), "quant.scheme", f"an asr recipe takes fp32, fp16, 8da8w or 8da4w, got {self.quant.scheme}"
         )
         require(self.quant.embedding_bits == 0, "quant.embedding_bits", "a Conformer has no embedding table; leave it 0")
-        require(self.quant.kernel == "xnnpack", "quant.kernel", "a speech program's linears (with biases) run on XNNPACK: set quant.kernel: xnnpack")
+        require(
+            self.quant.kernel == "xnnpack",
+            "quant.kernel",
+            "a speech program runs on XNNPACK (edgespec's block kernel serves language models): set quant.kernel: xnnpack",
+        )

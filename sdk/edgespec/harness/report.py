@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from edgespec.manifest import LAYOUT
+from edgespec.manifest import LAYOUT, rerounded
 
 REPORT_JSON = LAYOUT.report_json
 REPORT_MD = LAYOUT.report_md
@@ -36,11 +36,7 @@ def _weights(q: dict | None) -> list[str]:
     rounding a file's quantized weights again cost), or float."""
     if not q:
         return []
-    again = [
-        f"{n} re-rounded from {t}" + (f" (weight error {q['rounding_error'][t]:.1%} rms)" if t in q.get("rounding_error", {}) else "")
-        for t, n in q["rounded_from"].items()
-        if t not in ("F32", "F16", "BF16")
-    ]
+    again = [f"{n} {what}" for n, what in rerounded(q["rounded_from"], q.get("rounding_error", {}))]
     line = f"Weights: {q['carried']} linears carried as the file's blocks, {q['rounded']} rounded here, {q['unquantized']} float"
     return [line + (f"; {', '.join(again)}" if again else "") + ".", ""]
 

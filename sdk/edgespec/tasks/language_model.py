@@ -16,7 +16,7 @@ from pathlib import Path
 
 from edgespec.bundle import ExportResult, StageClock
 from edgespec.config import Recipe
-from edgespec.manifest import LAYOUT, GateResult, LmManifest, LmModelInfo, LmValidation, QuantizationInfo, SpeculativeInfo, TokenizerInfo
+from edgespec.manifest import LAYOUT, GateResult, LmManifest, LmModelInfo, LmValidation, QuantizationInfo, SpeculativeInfo, TokenizerInfo, rerounded
 
 NAME = "generate"
 DESCRIPTION = (
@@ -171,18 +171,9 @@ def export_summary(result: ExportResult) -> str:
         fid = f", held-out vs fp32: top-1 {f.top1_agreement:.1%}, perplexity {f.perplexity_ratio:.3f}x, KL {f.kl_mean:.4f}" if f else ""
         checked = f"; validated on {v.prompts} prompts: score {v.score:.3f}{ref}{fid}, AR {v.ar_tokens_per_s:.1f} tok/s{spec}, gates passed; report {result.bundle_dir}/{LAYOUT.report_md}"
     q = m.quantization
-    rounded = (
-        ", ".join(f"{n} layer{'' if n == 1 else 's'} re-rounded from {t}{_error(q, t)}" for t, n in q.rounded_from.items() if t not in ("F32", "F16", "BF16"))
-        if q
-        else ""
-    )
+    rounded = ", ".join(f"{n} layer{'' if n == 1 else 's'} {what}" for n, what in rerounded(q.rounded_from, q.rounding_error)) if q else ""
     rounded = f"; {rounded}" if rounded else ""
     return f"wrote {result.bundle_dir} ({m.precision}, {LAYOUT.program} {size_mb:.1f} MB) in {total:.0f}s [{parts}]{rounded}{checked}"
-
-
-def _error(q: QuantizationInfo, source: str) -> str:
-    e = q.rounding_error.get(source)
-    return "" if e is None else f" (weight error {e:.1%} rms)"
 
 
 def describe(m: LmManifest) -> list[str]:
