@@ -23,7 +23,6 @@ def write_llama_gguf(path, dim: int, hidden: int, heads: int, kv_heads: int, ten
     GGUF type name) (F32 norms of size `dim` are added)."""
     import gguf
 
-    tokens = vocabulary()
     w = gguf.GGUFWriter(str(path), "llama")
     w.add_block_count(1)
     w.add_embedding_length(dim)
@@ -32,16 +31,26 @@ def write_llama_gguf(path, dim: int, hidden: int, heads: int, kv_heads: int, ten
     w.add_head_count_kv(kv_heads)
     w.add_context_length(256)
     w.add_layer_norm_rms_eps(1e-5)
-    w.add_tokenizer_model("gpt2")
-    w.add_token_list(tokens)
-    w.add_token_types([1] * len(tokens))
-    w.add_token_merges([])
-    w.add_eos_token_id(2)
+    _add_byte_vocabulary(w)
     for name, (raw, qtype) in tensors.items():
         t = getattr(gguf.GGMLQuantizationType, qtype)
         w.add_tensor(name, raw, raw_shape=raw.shape, raw_dtype=t)
     for name in ("blk.0.attn_norm.weight", "blk.0.ffn_norm.weight", "output_norm.weight"):
         w.add_tensor(name, np.ones(dim, dtype=np.float32))
+    _write(w)
+
+
+def _add_byte_vocabulary(w) -> None:
+    """`vocabulary()` as a byte-level BPE tokenizer with no merges; eos id 2."""
+    tokens = vocabulary()
+    w.add_tokenizer_model("gpt2")
+    w.add_token_list(tokens)
+    w.add_token_types([1] * len(tokens))
+    w.add_token_merges([])
+    w.add_eos_token_id(2)
+
+
+def _write(w) -> None:
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -136,7 +145,6 @@ def write_gguf_of_hf(path, model, quantize: dict[str, str] | None = None) -> Non
     cfg = model.config
     arch = {"mistral": "llama"}.get(cfg.model_type, cfg.model_type)  # llama.cpp writes a Mistral as a llama
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    tokens = vocabulary()
     w = gguf.GGUFWriter(str(path), arch)
     w.add_block_count(cfg.num_hidden_layers)
     w.add_context_length(cfg.max_position_embeddings)
@@ -151,12 +159,8 @@ def write_gguf_of_hf(path, model, quantize: dict[str, str] | None = None) -> Non
     if arch == "qwen3":
         w.add_key_length(head_dim)
         w.add_value_length(head_dim)
-    w.add_tokenizer_model("gpt2")
-    w.add_token_list(tokens)
-    w.add_token_types([1] * len(tokens))
-    w.add_token_merges([])
+    _add_byte_vocabulary(w)
     w.add_bos_token_id(1)
-    w.add_eos_token_id(2)
     if rope.get("rope_type") == "llama3":
         keys = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
         factors = llama3_freq_factors(head_dim, rope["rope_theta"], *(rope[k] for k in keys))
@@ -177,10 +181,7 @@ def write_gguf_of_hf(path, model, quantize: dict[str, str] | None = None) -> Non
             w.add_tensor(name, q, raw_shape=q.shape, raw_dtype=getattr(gguf.GGMLQuantizationType, qtype))
         else:
             w.add_tensor(name, a)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    _write(w)
 
 
 # byte ranges of each GGUF block type's fp16 scale fields (d, and dmin or m where it has one)
