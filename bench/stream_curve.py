@@ -13,6 +13,12 @@ JSON files written before.
     python bench/stream_curve.py --data /work/distill-v1/shards --heldout /work/distill-v1/heldout \\
         --steps 2000 --override drafter.kind=streams > docs/results/stream_curve_streams.json
     python bench/stream_curve.py --plot docs/stream_curve.png docs/results/stream_curve_*.json
+
+A long run goes in `--out-dir DIR`: checkpoints every `--checkpoint-every` steps and the
+curve's points so far (DIR/curve.json) are kept there, so the same command, run again after
+a stop, resumes where the last checkpoint left off (same data, settings and `--steps`: the
+learning-rate schedule spans them) and keeps the points it had; `--eval-every N` adds an
+evaluation every N steps to the geometric ones.
 """
 
 from __future__ import annotations
@@ -84,6 +90,9 @@ def main() -> None:
     ap.add_argument("--features", help="feature cache file (shared by a streams and a Medusa run on the same data)")
     ap.add_argument("--save", help="write the trained weights here (edgespec's weights format), also at each evaluation")
     ap.add_argument("--init", help="start from these weights (with --steps 0: only evaluate them)")
+    ap.add_argument("--out-dir", help="a resumable run: checkpoints and the curve so far live here (module docstring)")
+    ap.add_argument("--checkpoint-every", type=int, default=50, help="with --out-dir: steps between checkpoints")
+    ap.add_argument("--eval-every", type=int, default=0, help="also evaluate every N steps (0: only the geometric points)")
     ap.add_argument("--plot", help="write this PNG from the JSON files given as arguments")
     ap.add_argument("files", nargs="*")
     args = ap.parse_args()
@@ -117,29 +126,44 @@ def main() -> None:
     with torch.no_grad():  # the held-out sequences' frozen features, fp32, once
         hfeats = [model.lower_hidden(torch.tensor([ids]))[0] for _, _, ids in seqs]
     trees = sorted({(1,) * s.gamma, tuple(s.tree)})
-    eval_at = sorted({max(1, round(args.steps / 2**k)) for k in range(args.evals)})
-    points = [{"step": 0, "tokens_per_call": evaluate(model, seqs, hfeats, s.gamma, vocab, trees)}]
+    eval_at = {max(1, round(args.steps / 2**k)) for k in range(args.evals)}
+    if args.eval_every:
+        eval_at |= set(range(args.eval_every, args.steps + 1, args.eval_every))
+    curve_file = Path(args.out_dir) / "curve.json" if args.out_dir else None
+    if curve_file:
+        curve_file.parent.mkdir(parents=True, exist_ok=True)
+    points = json.loads(curve_file.read_text())["points"] if curve_file and curve_file.is_file() else []
     eval_s = [0.0]
 
-    def on_step(step: int, loss: float) -> None:
-        if step in eval_at:
-            t = time.perf_counter()
-            points.append({"step": step, "loss": round(loss, 4), "tokens_per_call": evaluate(model, seqs, hfeats, s.gamma, vocab, trees)})
-            eval_s[0] += time.perf_counter() - t
-            print(json.dumps(points[-1]), file=sys.stderr, flush=True)
-            if args.save:  # a stopped long run keeps its latest evaluated weights
-                save_drafter(args.save, model.params, model.cfg, vocab)
+    def evaluate_now(step: int, log=None) -> None:
+        t = time.perf_counter()
+        point = {"step": step, "response_tokens_seen": log.tokens_seen[-1] if log else 0}
+        if log:
+            point["loss"] = round(sum(log.loss[-20:]) / len(log.loss[-20:]), 4)  # the last 20 steps' mean
+        points.append(point | {"tokens_per_call": evaluate(model, seqs, hfeats, s.gamma, vocab, trees)})
+        eval_s[0] += time.perf_counter() - t
+        print(json.dumps(points[-1]), file=sys.stderr, flush=True)
+        if curve_file:
+            tmp = curve_file.with_suffix(".tmp")
+            tmp.write_text(json.dumps({"points": points}, indent=1))
+            tmp.replace(curve_file)
+        if args.save and log:  # a stopped long run keeps its latest evaluated weights
+            save_drafter(args.save, model.params, model.cfg, vocab)
 
-    hp = replace(t, steps=max(1, args.steps), checkpoint_every=10**9)
+    def on_step(step: int, log) -> None:
+        if step in eval_at and all(p["step"] != step for p in points):
+            evaluate_now(step, log)
+
+    hp = replace(t, steps=max(1, args.steps), checkpoint_every=args.checkpoint_every if args.out_dir else 10**9)
     t1 = time.perf_counter()
-    with tempfile.TemporaryDirectory() as out:
+    with tempfile.TemporaryDirectory() as scratch:
+        out = Path(args.out_dir or scratch)
+        if not (out / "ckpt.pt").is_file() and not points:
+            evaluate_now(0)  # the untrained drafter (a resumed run has it already)
         log = train_drafter(model, examples, feats, hp, out, on_step=on_step, draft_ids=vocab) if args.steps else None
     train_s = time.perf_counter() - t1
     if args.save:
         save_drafter(args.save, model.params, model.cfg, vocab)
-    seen = dict(zip(log.steps, log.tokens_seen)) if log else {}
-    for p in points:
-        p["response_tokens_seen"] = seen.get(p["step"], 0)
     print(
         json.dumps(
             {
@@ -155,7 +179,8 @@ def main() -> None:
                 "steps": args.steps,
                 "batch_size": t.batch_size,
                 "feature_seconds": round(feature_s, 1),
-                "train_seconds": round(train_s - eval_s[0], 1),
+                "train_seconds": round(train_s - eval_s[0], 1),  # this process's
+                "train_seconds_all_runs": round(log.seconds, 1) if log else None,  # across resumed runs (to the last checkpoint)
                 "eval_seconds": round(eval_s[0], 1),
                 "train_response_tokens_per_s": round(log.tokens_seen[-1] / (train_s - eval_s[0]), 1) if log else None,
                 "points": points,

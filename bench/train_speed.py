@@ -87,7 +87,7 @@ def main() -> None:
                     feats[model.first],
                     hp,
                     out,
-                    on_step=lambda s, l, stamps=stamps: stamps.append(time.perf_counter()),
+                    on_step=lambda s, log, stamps=stamps: stamps.append(time.perf_counter()),
                     draft_ids=vocab[r.drafter.draft_vocab],
                 )
             seen = [0, *log.tokens_seen]

@@ -167,7 +167,7 @@ def _run(tiny_model, ex, d, steps=10, lr=1e-3, stop_at=None, kind="streams"):
     spec = new_drafter(tiny_model, DrafterConfig(kind=kind, gamma=2, n_layers=1, lora_rank=4, tree=(1, 1)))
     hp = TrainConfig(steps=steps, batch_size=4, lr=lr, warmup_steps=2, checkpoint_every=5, stream_weights=(1.0, 1.0), bf16=False)
 
-    def on_step(step, loss):
+    def on_step(step, log):
         if step == stop_at:
             raise _Killed
 

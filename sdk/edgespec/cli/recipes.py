@@ -65,9 +65,9 @@ def train(recipe_args: tuple[str, ...]) -> None:
 
     with progress_bar(cfg.train.steps, "train", "step") as bar:
 
-        def on_step(step: int, loss: float) -> None:
+        def on_step(step: int, log) -> None:
             bar.n = step
-            bar.set_postfix_str(f"loss {loss:.3f}")
+            bar.set_postfix_str(f"loss {log.loss[-1]:.3f}")
             bar.refresh()
 
         summary = train_from_recipe(cfg, on_status=lambda s: bar.set_description(f"train [{s}]"), on_step=on_step)

@@ -59,13 +59,14 @@ def train_drafter(
     feats: list[torch.Tensor],
     hp: TrainConfig,
     out_dir: str | Path,
-    on_step: Callable[[int, float], None] = lambda step, loss: None,
+    on_step: Callable[[int, TrainLog], None] = lambda step, log: None,
     draft_ids: torch.Tensor | None = None,
 ) -> TrainLog:
     """Train model.params on examples with `hp` (steps, lr, loss weights, ...; its data, out_dir
     and drafter are the caller's); the streams' loss over the draft vocabulary `draft_ids` when
     given (`DraftLoss`). Resumable from out_dir/ckpt.pt when that checkpoint was made with
-    the same `run_fingerprint` (else EdgespecError). Returns the loss log."""
+    the same `run_fingerprint` (else EdgespecError). on_step(step, log) after each step, the
+    log holding that step's loss and tokens seen. Returns the loss log."""
     from edgespec.errors import EdgespecError
 
     rank, world = _dist()
@@ -131,7 +132,7 @@ def train_drafter(
         log.loss.append(loss_value)
         log.stream_acc.append([round(float(a), 4) for a in accs])
         log.tokens_seen.append(seen)
-        on_step(step, loss_value)
+        on_step(step, log)
         if rank == 0 and (step % hp.checkpoint_every == 0 or step == hp.steps):
             log.seconds += time.perf_counter() - t0
             t0 = time.perf_counter()
@@ -144,7 +145,7 @@ def train_drafter(
     return log
 
 
-def train_from_recipe(recipe, on_status: Callable[[str], None] = lambda s: None, on_step: Callable[[int, float], None] = lambda s, l: None) -> dict:
+def train_from_recipe(recipe, on_status: Callable[[str], None] = lambda s: None, on_step: Callable[[int, TrainLog], None] = lambda step, log: None) -> dict:
     """`edgespec train`: base model -> features -> drafter training -> <drafter>.pt in out_dir
     (text-pair data in the chat template as the recipe's `model.chat_template` says)."""
     from edgespec.models.load import build_model, read_source, tokenizer_of
