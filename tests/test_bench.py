@@ -139,7 +139,7 @@ def _bench_cli(tmp_path, monkeypatch, *args):
     log: list = []
     monkeypatch.setattr(run, "_load_bundle", lambda bundle: ({}, None, FakeRunner(pte)))
     monkeypatch.setattr(run, "_prompt_ids", lambda tok, prompt, chat: [ord(c) for c in prompt])
-    monkeypatch.setattr(run, "_decoder", lambda runner, mode, lookup=0: (mode, fake_decoder(mode, log, per_call=2 if mode == "spec" else 1)))
+    monkeypatch.setattr(run, "_decoder", lambda runner, mode, lookup, manifest: (mode, fake_decoder(mode, log, per_call=2 if mode == "spec" else 1)))
     res = CliRunner().invoke(cli.main, ["bench", "--bundle", str(tmp_path), *args])
     return res, log
 

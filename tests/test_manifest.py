@@ -114,7 +114,30 @@ def test_the_language_model_task_records_the_drafter_it_built():
     meta = SimpleNamespace(spec=SimpleNamespace(n_streams=3, branching=(1, 1, 1), parents=(-1, 0, 1, 2)))
     info = _speculative_info(recipe, meta)
     assert (info.drafter, info.weights, info.draft_vocab, info.tree_parents) == ("hydra", "drafter.pt", 8192, (-1, 0, 1, 2))
+    assert info.lookup == recipe.validate.lookup == 2  # the hybrid draft it was validated with is how it decodes
     assert _speculative_info(recipe, SimpleNamespace(spec=None)) is None
+
+
+def test_generate_and_bench_decode_with_the_bundles_own_lookup_unless_told(monkeypatch):
+    from types import SimpleNamespace
+
+    import edgespec.cli.run as run
+    import edgespec.runtime.session as session
+
+    seen = []
+    monkeypatch.setattr(session, "decoder", lambda runner, mode, lookup: seen.append(lookup) or (mode, None))
+    spec = SimpleNamespace(speculative=SimpleNamespace(lookup=2))
+    run._decoder(None, "spec", None, spec)
+    run._decoder(None, "spec", 0, spec)  # --lookup 0: the drafter only
+    run._decoder(None, "spec", 3, spec)
+    run._decoder(None, "ar", None, SimpleNamespace(speculative=None))  # an autoregressive-only bundle
+    assert seen == [2, 0, 3, 0]
+
+
+def test_a_manifest_before_the_lookup_field_decodes_with_the_drafter_only(tmp_path):
+    data = tiny_manifest_data()
+    data["speculative"] = {"tree_branching": [1], "tree_parents": [-1, 0], "drafter": "hydra"}
+    assert parse_manifest(data, "old").speculative.lookup == 0
 
 
 def test_every_recipe_and_manifest_kind_has_its_task():

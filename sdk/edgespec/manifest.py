@@ -203,6 +203,7 @@ class SpeculativeInfo(Record):
     weights: str = LAYOUT.drafter  # the bundle's file holding the drafter
     draft_vocab: int = 0
     step_attention: str = "rows"
+    lookup: int = 0  # the hybrid draft the bundle decodes with: suffix matches of >= lookup tokens first (0: the drafter only)
 
 
 @dataclass(frozen=True, kw_only=True)

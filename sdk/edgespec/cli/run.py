@@ -23,9 +23,12 @@ def _prompt_ids(tokenizer, prompt: str, chat_template: bool) -> list[int]:
     return encode_prompt(tokenizer, prompt, chat_template)
 
 
-def _decoder(runner, mode: str, lookup: int = 0):
+def _decoder(runner, mode: str, lookup: int | None, manifest):
+    """The decoder for `mode`; lookup None: the bundle's own hybrid draft (manifest speculative.lookup)."""
     from edgespec.runtime.session import decoder
 
+    if lookup is None:
+        lookup = manifest.speculative.lookup if manifest.speculative is not None else 0
     return decoder(runner, mode, lookup)
 
 
@@ -41,10 +44,10 @@ NGRAM = click.option(
 )
 LOOKUP = click.option(
     "--lookup",
-    default=0,
-    show_default=True,
+    default=None,
     type=click.IntRange(min=0, max=8),
-    help="spec: also draft from the context: what followed the earliest occurrence of the longest repeated suffix, when it is at least this many tokens (0 = the drafter only).",
+    help="spec: also draft from the context: what followed the earliest occurrence of the longest repeated suffix, when it is at least this many tokens "
+    "(0 = the drafter only). Default: the bundle's own setting (manifest speculative.lookup, what its validation measured).",
 )
 
 
@@ -80,7 +83,7 @@ def generate(
     temperature: float,
     seed: int,
     mode: str,
-    lookup: int,
+    lookup: int | None,
     no_repeat_ngram_size: int,
     no_chat_template: bool,
     sequential: bool,
@@ -99,8 +102,8 @@ def generate(
     set_thread_count(threads)
     from edgespec.models.tokenizer import StreamDecoder
 
-    _, tokenizer, runner = _load_bundle(bundle, verify)
-    mode, run = _decoder(runner, mode, lookup)
+    manifest, tokenizer, runner = _load_bundle(bundle, verify)
+    mode, run = _decoder(runner, mode, lookup, manifest)
     kwargs = dict(
         max_new_tokens=max_new_tokens,
         max_seq_len=runner.max_seq_len,
@@ -199,18 +202,20 @@ def _generate_batch(run, tokenizer, input_path: str, output_path: str, kwargs: d
 @THREADS
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (fields: docs/benchmarks.md).")
 @friendly
-def bench(bundle: str, prompts: tuple[str, ...], max_new_tokens: int, warmup: int, runs: int, mode: str, lookup: int, threads: int, as_json: bool) -> None:
+def bench(
+    bundle: str, prompts: tuple[str, ...], max_new_tokens: int, warmup: int, runs: int, mode: str, lookup: int | None, threads: int, as_json: bool
+) -> None:
     """Decode and prefill tokens/s, speedup, tokens per call, peak RSS and program size."""
     quiet_runtime_logs()
     set_thread_count(threads)
     from edgespec.runtime.bench import bench_generation
 
-    _, tokenizer, runner = _load_bundle(bundle)
+    manifest, tokenizer, runner = _load_bundle(bundle)
     ids = [_prompt_ids(tokenizer, p, True) for p in prompts]
     modes = ("ar", "spec") if mode == "both" else (mode,)
     if mode == "both" and not runner.has_spec:
         modes = ("ar",)
-    decoders = dict(_decoder(runner, m, lookup) for m in modes)
+    decoders = dict(_decoder(runner, m, lookup, manifest) for m in modes)
     stats = bench_generation(runner, ids, decoders, max_new_tokens=max_new_tokens, warmup=warmup, runs=runs)
     if as_json:
         click.echo(json.dumps(stats, indent=2))

@@ -121,6 +121,7 @@ def _speculative_info(recipe: Recipe, meta) -> SpeculativeInfo | None:
         weights=LAYOUT.drafter,  # a file in the bundle; the recipe names where they came from
         draft_vocab=s.draft_vocab,
         step_attention=recipe.export.step_attention,
+        lookup=recipe.validate.lookup,  # what validation measured is how the bundle decodes by default
     )
 
 

@@ -31,6 +31,7 @@ public class MainActivity extends AppCompatActivity {
   private ExecuTorchModel model;
   private ByteLevelBpe tokenizer;
   private boolean chatTemplate;
+  private volatile int lookup;
   private TextView status, chat, stats;
 
   @Override
@@ -54,6 +55,7 @@ public class MainActivity extends AppCompatActivity {
         dev.edgespec.core.Bundle b = dev.edgespec.core.Bundle.open(dir); // checksums first
         tokenizer = ByteLevelBpe.fromFile(b.tokenizerFile());
         chatTemplate = b.tokenizerInfo().get("chat_template") != null;
+        lookup = b.specLookup(); // the hybrid draft the bundle was validated with
         model = new ExecuTorchModel(b.program().getAbsolutePath());
         boolean hasSpec = model.hasSpec();
         runOnUiThread(() -> {
@@ -90,7 +92,7 @@ public class MainActivity extends AppCompatActivity {
             });
           };
           Generation g = speculative
-              ? Decoder.generateSpec(model, ids, MAX_NEW_TOKENS, 0f, 0, onToken)
+              ? Decoder.generateSpec(model, ids, MAX_NEW_TOKENS, 0f, 0, lookup, onToken)
               : Decoder.generate(model, ids, MAX_NEW_TOKENS, 0f, 0, onToken);
           String line = String.format(java.util.Locale.US, "%s: %.1f tok/s decode, %.2f tokens per call, %d tokens, prefill %d ms",
               speculative ? "speculative" : "autoregressive", g.decodeTokensPerSecond(), g.meanAccepted(), g.completion.size(), g.prefillNanos / 1_000_000);

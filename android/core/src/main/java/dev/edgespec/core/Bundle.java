@@ -86,6 +86,17 @@ public final class Bundle {
     return methods instanceof List && ((List<?>) methods).contains(ProgramContract.SPEC_STEP);
   }
 
+  /**
+   * The hybrid draft the bundle decodes with (manifest {@code speculative.lookup}): suffix matches
+   * of at least this many tokens go first in the draft; 0 (or a bundle before it) the drafter only.
+   */
+  public int specLookup() {
+    Object spec = manifest.get("speculative");
+    if (!(spec instanceof Map)) return 0;
+    Object v = Json.object(spec, "speculative").get("lookup");
+    return v instanceof Number ? ((Number) v).intValue() : 0;
+  }
+
   static String sha256(File f) throws BundleException {
     try (InputStream in = new FileInputStream(f)) {
       MessageDigest md = MessageDigest.getInstance("SHA-256");

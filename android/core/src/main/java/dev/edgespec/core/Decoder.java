@@ -13,7 +13,10 @@ import java.util.Random;
  *       or lossless rejection sampling fed with this loop's uniforms and Gumbel noise), compacts
  *       the KV cache to the accepted path and drafts the next tree. The host tracks the position
  *       (the last emitted token is not yet in the cache) and finishes autoregressively near the end
- *       of the context, where a tree no longer fits.
+ *       of the context, where a tree no longer fits. With {@code lookup > 0} (the hybrid draft, a
+ *       bundle's {@link Bundle#specLookup}) the continuation of the longest earlier match of the
+ *       context's suffix ({@link SuffixMatcher}), when it is at least {@code lookup} tokens long,
+ *       goes first at each depth of the draft: verification is exact, so only the speed changes.
  * </ul>
  *
  * Greedy output of both is identical on the same program. Sampling uses java.util.Random, so a
@@ -54,7 +57,7 @@ public final class Decoder {
     return g;
   }
 
-  public static Generation generateSpec(LanguageModel m, List<Long> prompt, int maxNewTokens, float temperature, long seed, TokenListener listener) {
+  public static Generation generateSpec(LanguageModel m, List<Long> prompt, int maxNewTokens, float temperature, long seed, int lookup, TokenListener listener) {
     if (!m.hasSpec()) throw new IllegalArgumentException("the program has no speculative methods; use generate()");
     int depth = m.specDepth(), k = m.specTopK(), r = m.specTreeSize(), vocab = m.vocabSize();
     int room = r + depth; // slots one step may touch past its position
@@ -74,6 +77,7 @@ public final class Decoder {
     long[] fresh = {x};
     long pos = prompt.size(); // position of x, the last emitted token (not yet in the cache)
     long[] draft = placeholderDraft(depth, k);
+    SuffixMatcher matcher = lookup > 0 ? new SuffixMatcher(prompt) : null;
     while (true) {
       for (long tok : fresh) {
         if (isEos(tok, m.eosIds())) {
@@ -82,6 +86,7 @@ public final class Decoder {
           return g;
         }
         g.completion.add(tok);
+        if (matcher != null) matcher.extend(tok);
         if (listener != null) listener.onToken(tok);
         if (g.completion.size() >= budget) {
           g.decodeNanos = System.nanoTime() - tDec;
@@ -100,6 +105,7 @@ public final class Decoder {
             gumbel[i] = (float) -Math.log(-Math.log(u));
           }
         }
+        if (matcher != null) draft = withLookup(draft, depth, k, matcher.draft(depth, lookup));
         LanguageModel.SpecStep s = m.specStep(x, draft, pos, temperature, uniforms, gumbel);
         fresh = s.tokens;
         draft = s.nextDraft;
@@ -119,6 +125,24 @@ public final class Decoder {
     long[] d = new long[depth * k];
     for (int i = 0; i < d.length; i++) d[i] = i % k;
     return d;
+  }
+
+  /**
+   * The [depth, k] row-major draft with a lookup continuation first at each depth it covers, the
+   * draft's other candidates after it (distinct per depth, as lossless sampling needs).
+   */
+  public static long[] withLookup(long[] draft, int depth, int k, long[] continuation) {
+    long[] out = draft.clone();
+    for (int d = 0; d < Math.min(depth, continuation.length); d++) {
+      long tok = continuation[d];
+      int j = d * k;
+      out[j++] = tok;
+      for (int i = 0; i < k && j < (d + 1) * k; i++) {
+        long t = draft[d * k + i];
+        if (t != tok) out[j++] = t;
+      }
+    }
+    return out;
   }
 
   static void checkPrompt(List<Long> prompt, int maxSeqLen, int reserve) {

@@ -33,6 +33,7 @@ public class BundleTest {
     assertEquals("fp32", b.precision());
     assertEquals(2L, b.eosIds()[0]);
     assertTrue(b.hasSpec());
+    assertEquals(2, b.specLookup()); // the fixture's manifest records the hybrid draft of 2
     assertTrue(b.program().isFile() && b.tokenizerFile().isFile());
   }
 
