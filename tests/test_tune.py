@@ -73,6 +73,42 @@ def test_replay_equals_chain_decoding_with_hydra_heads(tiny_model):
     assert accepted > 0  # the heads' drafts were tested, not only the bonus tokens
 
 
+@pytest.mark.parametrize("lookup", [0, 1, 2])
+def test_hybrid_replay_equals_decoding_with_lookup(tiny_model, lookup):
+    """The hybrid draft (suffix matches first, `generate(lookup=N)`) replayed from the ranks and
+    the text matches the real decode loop: call for call for the drafter alone; with suffix
+    matches up to the one approximation `hybrid_fill` names (a continuation shorter than the
+    chain is followed by the drafter's own deeper drafts, which the ranks only know when the
+    drafter's chain was right: a random tiny model that repeats one token hits it often, a
+    real model rarely)."""
+    from edgespec.speculative.medusa import HydraHeads, HydraModel
+
+    torch.manual_seed(2)
+    heads = HydraHeads(tiny_model.args.dim, 3)
+    with torch.no_grad():
+        for p in heads.parameters():
+            p.normal_(0, 0.2)
+        tiny_model.output.weight.mul_(0.3)
+    hydra = HydraModel(tiny_model, heads, 1)
+    gen = torch.Generator().manual_seed(0)
+    matched = 0
+    for _ in range(3):
+        prompt = torch.randint(0, 97, (5,), generator=gen).tolist() * 2  # a repeat: suffix matches from the start
+        m = EagerSpecMethods(SpecProgram(hydra, Tree((1, 1, 1))))
+        out = generate(m.forward, prompt, max_new_tokens=30, max_seq_len=64, eos_ids=(), spec=m, lookup=lookup)
+        ar = out.completion_ids
+        ranks = T.future_ranks(hydra, [(len(prompt), prompt + ar)], 3)
+        calls = T.replay_with_context(prompt, ar, T.accepted_depths(ranks[0], 3), T.hybrid_fill(3, lookup))
+        replayed, real = [n for n, _ in calls][:-1], out.tokens_per_call[:-1]  # the last call may be cut by the budget
+        if lookup == 0:
+            assert replayed == real
+        else:
+            assert replayed[:2] == real[:2] and abs(len(replayed) - len(real)) <= 0.15 * len(real), (replayed, real)
+        drafter_only = T.replay_with_context(prompt, ar, T.accepted_depths(ranks[0], 3), T.hybrid_fill(3, 0))
+        matched += calls != drafter_only
+    assert (matched > 0) == (lookup > 0)  # the suffix matches changed calls, so they were tested
+
+
 def test_candidates_and_estimates():
     trees = T.candidate_trees(3, 16)
     assert (1,) in trees and (1, 1, 1) in trees and (3, 2, 1) in trees and (2, 3) not in trees
@@ -136,6 +172,7 @@ def test_tune_bundle_ranks_trees_on_a_real_bundle(fp32_bundle):
     phases = []
     out = tune_bundle(fp32_bundle, TuneConfig(prompts=1, max_new_tokens=8, max_size=6, context=64), on_progress=lambda phase, done, total: phases.append(phase))
     assert out["own_tree"] == [2, 1] and out["context"] == 64 and out["ar_tokens_per_s"] > 0
+    assert out["lookup"] is None  # a product tree: the hybrid draft replays exactly on chains only
     assert out["trees"] and all(e["size"] <= 6 and e["tokens_per_call"] >= 1 for e in out["trees"])
     assert [e["tokens_per_s"] for e in out["trees"]] == sorted((e["tokens_per_s"] for e in out["trees"]), reverse=True)
     assert phases[0] == "continuations" and phases[-1] == "costs"

@@ -136,6 +136,10 @@ def tune(bundle, overrides, n_prompts, max_new_tokens, max_size, context, top, t
         click.echo(f"{str(e['branching']):<16}{e['size']:>6}{e['tokens_per_call']:>10.3f}{e['ms_per_call']:>9.2f}{e['tokens_per_s']:>9.1f}{e['vs_ar']:>7.3f}")
     best = out["trees"][0]
     click.echo(f"best: tree {best['branching']} -> {best['tokens_per_s']:.1f} tok/s expected ({best['vs_ar']:.2f}x autoregressive {ar_tps:.1f} tok/s)")
+    if out["lookup"] is not None:
+        lk = out["lookup"]
+        by = ", ".join(f"{n}: {v:.3f}" for n, v in lk["tokens_per_call"].items())
+        click.echo(f"hybrid draft on {lk['tree']}, tokens per call by validate.lookup (0: the drafter alone): {by} -> best validate.lookup={lk['best']}")
 
 
 @click.command()

@@ -18,7 +18,9 @@ def tune_bundle(bundle_dir: str | Path, cfg: TuneConfig | None = None, on_progre
     """Rank every draft tree up to `cfg.max_size` nodes by expected tokens/s for a speculative
     bundle on this device: its program's call costs at position `cfg.context`, its drafter's
     acceptance on greedy continuations (`cfg.max_new_tokens`) of `cfg.prompts` held-out prompts. Returns the table
-    (best first) with the measured costs; reports (phase, done, total) through on_progress."""
+    (best first) with the measured costs, and for a chain the hybrid draft's tokens per call by
+    `validate.lookup` (same tree, same cost: the most tokens per call wins); reports (phase,
+    done, total) through on_progress."""
     from edgespec.bundle import drafter_weights, read_manifest
     from edgespec.corpus.prompts import mixed_prompts
     from edgespec.errors import EdgespecError
@@ -55,6 +57,11 @@ def tune_bundle(bundle_dir: str | Path, cfg: TuneConfig | None = None, on_progre
     # drafts that continue earlier drafts (Hydra, eagle) are replayed exactly for chains (top-k at the last depth only)
     table = T.estimate(ranks, cost, T.candidate_trees(spec.cfg.gamma, max_size, chains_only=spec.chains_only))
     ar_tps = 1.0 / t_1
+    own = tuple(runner.branching)
+    lookup = None  # the hybrid draft replays exactly on chains only (a product tree's other candidates follow the match)
+    if all(k == 1 for k in own):
+        tpc = T.replay_lookup([(ids[:n], ids[n:]) for n, ids in seqs], ranks, len(own))
+        lookup = {"tree": list(own), "tokens_per_call": {n: round(v, 3) for n, v in tpc.items()}, "best": max(tpc, key=tpc.get)}
     return {
         "device_costs_ms": {
             "forward_1_token": round(1000 * t_1, 3),
@@ -65,6 +72,7 @@ def tune_bundle(bundle_dir: str | Path, cfg: TuneConfig | None = None, on_progre
         "context": context,
         "own_tree": list(runner.branching),
         "ar_tokens_per_s": round(ar_tps, 2),
+        "lookup": lookup,
         "trees": [
             {
                 "branching": list(e.branching),

@@ -20,6 +20,12 @@ the true future token in each stream; the decode is then replayed for any tree: 
 call emits 1 + (accepted depth) tokens and jumps there. Mean tokens per call is exact for
 greedy decoding of those continuations (up to program-vs-eager numerics).
 
+Hybrid drafts (`generate(lookup=N)`: the suffix match's continuation over prompt and output
+replaces a chain's draft when the match is at least N tokens) are replayed the same way, call
+by call with a `SuffixMatcher` over the continuation (`replay_with_context`), for chains only:
+a chain's accepted depth at each position comes from the ranks, the suffix draft's from the
+text itself.
+
 `edgespec.harness.tune.tune_bundle` runs all of it for a bundle (`edgespec tune`).
 """
 
@@ -28,12 +34,14 @@ from __future__ import annotations
 import itertools
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
 from edgespec.speculative.drafters import Drafter
+from edgespec.speculative.suffix import SuffixMatcher
 from edgespec.speculative.tree import Tree, placeholder_draft
 from edgespec.speculative.vocab import restrict_ranks
 
@@ -89,6 +97,78 @@ def replay(ranks: list[torch.Tensor], branching: tuple[int, ...]) -> tuple[float
     """Mean tokens per call over all sequences; (mean, calls)."""
     calls = [n for r in ranks for n in replay_calls(r, branching)]
     return sum(calls) / max(1, len(calls)), len(calls)
+
+
+def accepted_depths(ranks: torch.Tensor, depth: int) -> list[int]:
+    """Per row of `future_ranks` (row p: the call whose root is completion token p): the depth a
+    chain of `depth` accepts there, i.e. how many leading depths have the true token as top-1."""
+    return (ranks[:, :depth] == 0).long().cumprod(1).sum(1).tolist()
+
+
+ContextFill = Callable[[SuffixMatcher, list[int], int], tuple[int, int]]
+"""(matcher over the context so far, the true continuation, the drafter chain's accepted depth)
+-> (accepted drafts, tree rows) of one call: one way of filling a call's tree."""
+
+
+def replay_with_context(prompt: list[int], completion: list[int], accepted: list[int], fill: ContextFill) -> list[tuple[int, int]]:
+    """(tokens emitted, tree rows) of each call of greedy decoding over one continuation, as the
+    decode loop makes them: the first completion token comes from the prefill, then the call whose
+    root is completion[p] verifies drafts of completion[p + 1:] (accepted[p]: what the drafter's
+    chain accepts there, `accepted_depths`; the first call's draft is the placeholder, as no
+    call drafted before it)."""
+    m = SuffixMatcher(prompt + completion[:1])
+    calls, p, fed = [], 0, 1
+    while p + 1 < len(completion):
+        while fed <= p:
+            m.extend(completion[fed])
+            fed += 1
+        truth = completion[p + 1 :]
+        drafted = accepted[p] if p else matched_prefix(placeholder_draft(len(truth), 1)[:, 0].tolist(), truth)
+        a, rows = fill(m, truth, drafted)
+        n = min(1 + a, len(truth))
+        calls.append((n, rows))
+        p += n
+    return calls
+
+
+def matched_prefix(chain: list[int], truth: list[int]) -> int:
+    """How many leading tokens of a drafted chain greedy verification accepts."""
+    a = 0
+    while a < len(chain) and a < len(truth) and chain[a] == truth[a]:
+        a += 1
+    return a
+
+
+def hybrid_fill(depth: int, min_match: int) -> ContextFill:
+    """`generate(lookup=min_match)` on a chain of `depth`: the suffix match's continuation when
+    the match is at least min_match tokens, else the drafter's chain (min_match 0: always).
+
+    A continuation c < depth tokens long fills the first c depths (`with_lookup`), the drafter's
+    own tokens the rest: past a fully accepted continuation the chain goes on accepting as far as
+    the drafter's own chain does (its depths past c continue its own first c, which equal the
+    continuation when the drafter accepts them; a drafter that missed them is taken to miss
+    what follows, the one approximation)."""
+
+    def fill(m: SuffixMatcher, truth: list[int], a: int) -> tuple[int, int]:
+        chain = m.draft(depth, min_match)[0] if min_match else []
+        if not chain:
+            return a, 1 + depth
+        got = matched_prefix(chain, truth)
+        return (max(got, a) if got == len(chain) else got), 1 + depth
+
+    return fill
+
+
+def replay_lookup(continuations: list[tuple[list[int], list[int]]], ranks: list[torch.Tensor], depth: int, lookups=(0, 1, 2, 3, 4)) -> dict[int, float]:
+    """Mean tokens per call of a chain of `depth` with each hybrid draft `lookups` (0: the
+    drafter alone) over (prompt, completion) continuations and their `future_ranks`."""
+    out = {}
+    for n in lookups:
+        calls = [
+            c for (prompt, comp), r in zip(continuations, ranks) for c in replay_with_context(prompt, comp, accepted_depths(r, depth), hybrid_fill(depth, n))
+        ]
+        out[n] = sum(c for c, _ in calls) / max(1, len(calls))
+    return out
 
 
 def candidate_trees(max_depth: int, max_size: int, max_k: int = 4, chains_only: bool = False) -> list[tuple[int, ...]]:
