@@ -73,7 +73,7 @@ def test_replay_equals_chain_decoding_with_hydra_heads(tiny_model):
     assert accepted > 0  # the heads' drafts were tested, not only the bonus tokens
 
 
-@pytest.mark.parametrize("lookup", [0, 1, 2])
+@pytest.mark.parametrize("lookup", [1, 2])
 def test_hybrid_replay_equals_decoding_with_lookup(tiny_model, lookup):
     """The hybrid draft (suffix matches first, `generate(lookup=N)`) replayed from the ranks and
     the text matches the real decode loop: call for call for the drafter alone; with suffix
@@ -100,13 +100,11 @@ def test_hybrid_replay_equals_decoding_with_lookup(tiny_model, lookup):
         ranks = T.future_ranks(hydra, [(len(prompt), prompt + ar)], 3)
         calls = T.replay_with_context(prompt, ar, T.accepted_depths(ranks[0], 3), T.hybrid_fill(3, lookup))
         replayed, real = [n for n, _ in calls][:-1], out.tokens_per_call[:-1]  # the last call may be cut by the budget
-        if lookup == 0:
-            assert replayed == real
-        else:
-            assert replayed[:2] == real[:2] and abs(len(replayed) - len(real)) <= 0.15 * len(real), (replayed, real)
+        assert replayed[:2] == real[:2] and abs(len(replayed) - len(real)) <= 0.15 * len(real), (replayed, real)
         drafter_only = T.replay_with_context(prompt, ar, T.accepted_depths(ranks[0], 3), T.hybrid_fill(3, 0))
+        assert [n for n, _ in drafter_only][:-1] == generate(m.forward, prompt, max_new_tokens=30, max_seq_len=64, eos_ids=(), spec=m).tokens_per_call[:-1]
         matched += calls != drafter_only
-    assert (matched > 0) == (lookup > 0)  # the suffix matches changed calls, so they were tested
+    assert matched > 0  # the suffix matches changed calls, so they were tested
 
 
 def test_candidates_and_estimates():
