@@ -34,8 +34,6 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-import torch
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sdk"))
 
 from edgespec.speculative.tree_tuning import accepted_depths, hybrid_fill, matched_prefix, replay_with_context  # noqa: E402
@@ -53,7 +51,7 @@ def fills(depth: int) -> dict:
 
     def two_chains_when_matched(L):
         def fill(m, truth, a):
-            chain, n = m.draft(L, 2)
+            chain = m.draft(L, 2)[0]
             return (max(a, matched_prefix(chain, truth)), 1 + depth + L) if chain else (a, 1 + depth)
 
         return fill
@@ -112,8 +110,7 @@ def main() -> None:
     ranks = T.future_ranks(spec, [(len(ids), ids + comp) for _, ids, comp in data], depth, vocab)
     accepts = [accepted_depths(r, depth) for r in ranks]  # row p: the call whose root is completion[p]
 
-    runner.forward(torch.zeros((1, args.context), dtype=torch.long), 0)
-    curve = {n: T.time_call(lambda n=n: runner.forward(torch.zeros((1, n), dtype=torch.long), args.context), reps=args.reps) for n in ROWS}
+    curve = T.forward_curve(runner, args.context, args.reps, ROWS)
     t_own = T.step_cost(runner, args.context, reps=args.reps)
     own = Tree(runner.branching)
     cost = T.StepCostModel.calibrate(curve, t_own, own, spec.draft_layers / spec.base.args.n_layers)
@@ -134,7 +131,7 @@ def main() -> None:
     for name, fill in fills(depth).items():
         per_task = defaultdict(list)
         for (task, ids, comp), acc in zip(data, accepts):
-            per_task[task] += replay_with_context(ids, comp, acc, fill)
+            per_task[task] += replay_with_context(ids, comp, acc, fill, depth)
         calls = [c for v in per_task.values() for c in v]
         tokens = sum(n for n, _ in calls)
         seconds = sum(call_cost(r) for _, r in calls)

@@ -45,10 +45,9 @@ def test_replay_equals_greedy_tree_decoding(tiny_model, branching):
         assert T.replay_calls(ranks[0][real[0] :], branching)[:-1] == real[1:-1]
 
 
-def test_replay_equals_chain_decoding_with_hydra_heads(tiny_model):
-    """Hydra heads draft from their own previous drafts, replay conditions on the true tokens:
-    for a chain the two agree, since a depth is only reached when every draft before it was
-    the true token."""
+def _random_hydra(tiny_model):
+    """Hydra heads of 3 depths with random weights over the tiny model (its lm head flattened:
+    a mix of accepted depths)."""
     from edgespec.speculative.medusa import HydraHeads, HydraModel
 
     torch.manual_seed(2)
@@ -57,7 +56,14 @@ def test_replay_equals_chain_decoding_with_hydra_heads(tiny_model):
         for p in heads.parameters():
             p.normal_(0, 0.2)
         tiny_model.output.weight.mul_(0.3)
-    hydra = HydraModel(tiny_model, heads, 1)
+    return HydraModel(tiny_model, heads, 1)
+
+
+def test_replay_equals_chain_decoding_with_hydra_heads(tiny_model):
+    """Hydra heads draft from their own previous drafts, replay conditions on the true tokens:
+    for a chain the two agree, since a depth is only reached when every draft before it was
+    the true token."""
+    hydra = _random_hydra(tiny_model)
     gen = torch.Generator().manual_seed(0)
     accepted = 0
     for _ in range(3):
@@ -81,15 +87,7 @@ def test_hybrid_replay_equals_decoding_with_lookup(tiny_model, lookup):
     chain is followed by the drafter's own deeper drafts, which the ranks only know when the
     drafter's chain was right: a random tiny model that repeats one token hits it often, a
     real model rarely)."""
-    from edgespec.speculative.medusa import HydraHeads, HydraModel
-
-    torch.manual_seed(2)
-    heads = HydraHeads(tiny_model.args.dim, 3)
-    with torch.no_grad():
-        for p in heads.parameters():
-            p.normal_(0, 0.2)
-        tiny_model.output.weight.mul_(0.3)
-    hydra = HydraModel(tiny_model, heads, 1)
+    hydra = _random_hydra(tiny_model)
     gen = torch.Generator().manual_seed(0)
     matched = 0
     for _ in range(3):
@@ -98,10 +96,10 @@ def test_hybrid_replay_equals_decoding_with_lookup(tiny_model, lookup):
         out = generate(m.forward, prompt, max_new_tokens=30, max_seq_len=64, eos_ids=(), spec=m, lookup=lookup)
         ar = out.completion_ids
         ranks = T.future_ranks(hydra, [(len(prompt), prompt + ar)], 3)
-        calls = T.replay_with_context(prompt, ar, T.accepted_depths(ranks[0], 3), T.hybrid_fill(3, lookup))
+        calls = T.replay_with_context(prompt, ar, T.accepted_depths(ranks[0], 3), T.hybrid_fill(3, lookup), 3)
         replayed, real = [n for n, _ in calls][:-1], out.tokens_per_call[:-1]  # the last call may be cut by the budget
         assert replayed[:2] == real[:2] and abs(len(replayed) - len(real)) <= 0.15 * len(real), (replayed, real)
-        drafter_only = T.replay_with_context(prompt, ar, T.accepted_depths(ranks[0], 3), T.hybrid_fill(3, 0))
+        drafter_only = T.replay_with_context(prompt, ar, T.accepted_depths(ranks[0], 3), T.hybrid_fill(3, 0), 3)
         assert [n for n, _ in drafter_only][:-1] == generate(m.forward, prompt, max_new_tokens=30, max_seq_len=64, eos_ids=(), spec=m).tokens_per_call[:-1]
         matched += calls != drafter_only
     assert matched > 0  # the suffix matches changed calls, so they were tested

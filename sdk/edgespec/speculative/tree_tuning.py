@@ -110,20 +110,21 @@ ContextFill = Callable[[SuffixMatcher, list[int], int], tuple[int, int]]
 -> (accepted drafts, tree rows) of one call: one way of filling a call's tree."""
 
 
-def replay_with_context(prompt: list[int], completion: list[int], accepted: list[int], fill: ContextFill) -> list[tuple[int, int]]:
+def replay_with_context(prompt: list[int], completion: list[int], accepted: list[int], fill: ContextFill, depth: int) -> list[tuple[int, int]]:
     """(tokens emitted, tree rows) of each call of greedy decoding over one continuation, as the
     decode loop makes them: the first completion token comes from the prefill, then the call whose
     root is completion[p] verifies drafts of completion[p + 1:] (accepted[p]: what the drafter's
-    chain accepts there, `accepted_depths`; the first call's draft is the placeholder, as no
-    call drafted before it)."""
+    chain of `depth` accepts there, `accepted_depths`; the first call's draft is the
+    placeholder, as no call drafted before it)."""
     m = SuffixMatcher(prompt + completion[:1])
+    placeholder = placeholder_draft(depth, 1)[:, 0].tolist()
     calls, p, fed = [], 0, 1
     while p + 1 < len(completion):
         while fed <= p:
             m.extend(completion[fed])
             fed += 1
         truth = completion[p + 1 :]
-        drafted = accepted[p] if p else matched_prefix(placeholder_draft(len(truth), 1)[:, 0].tolist(), truth)
+        drafted = accepted[p] if p else matched_prefix(placeholder, truth)
         a, rows = fill(m, truth, drafted)
         n = min(1 + a, len(truth))
         calls.append((n, rows))
@@ -165,7 +166,9 @@ def replay_lookup(continuations: list[tuple[list[int], list[int]]], ranks: list[
     out = {}
     for n in lookups:
         calls = [
-            c for (prompt, comp), r in zip(continuations, ranks) for c in replay_with_context(prompt, comp, accepted_depths(r, depth), hybrid_fill(depth, n))
+            c
+            for (prompt, comp), r in zip(continuations, ranks)
+            for c in replay_with_context(prompt, comp, accepted_depths(r, depth), hybrid_fill(depth, n), depth)
         ]
         out[n] = sum(c for c, _ in calls) / max(1, len(calls))
     return out
@@ -201,11 +204,11 @@ def time_call(fn, warmup: int = 2, reps: int = 7) -> float:
 CURVE_ROWS = (1, 2, 4, 8)  # row counts tune measures forward at
 
 
-def forward_curve(runner, context: int, reps: int = 7) -> dict[int, float]:
-    """Seconds of the program's forward over n tokens at position `context`, for n in
-    CURVE_ROWS (one prefill: each call rewrites the same cache slots)."""
+def forward_curve(runner, context: int, reps: int = 7, rows: tuple[int, ...] = CURVE_ROWS) -> dict[int, float]:
+    """Seconds of the program's forward over n tokens at position `context`, for n in `rows`
+    (one prefill: each call rewrites the same cache slots)."""
     runner.forward(torch.zeros((1, context), dtype=torch.long), 0)
-    return {n: time_call(lambda n=n: runner.forward(torch.zeros((1, n), dtype=torch.long), context), reps=reps) for n in CURVE_ROWS}
+    return {n: time_call(lambda n=n: runner.forward(torch.zeros((1, n), dtype=torch.long), context), reps=reps) for n in rows}
 
 
 def step_cost(runner, context: int, reps: int = 7) -> float:
