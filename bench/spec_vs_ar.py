@@ -125,7 +125,9 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=100)
     ap.add_argument("--max-new-tokens", type=int, default=96)
     ap.add_argument("--runs", type=int, default=1, help="runs per prompt and decoder (the median one is kept)")
-    ap.add_argument("--lookup", type=int, nargs="+", default=[], help="also decode with suffix-match drafts of at least N tokens (decoder spec_lookupN), for each N")
+    ap.add_argument(
+        "--lookup", type=int, nargs="+", default=[], help="also decode with suffix-match drafts of at least N tokens (decoder spec_lookupN), for each N"
+    )
     ap.add_argument("--against", help="also time autoregressive decoding of this bundle (e.g. the default 8da4w one) in the same rounds")
     ap.add_argument("--stock", help="a .pte made by ExecuTorch's export_llm for the same model and quantization")
     ap.add_argument("--ar-bundle", help="an autoregressive-only bundle of the same model, for the memory/size ratio")
