@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 
+from edgespec.kernels import library
 from edgespec.kernels.block_linear import BLOCK, FORMAT_IDS, TILE_BYTES, BlockCodes, BlockLinear, pack, reference_block_linear, unpack
 
 KERNELS = Path(__file__).resolve().parent.parent / "sdk" / "edgespec" / "kernels"
@@ -96,11 +97,11 @@ def test_rounded_blocks_fit_the_weights():
 SELFTEST_FORMATS = "formats=" + ",".join(str(TILE_BYTES[f]) for f in sorted(FORMAT_IDS, key=FORMAT_IDS.get))
 
 
-def _selftest(compiler: list[str], run: list[str], tmp_path: Path) -> str:
+def _selftest(compiler: list[str], run: list[str], tmp_path: Path, codegen: tuple[str, ...] = library.CODEGEN) -> str:
+    """Build the self-test with `codegen` (by default the flags the kernel library ships with:
+    the code it checks is the code that runs) and run it."""
     exe = tmp_path / "selftest"
-    build = subprocess.run(
-        [*compiler, "-O3", "-ffp-contract=off", "-std=c++17", str(KERNELS / "block_linear_selftest.cpp"), "-o", str(exe)], capture_output=True, text=True
-    )
+    build = subprocess.run([*compiler, *codegen, str(KERNELS / "block_linear_selftest.cpp"), "-o", str(exe)], capture_output=True, text=True)
     assert build.returncode == 0, build.stderr[-2000:]
     done = subprocess.run([*run, str(exe)], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -132,7 +133,10 @@ def test_kernel_paths_agree_on_aarch64(tmp_path):
     each give the portable bits."""
     cxx, qemu = shutil.which("aarch64-linux-gnu-g++"), shutil.which("qemu-aarch64")
     assert cxx and qemu, "install g++-aarch64-linux-gnu and qemu-user (README's test command does)"
-    assert _selftest([cxx, "-static"], [qemu, "-cpu", "max"], tmp_path) == f"ok {SELFTEST_FORMATS} neon-dotprod portable"
+    # the shipped flags, but for -march=native (an Arm build on an Arm host picks its own CPU):
+    # the baseline an Armv8.0 core compiles for, so the dotprod path is chosen at run time
+    arm = tuple("-march=armv8-a" if f == "-march=native" else f for f in library.CODEGEN)
+    assert _selftest([cxx, "-static"], [qemu, "-cpu", "max"], tmp_path, arm) == f"ok {SELFTEST_FORMATS} neon-dotprod portable"
     done = subprocess.run([qemu, "-cpu", "cortex-a53", str(tmp_path / "selftest")], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and done.stdout.strip() == f"ok {SELFTEST_FORMATS} portable", done.stdout
 
@@ -168,6 +172,37 @@ def test_program_equals_reference_for_every_row_count(fmt):
     assert torch.equal(alone, ref)
     for m in (*range(1, 9), 70):
         assert torch.equal(method.execute([x[:, :m].contiguous()])[0], alone[:, :m]), m
+
+
+def test_reference_quantizes_non_finite_and_tiny_blocks_as_the_kernel_does():
+    """A block holding a NaN or an infinity makes its row NaN; a block so small that 1/d
+    overflows counts as zero (block_linear.h's `quantize_rows`; the self-test holds every path
+    to the same)."""
+    b = _codes("U4H", 16, 96)
+    x = torch.randn(3, 96)
+    x[0, 5], x[1, 40] = float("nan"), float("-inf")
+    x[2, 64:] = torch.tensor([0.0 if j % 3 == 0 else 1e-38 * j for j in range(32)])
+    y = reference_block_linear(x, b)
+    assert y[:2].isnan().all()
+    zeroed = x[2:].clone()
+    zeroed[0, 64:] = 0
+    assert torch.equal(y[2:], reference_block_linear(zeroed, b))
+
+
+@pytest.mark.slow
+def test_program_equals_reference_on_non_finite_and_tiny_blocks():
+    """The op in a real `.pte` on rows with a NaN, an infinity and a tiny block: the
+    reference's values (NaN where it is NaN), every format."""
+    k = 96
+    x = torch.randn(1, 4, k)
+    x[0, 0, 5], x[0, 1, 40] = float("nan"), float("inf")
+    x[0, 2, 64:] = torch.tensor([0.0 if j % 3 == 0 else 1e-38 * j for j in range(32)])
+    for fmt in FORMATS:
+        b = _codes(fmt, 33, k, seed=5)
+        linear = BlockLinear(b)
+        linear.use_kernel = True
+        _keep, method = _program(linear, k)
+        torch.testing.assert_close(method.execute([x])[0], reference_block_linear(x, b), rtol=0, atol=0, equal_nan=True)
 
 
 def write_k_m_gguf(path: Path, main: str = "Q4_K") -> dict[str, np.ndarray]:

@@ -7,7 +7,17 @@
 // The activation rows are quantized once per call (int8 per block of 32, Q8_1-style); the
 // tile rows are split among ExecuTorch's threads in contiguous ranges; every thread reads a
 // tile once for all rows of the call (kRowChunk at a time).
+//
+// How a call computes (SIMD path, prefetch distance, whether it is split among threads) is
+// the plan's choice for its regime of row counts. The plan is chosen by measurement
+// (edgespec/kernels/plan.py) through the C functions at the end of this file: one records the
+// shapes a program's forward calls the op with, `edgespec_bench_*` time those shapes with
+// random weights under a candidate choice, and `edgespec_set_choice` installs the winner.
 
+#include <algorithm>
+#include <chrono>
+#include <mutex>
+#include <random>
 #include <vector>
 
 #include <executorch/extension/kernel_util/make_boxed_from_unboxed_functor.h>
@@ -15,17 +25,51 @@
 #include <executorch/runtime/kernel/thread_parallel_interface.h>
 
 #include "block_linear.h"
+#include "vec8.h"
 
 namespace edgespec {
 namespace {
 
+namespace B = edgespec::blocks;
 using executorch::aten::ScalarType;
 using executorch::aten::SizesType;
 using executorch::aten::Tensor;
 using executorch::runtime::KernelRuntimeContext;
 
+B::Choice g_plan[B::kRegimes] = {B::default_choice(), B::default_choice(), B::default_choice()};
+
+std::mutex g_record_mutex;
+bool g_recording = false;
+std::vector<int64_t> g_recorded;  // (n, K, format) of each call while recording
+
+// out [M, n] = x [M, K] through the packed weight, as `choice` says: the one computation of
+// the op and of the plan's timing passes.
+void linear_rows(const B::Choice& choice, const float* x, int64_t M, int64_t K, const uint8_t* w, int64_t format, int64_t n, float* o) {
+  const int64_t G = K / B::kBlock, NT = B::tile_rows(n);
+  static thread_local std::vector<int8_t> q;
+  static thread_local std::vector<float> d, s;
+  q.resize(M * K);
+  d.resize(M * G);
+  s.resize(M * G);
+  int8_t* qd = q.data();  // (pointers: inside the tasks `q` would name the worker's own thread_local)
+  float *dd = d.data(), *sd = s.data();
+  // the activations' quantization: on the threadpool, rows split among threads, once there
+  // are enough blocks to pay for waking it (prefill, long verifications)
+  constexpr int64_t kParallelQuantBlocks = 512;
+  executorch::extension::parallel_for(0, M, M * G < kParallelQuantBlocks ? std::max<int64_t>(M, 1) : 1, [&](int64_t r0, int64_t r1) {
+    B::quantize_rows(x + r0 * K, r1 - r0, K, qd + r0 * K, dd + r0 * G, sd + r0 * G);
+  });
+  B::QuantizedRows rows{qd, dd, sd, K, G};
+  rows.prefetch = choice.prefetch;
+  // equal contiguous shares of whole pairs of tiles per thread (one contiguous range each), or
+  // one task for a call too small to pay for waking the pool
+  const int64_t pairs = NT / 2;
+  const int64_t bytes = NT * G * B::tile_bytes(format) * std::min(M, B::kRowChunk);
+  const int64_t grain = bytes < choice.min_parallel_bytes ? std::max<int64_t>(pairs, 1) : 1;
+  executorch::extension::parallel_for(0, pairs, grain, [&](int64_t begin, int64_t end) { B::linear_tile_rows(choice.path, format, w, rows, M, n, 2 * begin, 2 * end, o); });
+}
+
 Tensor& block_linear_out(KernelRuntimeContext& ctx, const Tensor& x, const Tensor& weight, int64_t format, int64_t n, Tensor& out) {
-  namespace B = edgespec::blocks;
   ET_KERNEL_CHECK_MSG(ctx, x.scalar_type() == ScalarType::Float && x.dim() >= 1 && x.dim() <= 8, InvalidArgument, out,
                       "edgespec::block_linear: x must be fp32 [..., K]");
   const int64_t tb = B::tile_bytes(format);
@@ -41,28 +85,146 @@ Tensor& block_linear_out(KernelRuntimeContext& ctx, const Tensor& x, const Tenso
   ET_KERNEL_CHECK(ctx, executorch::runtime::resize_tensor(out, {sizes, static_cast<size_t>(x.dim())}) == executorch::runtime::Error::Ok,
                   InvalidArgument, out);
   const int64_t M = x.numel() / K;
-
-  static thread_local std::vector<int8_t> q;
-  static thread_local std::vector<float> d, s;
-  q.resize(M * K);
-  d.resize(M * G);
-  s.resize(M * G);
-  B::quantize_rows(x.const_data_ptr<float>(), M, K, q.data(), d.data(), s.data());
-  const B::QuantizedRows rows{q.data(), d.data(), s.data(), K, G};
-
-  const uint8_t* w = weight.const_data_ptr<uint8_t>();
-  float* o = out.mutable_data_ptr<float>();
-  const B::Path path = B::best_path();
-  // equal contiguous shares per thread, or one task for a small matrix (k/v projections),
-  // whose read is shorter than waking the pool's threads
-  constexpr int64_t kMinParallelBytes = 128 << 10;
-  const int64_t pairs = NT / 2;  // a thread's share is whole pairs of tiles (one contiguous range)
-  const int64_t grain = NT * G * tb * (M < B::kRowChunk ? M : B::kRowChunk) < kMinParallelBytes ? pairs : 1;
-  executorch::extension::parallel_for(0, pairs, grain, [&](int64_t begin, int64_t end) { B::linear_tile_rows(path, format, w, rows, M, n, 2 * begin, 2 * end, o); });
+  if (g_recording) {
+    std::lock_guard<std::mutex> lock(g_record_mutex);
+    g_recorded.insert(g_recorded.end(), {n, K, format});
+  }
+  linear_rows(g_plan[B::regime_of(M)], x.const_data_ptr<float>(), M, K, weight.const_data_ptr<uint8_t>(), format, n, out.mutable_data_ptr<float>());
   return out;
 }
+
+// Random weights of given shapes (fp16 or fp32 scales of a normal size: the speed does not
+// depend on the values) and random activations, for timing passes.
+struct Bench {
+  struct Layer {
+    int64_t n, k, format;
+    std::vector<uint8_t> w;
+  };
+  std::vector<Layer> layers;
+  std::vector<float> x, out;
+};
 
 }  // namespace
 }  // namespace edgespec
 
 EXECUTORCH_LIBRARY(edgespec, "block_linear.out", edgespec::block_linear_out);
+
+// The plan's C interface (ctypes, edgespec/kernels/plan.py). Paths and regimes by their
+// block_linear.h integer values.
+extern "C" {
+
+// Whether this CPU runs path `p`.
+int64_t edgespec_path_supported(int64_t p) { return p >= 0 && p < edgespec::blocks::kPaths && edgespec::blocks::path_supported(static_cast<edgespec::blocks::Path>(p)); }
+
+// The path the CPU's flags alone pick (the default choice before a plan).
+int64_t edgespec_default_path() { return static_cast<int64_t>(edgespec::blocks::best_path()); }
+
+const char* edgespec_path_name(int64_t p) { return edgespec::blocks::path_name(static_cast<edgespec::blocks::Path>(p)); }
+
+// The choice in force for `regime`: path, prefetch, min_parallel_bytes into out[0..2].
+void edgespec_get_choice(int64_t regime, int64_t* out) {
+  const auto& c = edgespec::g_plan[regime];
+  out[0] = static_cast<int64_t>(c.path), out[1] = c.prefetch, out[2] = c.min_parallel_bytes;
+}
+
+// Install a choice for `regime` (0 one row, 1 two to 16 rows, 2 more); returns 0 when the path
+// does not run on this CPU (nothing changed).
+int64_t edgespec_set_choice(int64_t regime, int64_t path, int64_t prefetch, int64_t min_parallel_bytes) {
+  if (regime < 0 || regime >= edgespec::blocks::kRegimes || !edgespec_path_supported(path) || prefetch < 0 || min_parallel_bytes < 0) return 0;
+  edgespec::g_plan[regime] = {static_cast<edgespec::blocks::Path>(path), prefetch, min_parallel_bytes};
+  return 1;
+}
+
+// Start (1) or stop (0) recording the op's calls; starting clears what was recorded.
+void edgespec_record_calls(int64_t on) {
+  std::lock_guard<std::mutex> lock(edgespec::g_record_mutex);
+  if (on) edgespec::g_recorded.clear();
+  edgespec::g_recording = on != 0;
+}
+
+// The recorded calls as (n, K, format) triples into out (room for max triples); returns how many were recorded.
+int64_t edgespec_recorded_calls(int64_t* out, int64_t max) {
+  std::lock_guard<std::mutex> lock(edgespec::g_record_mutex);
+  const int64_t count = static_cast<int64_t>(edgespec::g_recorded.size() / 3);
+  std::copy_n(edgespec::g_recorded.begin(), 3 * std::min(count, max), out);
+  return count;
+}
+
+// Random weights for `count` layers given as (n, K, format) triples, activations for up to
+// `max_rows` rows.
+void* edgespec_bench_new(const int64_t* shapes, int64_t count, int64_t max_rows) {
+  namespace B = edgespec::blocks;
+  auto* bench = new edgespec::Bench;
+  std::mt19937 rng(1);
+  int64_t kmax = 0, nmax = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t n = shapes[3 * i], k = shapes[3 * i + 1], f = shapes[3 * i + 2], tb = B::tile_bytes(f);
+    edgespec::Bench::Layer l{n, k, f, std::vector<uint8_t>(B::tile_rows(n) * (k / B::kBlock) * tb)};
+    for (auto& b : l.w) b = static_cast<uint8_t>(rng());
+    for (size_t t = 0; t < l.w.size() / tb; ++t) {
+      uint8_t* sc = l.w.data() + t * tb + B::code_bytes(f);
+      const int64_t bytes = tb - B::code_bytes(f);
+      if (B::fp32_scales(f)) {
+        const float v = 1e-3f;
+        for (int64_t j = 0; j < bytes; j += 4) std::memcpy(sc + j, &v, 4);
+      } else {
+        for (int64_t j = 0; j < bytes; j += 2) sc[j] = 0, sc[j + 1] = 0x20;  // fp16 2^-7
+      }
+    }
+    kmax = std::max(kmax, k), nmax = std::max(nmax, n);
+    bench->layers.push_back(std::move(l));
+  }
+  std::normal_distribution<float> normal(0.f, 1.f);
+  bench->x.resize(max_rows * kmax);
+  for (auto& v : bench->x) v = normal(rng);
+  bench->out.resize(max_rows * nmax);
+  return bench;
+}
+
+// Wall milliseconds of one pass over layers [first, last) with `rows` activation rows (at most
+// the bench's max_rows) under the given choice, each call as the op makes it.
+double edgespec_bench_pass(void* handle, int64_t rows, int64_t path, int64_t prefetch, int64_t min_parallel_bytes, int64_t first, int64_t last) {
+  auto* bench = static_cast<edgespec::Bench*>(handle);
+  const edgespec::blocks::Choice c{static_cast<edgespec::blocks::Path>(path), prefetch, min_parallel_bytes};
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int64_t i = first; i < last; ++i) {
+    const auto& l = bench->layers[i];
+    edgespec::linear_rows(c, bench->x.data(), rows, l.k, l.w.data(), l.format, l.n, bench->out.data());
+  }
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Wall milliseconds of a plain streaming read of the same layers' weight bytes (the physical
+// limit a one-row pass approaches): the pool's threads each read an equal contiguous share of
+// every layer, 32 bytes at a time, prefetching ahead; one parallel section per pass.
+double edgespec_bench_read(void* handle, int64_t first, int64_t last) {
+  using namespace edgespec::vec;
+  auto* bench = static_cast<edgespec::Bench*>(handle);
+  const int64_t tasks = std::max<int64_t>(executorch::extension::get_thread_count(), 1);
+  std::vector<v8i> sums(tasks, v8i{});
+  const auto t0 = std::chrono::steady_clock::now();
+  executorch::extension::parallel_for(0, tasks, 1, [&](int64_t t0_, int64_t t1_) {
+    for (int64_t t = t0_; t < t1_; ++t) {
+      v8i acc = v8i{};
+      for (int64_t i = first; i < last; ++i) {
+        const auto& w = bench->layers[i].w;
+        const int64_t chunks = static_cast<int64_t>(w.size()) / 32, c0 = chunks * t / tasks, c1 = chunks * (t + 1) / tasks;
+        const uint8_t* p = w.data();
+        for (int64_t c = c0; c < c1; ++c) {
+          __builtin_prefetch(p + 32 * c + 4096);
+          v8i v;
+          std::memcpy(&v, p + 32 * c, 32);
+          acc ^= v;
+        }
+      }
+      sums[t] = acc;
+    }
+  });
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  volatile int32_t sink = 0;
+  for (const auto& v : sums) sink = sink + v[0];
+  return ms;
+}
+
+void edgespec_bench_free(void* handle) { delete static_cast<edgespec::Bench*>(handle); }
+}

@@ -42,6 +42,9 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
+
+#include "vec8.h"
 
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
@@ -61,8 +64,9 @@ namespace blocks {
 constexpr int64_t kBlock = 32;    // input channels per block
 constexpr int64_t kTileRows = 8;  // output rows per tile
 constexpr int64_t kPairRows = 2 * kTileRows;  // rows per pair of tiles (the padding unit)
-// How far ahead a thread prefetches its stream, in pair blocks (16: ~5 KB of Q4 tiles, about a
-// DRAM latency's worth at one core's bandwidth; 4 was ~15% slower for one row here)
+// How far ahead a thread prefetches its stream, in pair blocks, unless the plan chosen by
+// measurement says otherwise (16: ~5 KB of Q4 tiles, about a DRAM latency's worth at one
+// core's bandwidth on the EPYC it was tuned on; QuantizedRows::prefetch carries the choice)
 constexpr int64_t kPrefetchBlocks = 16;
 
 // 8-row tiles of an [n, K] matrix (a whole number of pairs)
@@ -91,29 +95,62 @@ struct QuantizedRows {
   const float* s;  // d * sum of the block's codes
   int64_t k;
   int64_t g;
+  int64_t prefetch = kPrefetchBlocks;  // how far ahead the weight stream is prefetched (pair blocks)
 };
 
 // The one activation quantizer (every path reads its output). x [m, k], k a multiple of 32.
+// Per block: amax = max |x_j|, d = amax / 127, id = 1 / d (0 when d is 0, or when 1 / d
+// overflows: amax below ~3.7e-37, a block of nothing that quantizes to zero codes),
+// q_j = clamp(round-half-even(x_j * id), -127, 127), s = d * sum q. A block holding a NaN or
+// an infinity gets d = s = NaN and zero codes, so its outputs are NaN (as the float product
+// would be). 8 lanes of GCC/Clang vector extensions (vec8.h): AVX2 or NEON, one IEEE
+// operation per lane, the same bits as a scalar loop.
 inline void quantize_rows(const float* x, int64_t m, int64_t k, int8_t* q, float* d, float* s) {
+  using namespace edgespec::vec;
+  typedef int8_t v8c __attribute__((vector_size(8)));
   const int64_t G = k / kBlock;
-  for (int64_t i = 0; i < m; ++i) {
-    for (int64_t g = 0; g < G; ++g) {
-      const float* xb = x + i * k + g * kBlock;
-      float amax = 0.f;
-      for (int j = 0; j < kBlock; ++j) amax = std::fmax(amax, std::fabs(xb[j]));
-      const float dd = amax / 127.f;
-      const float id = dd > 0.f ? 1.f / dd : 0.f;
-      int32_t sum = 0;
-      int8_t* qb = q + i * k + g * kBlock;
-      for (int j = 0; j < kBlock; ++j) {
-        const float v = std::nearbyint(xb[j] * id);  // ties to even (the default rounding mode)
-        const int32_t c = static_cast<int32_t>(v > 127.f ? 127.f : (v < -127.f ? -127.f : v));
-        qb[j] = static_cast<int8_t>(c);
-        sum += c;
-      }
-      d[i * G + g] = dd;
-      s[i * G + g] = dd * static_cast<float>(sum);
+  const v8f round_shift = splat(12582912.0f);  // 1.5 * 2^23: (v + it) - it rounds |v| < 2^22 half to even
+  const v8i abs_mask = {0x7fffffff, 0x7fffffff, 0x7fffffff, 0x7fffffff, 0x7fffffff, 0x7fffffff, 0x7fffffff, 0x7fffffff};
+  for (int64_t b = 0; b < m * G; ++b) {
+    const float* xb = x + b * kBlock;
+    v8f v[4], amax = splat(0.f), probe = splat(0.f);  // probe: NaN iff an element is NaN or infinite
+    for (int c = 0; c < 4; ++c) {
+      v[c] = load8(xb + 8 * c);
+      const v8f a = (v8f)((v8i)v[c] & abs_mask);
+      probe = probe + (v[c] - v[c]);
+      amax = a > amax ? a : amax;
     }
+    probe = probe + __builtin_shufflevector(probe, probe, 4, 5, 6, 7, 0, 1, 2, 3);
+    probe = probe + __builtin_shufflevector(probe, probe, 2, 3, 0, 1, 6, 7, 4, 5);
+    probe = probe + __builtin_shufflevector(probe, probe, 1, 0, 3, 2, 5, 4, 7, 6);
+    v8f t = __builtin_shufflevector(amax, amax, 4, 5, 6, 7, 0, 1, 2, 3);  // max is exact in any order
+    amax = t > amax ? t : amax;
+    t = __builtin_shufflevector(amax, amax, 2, 3, 0, 1, 6, 7, 4, 5);
+    amax = t > amax ? t : amax;
+    t = __builtin_shufflevector(amax, amax, 1, 0, 3, 2, 5, 4, 7, 6);
+    amax = t > amax ? t : amax;
+    const bool all_finite = probe[0] == 0.f;
+    const float dd = all_finite ? amax[0] / 127.f : std::numeric_limits<float>::quiet_NaN();
+    float id = dd > 0.f ? 1.f / dd : 0.f;
+    if (!(id <= 3.4028234663852886e38f)) id = 0.f;  // 1 / d overflowed; NaN d: the codes are zero
+    v8i sum = v8i{};
+    int8_t* qb = q + b * kBlock;
+    for (int c = 0; c < 4; ++c) {
+      v8f r = (v[c] * splat(id) + round_shift) - round_shift;
+      r = r > splat(127.f) ? splat(127.f) : r;
+      r = r < splat(-127.f) ? splat(-127.f) : r;
+      v8i ci = __builtin_convertvector(r, v8i);
+      if (!all_finite) ci = v8i{};
+      sum += ci;
+      const v8c c8 = __builtin_convertvector(ci, v8c);
+      std::memcpy(qb + 8 * c, &c8, 8);
+    }
+    sum += __builtin_shufflevector(sum, sum, 4, 5, 6, 7, 0, 1, 2, 3);
+    sum += __builtin_shufflevector(sum, sum, 2, 3, 0, 1, 6, 7, 4, 5);
+    sum += __builtin_shufflevector(sum, sum, 1, 0, 3, 2, 5, 4, 7, 6);
+    const int32_t total = sum[0];
+    d[b] = dd;
+    s[b] = dd * static_cast<float>(total);
   }
 }
 
@@ -231,7 +268,7 @@ __attribute__((target("avx2,fma,f16c"))) inline void tile_row_x86(const uint8_t*
   for (int64_t i = 0; i < M; ++i)
     for (int64_t u = 0; u < Tiles; ++u) a[u][i] = _mm256_loadu_ps(acc + 8 * (i * Tiles + u));
   for (int64_t g = 0; g < x.g; ++g) {
-    for (int64_t off = 0; off < Tiles * tb; off += 64) _mm_prefetch(reinterpret_cast<const char*>(w + 2 * (g + kPrefetchBlocks) * tb + off), _MM_HINT_T0);
+    for (int64_t off = 0; off < Tiles * tb; off += 64) _mm_prefetch(reinterpret_cast<const char*>(w + 2 * (g + x.prefetch) * tb + off), _MM_HINT_T0);
     for (int64_t u = 0; u < Tiles; ++u) {
       const uint8_t* t = w + (2 * g + u) * tb;
       const __m256 d8 = scales8<fp32_scales(F)>(t + code_bytes(F));
@@ -345,7 +382,7 @@ __attribute__((target(EDGESPEC_AVX512))) inline void tile_pair_avx512(const uint
   for (int64_t g = 0; g < x.g; ++g) {
     const uint8_t* t0 = w + 2 * g * tb;
     const uint8_t* t1 = t0 + tb;  // the pair's second tile
-    for (int64_t off = 0; off < 2 * tb; off += 64) _mm_prefetch(reinterpret_cast<const char*>(t0 + 2 * kPrefetchBlocks * tb + off), _MM_HINT_T0);
+    for (int64_t off = 0; off < 2 * tb; off += 64) _mm_prefetch(reinterpret_cast<const char*>(t0 + 2 * x.prefetch * tb + off), _MM_HINT_T0);
     const __m512 d16 = scales16<fp32>(t0 + cb, t1 + cb);
     __m512i wv[8];
     __mmask64 neg[8];
@@ -439,7 +476,7 @@ __attribute__((target("arch=armv8.2-a+dotprod"))) inline void tile_row_dotprod(c
     for (int64_t u = 0; u < Tiles; ++u) a[u][i][0] = vld1q_f32(acc + 8 * (i * Tiles + u)), a[u][i][1] = vld1q_f32(acc + 8 * (i * Tiles + u) + 4);
   const uint8x16_t low4 = vdupq_n_u8(0x0f);
   for (int64_t g = 0; g < x.g; ++g) {
-    for (int64_t off = 0; off < Tiles * tb; off += 64) __builtin_prefetch(w + 2 * (g + kPrefetchBlocks) * tb + off);
+    for (int64_t off = 0; off < Tiles * tb; off += 64) __builtin_prefetch(w + 2 * (g + x.prefetch) * tb + off);
     for (int64_t u = 0; u < Tiles; ++u) {
       const uint8_t* t = w + (2 * g + u) * tb;
       float d[8], mn[8];
@@ -495,7 +532,8 @@ inline bool cpu_has_dotprod() {
 }
 #endif
 
-enum class Path { kPortable, kAvx2, kAvxVnni, kAvx512Vnni, kDotprod };
+enum class Path : int64_t { kPortable = 0, kAvx2 = 1, kAvxVnni = 2, kAvx512Vnni = 3, kDotprod = 4 };
+constexpr int64_t kPaths = 5;
 
 inline const char* path_name(Path p) {
   switch (p) {
@@ -533,6 +571,20 @@ inline Path best_path() {
   return best;
 }
 
+// How a call computes, per regime of row counts: chosen by timing the model's own shapes on
+// this CPU (edgespec/kernels/plan.py), else `default_choice`. Every choice gives the same bits.
+struct Choice {
+  Path path;
+  int64_t prefetch;            // pair blocks the weight stream is prefetched ahead
+  int64_t min_parallel_bytes;  // a call whose tiles (times its rows, up to a chunk) are fewer bytes runs on one thread
+};
+enum Regime : int64_t { kOneRow = 0, kFewRows = 1, kManyRows = 2 };  // 1 row; 2..16 (verification); more (prefill)
+constexpr int64_t kRegimes = 3;
+constexpr int64_t regime_of(int64_t m) { return m <= 1 ? kOneRow : (m <= 2 * kRowChunk ? kFewRows : kManyRows); }
+// Before any measurement: the path with the most work per instruction, small matrices (the k/v
+// projections, whose read is shorter than waking the pool's threads) on one thread.
+inline Choice default_choice() { return {best_path(), kPrefetchBlocks, 128 << 10}; }
+
 // Tile rows [rg0, rg1) through `tile_row(w, x, m, acc)`, Tiles tile rows per call (w the
 // first's block 0; acc row i's Tiles * 8 outputs at acc + i * Tiles * 8), all m activation
 // rows, kRowChunk at a time: out [m, n] (row stride n). With Tiles = 2, rg0 and rg1 are even.
@@ -544,7 +596,8 @@ inline void for_tile_rows(int64_t format, const uint8_t* packed, const Quantized
   float acc[kRowChunk * W];
   for (int64_t rg = rg0; rg < rg1; rg += Tiles) {
     const uint8_t* w = tile_row_start(packed, rg, x.g, tb);
-    const int64_t rows = n - rg * kTileRows < W ? n - rg * kTileRows : W;
+    const int64_t rows = std::min(n - rg * kTileRows, W);
+    if (rows <= 0) break;  // tiles wholly past n (padding): no outputs
     for (int64_t i0 = 0; i0 < m; i0 += kRowChunk) {
       const int64_t mm = m - i0 < kRowChunk ? m - i0 : kRowChunk;
       QuantizedRows xi = x;

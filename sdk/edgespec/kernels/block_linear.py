@@ -132,11 +132,16 @@ def unpack(packed: torch.Tensor, format: str, out: int, n: int) -> BlockCodes:
 
 def quantize_activations(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """x [M, K] -> codes (integer-valued fp32) [M, G, 32], d [M, G], s = d * sum(codes) [M, G]:
-    block_linear.h's `quantize_rows`, operation for operation."""
+    block_linear.h's `quantize_rows`, operation for operation. A block whose 1/d overflows
+    quantizes to zero codes; one holding a NaN or an infinity gets d = s = NaN (its outputs
+    are NaN)."""
     xb = x.float().reshape(x.shape[0], -1, BLOCK)
-    d = xb.abs().amax(-1) / 127.0
-    inv = torch.where(d > 0, 1.0 / torch.where(d > 0, d, torch.ones_like(d)), torch.zeros_like(d))
+    finite = torch.isfinite(xb).all(-1)
+    d = torch.where(finite, xb.abs().amax(-1) / 127.0, torch.full_like(xb[..., 0], float("nan")))
+    inv = 1.0 / torch.where(d > 0, d, torch.ones_like(d))
+    inv = torch.where((d > 0) & torch.isfinite(inv), inv, torch.zeros_like(d))
     q = torch.round(xb * inv[..., None]).clamp(-127, 127)
+    q = torch.where(finite[..., None], q, torch.zeros_like(q))
     return q, d, d * q.sum(-1)
 
 

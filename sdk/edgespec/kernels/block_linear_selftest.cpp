@@ -5,7 +5,9 @@
 // and cross-compiled for aarch64 under qemu. Prints the formats tested (their tile bytes, by
 // Format id from 1) and the paths tested, the one dispatched to first; exit 1 on a mismatch.
 
+#include <cmath>
 #include <cstdio>
+#include <limits>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -99,6 +101,32 @@ int main() {
             ++failures;
           }
         }
+      }
+    }
+  }
+  // Edge cases, every path: a tile wholly past n in a range of its own (n = 33: tile rows 0..5,
+  // rows 40..47 of tile 5 are padding); a block holding a NaN or an infinity makes its row's
+  // outputs NaN; a block whose amax is so small that 1 / d overflows quantizes to zero codes
+  // (the row equals the row with that block zeroed).
+  for (int64_t format : formats) {
+    const int64_t k = 96, n = 33, nt = B::tile_rows(n), m = 4;
+    const auto w = random_tiles(format, nt, k / B::kBlock, rng);
+    std::vector<float> x(m * k), zeroed;
+    for (auto& v : x) v = normal(rng);
+    x[0 * k + 5] = std::numeric_limits<float>::quiet_NaN();
+    x[1 * k + 40] = -std::numeric_limits<float>::infinity();
+    for (int j = 0; j < 32; ++j) x[2 * k + 64 + j] = j % 3 == 0 ? 0.f : 1e-38f * static_cast<float>(j);
+    zeroed = x;
+    for (int j = 0; j < 32; ++j) zeroed[2 * k + 64 + j] = 0.f;
+    for (B::Path path : paths) {
+      const auto got = run(path, format, w, x.data(), m, k, n, 5);
+      const auto ref = run(B::Path::kPortable, format, w, zeroed.data(), m, k, n, nt);
+      bool ok = true;
+      for (int64_t j = 0; j < n; ++j) ok = ok && std::isnan(got[j]) && std::isnan(got[n + j]);
+      ok = ok && std::memcmp(got.data() + 2 * n, ref.data() + 2 * n, 2 * n * sizeof(float)) == 0;
+      if (!ok) {
+        std::printf("MISMATCH edge cases format=%lld path=%s\n", static_cast<long long>(format), B::path_name(path));
+        ++failures;
       }
     }
   }

@@ -23,5 +23,7 @@ def bench_generation(runner: ProgramRunner, prompts: list[list[int]], decoders: 
         "runs": runs,
         **summarize(rows),
         "peak_rss_mb": round(peak_rss_mb(), 1),
+        # what edgespec's block kernel runs on this CPU, and why (edgespec.kernels.plan)
+        "kernel_plan": None if runner.kernel_plan is None else runner.kernel_plan.summary(),
         "rows": rows,
     }

@@ -93,12 +93,25 @@ class ProgramRunner(Program):
         self.vocab_size = int(self.constant(C.GET_VOCAB_SIZE))
         self.eos_ids = tuple(int(x) for x in self.constant(C.GET_EOS_IDS, many=True))
         self.has_spec = C.SPEC_STEP in self.program.method_names
+        self.kernel_plan = self._plan_kernels()
         if self.has_spec:  # the SpecMethods of the program (edgespec.runtime.generate)
             self.depth = int(self.constant(C.GET_SPEC_DEPTH))
             self.topk = int(self.constant(C.GET_SPEC_TOPK))
             self.tree_size = int(self.constant(C.GET_SPEC_TREE_SIZE))
             self.branching = tuple(int(x) for x in self.constant(C.GET_SPEC_BRANCHING, many=True))
             self._step = None  # loaded on first use: each method holds its own packed weights
+
+    def _plan_kernels(self):
+        """The block kernel's plan for this program on this CPU and thread count, chosen by
+        measurement the first time (edgespec.kernels.plan); None for a program without block
+        linears. Its one recording forward writes cache slot 0, which any prompt overwrites."""
+        if not uses_edgespec_ops(self.path):
+            return None
+        from executorch.extension.pybindings.portable_lib import _threadpool_get_thread_count
+
+        from edgespec.kernels.plan import plan_program
+
+        return plan_program(lambda: self.forward(torch.zeros((1, 1), dtype=torch.long), 0), int(_threadpool_get_thread_count()))
 
     def forward(self, tokens: torch.Tensor, start_pos: int) -> torch.Tensor:
         """Logits of the last position, [V], after feeding tokens [1, T] at start_pos."""

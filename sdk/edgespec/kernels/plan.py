@@ -1,0 +1,243 @@
+"""How edgespec's block kernel computes on this CPU: chosen by measurement, not by feature flags.
+
+A CPU's flags say which SIMD paths it runs, not which is fastest for a model's shapes: on an
+Intel Xeon with two real cores the AVX-512 path (the most work per instruction) decoded
+slower than the AVX2 one, and whether a matrix is worth splitting between two threads
+depends on whether they are two cores or two hyperthreads of one. So when a program that
+calls `edgespec::block_linear` first loads on a CPU, `plan_program` records the shapes its
+forward calls the op with, times those shapes (random weights of the same sizes, streamed
+from memory as in decoding) under candidate choices, and installs the fastest, per regime
+of row counts:
+
+    one_row    1 row      (autoregressive decoding)
+    few_rows   2..16 rows (speculative verification), timed at 4
+    many_rows  > 16 rows  (prefill), timed at 64 on the first few MB of shapes
+
+A choice is a SIMD path, a prefetch distance and a split rule (which calls are shared among
+ExecuTorch's threads). The search is coordinate-wise (path, then prefetch, then split), each
+stage's candidates timed in interleaved passes (median of `reps`), and takes a few hundred
+milliseconds; the plan is cached beside the kernel library (whose name already holds the CPU,
+the sources and the flags) under the thread count and the shapes. Every choice gives the same
+bits (block_linear.h: every path, split and prefetch distance computes the same float
+operations), so a plan changes speed only.
+
+`EDGESPEC_KERNEL_PLAN=default` skips the measurement (the flags' choice: the widest path,
+prefetch 16, matrices under 128 KB on one thread).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import json
+import os
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from functools import cache
+from pathlib import Path
+
+from edgespec.kernels import library
+
+PATHS = ("portable", "avx2", "avx-vnni", "avx512-vnni", "neon-dotprod")  # block_linear.h's Path values
+REGIMES = {"one_row": 1, "few_rows": 4, "many_rows": 64}  # block_linear.h's Regime order; rows timed
+PREFETCH = (0, 8, 16, 32)  # pair blocks ahead
+NEVER = 1 << 62
+SPLITS = {"small matrices on one thread": 128 << 10, "every matrix split": 0, "no matrix split": NEVER}
+MANY_ROWS_BYTES = 3 << 20  # the prefill regime is timed on the first shapes holding this many weight bytes
+ENV = "EDGESPEC_KERNEL_PLAN"
+TILE_BYTES = {1: 160, 2: 192, 3: 272, 4: 320, 5: 320}  # by Format id (block_linear.py's TILE_BYTES)
+
+
+@dataclass(frozen=True)
+class Choice:
+    """How a call computes: SIMD path, prefetch distance (pair blocks), and the split rule
+    (calls whose tiles times their rows are fewer bytes than `min_parallel_bytes` run on one
+    thread)."""
+
+    path: str
+    prefetch: int
+    min_parallel_bytes: int
+
+    @property
+    def split(self) -> str:
+        return next((name for name, b in SPLITS.items() if b == self.min_parallel_bytes), f"under {self.min_parallel_bytes} bytes on one thread")
+
+    def label(self) -> str:
+        return f"{self.path}, prefetch {self.prefetch}, {self.split}"
+
+
+@dataclass(frozen=True)
+class RegimePlan:
+    """One regime's winner, its median pass time and the default choice's, and the last
+    stage's candidates (label -> median ms of a pass), all timed side by side."""
+
+    rows: int
+    choice: Choice
+    ms: float
+    default_ms: float
+    tried: dict[str, float]
+
+    def why(self) -> str:
+        gain = self.default_ms / self.ms if self.ms > 0 else 1.0
+        return f"{self.choice.label()}: {self.ms:.3f} ms a pass at {self.rows} rows, {gain:.2f}x the flags' choice ({self.default_ms:.3f} ms)"
+
+
+@dataclass(frozen=True)
+class KernelPlan:
+    threads: int
+    calls: int  # op calls of one forward (the shapes timed)
+    weight_mb: float
+    regimes: dict[str, RegimePlan]
+    tune_s: float
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict) -> KernelPlan:
+        regimes = {k: RegimePlan(v["rows"], Choice(**v["choice"]), v["ms"], v["default_ms"], v["tried"]) for k, v in d["regimes"].items()}
+        return cls(d["threads"], d["calls"], d["weight_mb"], regimes, d["tune_s"])
+
+    def summary(self) -> dict:
+        """What was chosen and why, per regime (for `edgespec bench --json`)."""
+        return {"threads": self.threads, "tune_s": self.tune_s, **{k: r.why() for k, r in self.regimes.items()}}
+
+
+@cache
+def _lib() -> ctypes.CDLL:
+    lib = ctypes.CDLL(str(library.load()))
+    i64, p64 = ctypes.c_int64, ctypes.POINTER(ctypes.c_int64)
+    lib.edgespec_path_supported.argtypes, lib.edgespec_path_supported.restype = [i64], i64
+    lib.edgespec_default_path.argtypes, lib.edgespec_default_path.restype = [], i64
+    lib.edgespec_set_choice.argtypes, lib.edgespec_set_choice.restype = [i64, i64, i64, i64], i64
+    lib.edgespec_get_choice.argtypes, lib.edgespec_get_choice.restype = [i64, p64], None
+    lib.edgespec_record_calls.argtypes, lib.edgespec_record_calls.restype = [i64], None
+    lib.edgespec_recorded_calls.argtypes, lib.edgespec_recorded_calls.restype = [p64, i64], i64
+    lib.edgespec_bench_new.argtypes, lib.edgespec_bench_new.restype = [p64, i64, i64], ctypes.c_void_p
+    lib.edgespec_bench_pass.argtypes, lib.edgespec_bench_pass.restype = [ctypes.c_void_p, i64, i64, i64, i64, i64, i64], ctypes.c_double
+    lib.edgespec_bench_read.argtypes, lib.edgespec_bench_read.restype = [ctypes.c_void_p, i64, i64], ctypes.c_double
+    lib.edgespec_bench_free.argtypes, lib.edgespec_bench_free.restype = [ctypes.c_void_p], None
+    return lib
+
+
+def supported_paths() -> list[str]:
+    """The SIMD paths this CPU runs (without the portable one, unless it is the only one)."""
+    lib = _lib()
+    simd = [p for i, p in enumerate(PATHS) if i > 0 and lib.edgespec_path_supported(i)]
+    return simd or ["portable"]
+
+
+def current(regime: str) -> Choice:
+    """The choice in force for `regime`."""
+    out = (ctypes.c_int64 * 3)()
+    _lib().edgespec_get_choice(list(REGIMES).index(regime), out)
+    return Choice(PATHS[out[0]], out[1], out[2])
+
+
+def install(plan: KernelPlan) -> None:
+    """Make `plan`'s choices the ones every block-linear call of this process uses."""
+    for name, r in plan.regimes.items():
+        if not _lib().edgespec_set_choice(list(REGIMES).index(name), PATHS.index(r.choice.path), r.choice.prefetch, r.choice.min_parallel_bytes):
+            raise ValueError(f"the plan's {name} path {r.choice.path!r} does not run on this CPU")
+
+
+def install_flags_choice() -> None:
+    """Back to the CPU's flags' choice in every regime."""
+    c = flags_choice()
+    for i in range(len(REGIMES)):
+        _lib().edgespec_set_choice(i, PATHS.index(c.path), c.prefetch, c.min_parallel_bytes)
+
+
+def record_shapes(run_forward: Callable[[], object]) -> list[tuple[int, int, int]]:
+    """(out_features, in_features, format id) of each block-linear call `run_forward` makes."""
+    lib = _lib()
+    lib.edgespec_record_calls(1)
+    try:
+        run_forward()
+    finally:
+        lib.edgespec_record_calls(0)
+    count = lib.edgespec_recorded_calls(None, 0)
+    out = (ctypes.c_int64 * (3 * count))()
+    lib.edgespec_recorded_calls(out, count)
+    return [tuple(out[3 * i : 3 * i + 3]) for i in range(count)]
+
+
+def _weight_bytes(n: int, k: int, fmt: int) -> int:
+    return 2 * -(-n // 16) * (k // 32) * TILE_BYTES[fmt]
+
+
+def tune(shapes: Sequence[tuple[int, int, int]], threads: int, reps: int = 5) -> KernelPlan:
+    """Time `shapes` (one forward's calls) under candidate choices and return the fastest per
+    regime (module docstring)."""
+    lib, t0 = _lib(), time.perf_counter()
+    flat = (ctypes.c_int64 * (3 * len(shapes)))(*[v for s in shapes for v in s])
+    bench = lib.edgespec_bench_new(flat, len(shapes), max(REGIMES.values()))
+    sizes = [_weight_bytes(*s) for s in shapes]
+    head, acc = 0, 0
+    while head < len(shapes) and acc < MANY_ROWS_BYTES:
+        acc, head = acc + sizes[head], head + 1
+    default = flags_choice()
+    regimes = {}
+    try:
+        for name, rows in REGIMES.items():
+            last = head if name == "many_rows" else len(shapes)
+
+            def timed(cands: list[Choice], rows=rows, last=last) -> dict[Choice, float]:
+                args = lambda c: (bench, rows, PATHS.index(c.path), c.prefetch, c.min_parallel_bytes, 0, last)  # noqa: E731
+                lib.edgespec_bench_pass(*args(cands[0]))  # warm-up
+                runs: dict[Choice, list[float]] = {c: [] for c in cands}
+                for _ in range(reps):
+                    for c in cands:
+                        runs[c].append(lib.edgespec_bench_pass(*args(c)))
+                return {c: statistics.median(v) for c, v in runs.items()}
+
+            best, times = default, {}
+            stages = [
+                lambda b: [Choice(p, b.prefetch, b.min_parallel_bytes) for p in supported_paths()],
+                lambda b: [Choice(b.path, d, b.min_parallel_bytes) for d in PREFETCH],
+                lambda b: [Choice(b.path, b.prefetch, s) for s in SPLITS.values()] if threads > 1 else [],
+            ]
+            for stage in stages:  # each stage times the best so far and the default beside its candidates
+                cands = list(dict.fromkeys([best, default, *stage(best)]))
+                times = timed(cands)
+                best = min(cands, key=times.get)
+            regimes[name] = RegimePlan(rows, best, round(times[best], 4), round(times[default], 4), {c.label(): round(v, 4) for c, v in times.items()})
+    finally:
+        lib.edgespec_bench_free(bench)
+    return KernelPlan(threads, len(shapes), round(sum(sizes) / 1e6, 2), regimes, round(time.perf_counter() - t0, 3))
+
+
+def flags_choice() -> Choice:
+    """What the CPU's flags alone pick (block_linear.h's `default_choice`)."""
+    return Choice(PATHS[_lib().edgespec_default_path()], 16, SPLITS["small matrices on one thread"])
+
+
+def plan_path(shapes: Sequence[tuple[int, int, int]], threads: int) -> Path:
+    digest = hashlib.sha256(json.dumps(list(shapes)).encode()).hexdigest()[:16]
+    return library.kernels_dir() / "plans" / f"{library.library_path().stem}-{threads}t-{digest}.json"
+
+
+def plan_program(run_forward: Callable[[], object], threads: int) -> KernelPlan | None:
+    """Record the shapes of one `run_forward`, then install the cached plan for them on this
+    CPU at `threads` threads, tuning it first when there is none. None: the program calls no
+    block linear, or `EDGESPEC_KERNEL_PLAN=default`."""
+    if os.environ.get(ENV) == "default":
+        return None
+    shapes = record_shapes(run_forward)
+    if not shapes:
+        return None
+    path = plan_path(shapes, threads)
+    try:
+        plan = KernelPlan.from_json(json.loads(path.read_text()))
+    except (OSError, ValueError, KeyError, TypeError):
+        plan = tune(shapes, threads)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".plan-", suffix=".json", dir=path.parent)
+        with os.fdopen(fd, "w") as f:
+            json.dump(plan.to_json(), f, indent=1)
+        os.replace(tmp, path)
+    install(plan)
+    return plan
