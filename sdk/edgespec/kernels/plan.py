@@ -40,6 +40,7 @@ from functools import cache
 from pathlib import Path
 
 from edgespec.kernels import library
+from edgespec.kernels.block_linear import FORMAT_IDS, PAIR_ROWS, TILE_BYTES
 
 PATHS = ("portable", "avx2", "avx-vnni", "avx512-vnni", "neon-dotprod")  # block_linear.h's Path values
 REGIMES = {"one_row": 1, "few_rows": 4, "many_rows": 64}  # block_linear.h's Regime order; rows timed
@@ -48,7 +49,6 @@ NEVER = 1 << 62
 SPLITS = {"small matrices on one thread": 128 << 10, "every matrix split": 0, "no matrix split": NEVER}
 MANY_ROWS_BYTES = 3 << 20  # the prefill regime is timed on the first shapes holding this many weight bytes
 ENV = "EDGESPEC_KERNEL_PLAN"
-TILE_BYTES = {1: 160, 2: 192, 3: 272, 4: 320, 5: 320}  # by Format id (block_linear.py's TILE_BYTES)
 
 
 @dataclass(frozen=True)
@@ -166,7 +166,9 @@ def record_shapes(run_forward: Callable[[], object]) -> list[tuple[int, int, int
 
 
 def _weight_bytes(n: int, k: int, fmt: int) -> int:
-    return 2 * -(-n // 16) * (k // 32) * TILE_BYTES[fmt]
+    """Packed bytes of an [n, k] matrix of format id `fmt` (block_linear.py's `pack`)."""
+    name = next(f for f, i in FORMAT_IDS.items() if i == fmt)
+    return 2 * -(-n // PAIR_ROWS) * (k // 32) * TILE_BYTES[name]
 
 
 def tune(shapes: Sequence[tuple[int, int, int]], threads: int, reps: int = 5) -> KernelPlan:

@@ -1,0 +1,86 @@
+"""The bundle's autoregressive decoding beside llama.cpp's on the same GGUF, side by side.
+
+For --rounds rounds, at each thread count in turn: `edgespec bench --mode ar` on the bundle
+(128 new tokens, its own warm-up and median of --runs), the same with the CPU's flags' kernel
+choice (`EDGESPEC_KERNEL_PLAN=default`, what the kernel ran before it was chosen by
+measurement), then llama.cpp's `llama-bench -p 0 -n 128 -r --runs` on the GGUF the bundle came
+from. Each program in a fresh process. Medians over rounds of decode tokens/s, and the ratios
+to llama.cpp and 2 threads over 1. llama.cpp is built outside the project (from the
+`llama-cpp-python` sdist's vendored source, `cmake -DGGML_NATIVE=ON`, target llama-bench).
+
+    python bench/vs_llama_cpp.py --bundle bundles/default --llama-bench /path/llama-bench \\
+        --threads 1 2 --rounds 3 > docs/results/vs_llama_cpp.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+
+def edgespec_tok_s(bundle: Path, threads: int, runs: int, new_tokens: int, flags_only: bool) -> float:
+    env = dict(os.environ, **({"EDGESPEC_KERNEL_PLAN": "default"} if flags_only else {}))
+    cmd = [sys.executable, "-m", "edgespec.cli", "bench", "--bundle", str(bundle), "--mode", "ar", "--threads", str(threads)]
+    done = subprocess.run([*cmd, "--runs", str(runs), "--max-new-tokens", str(new_tokens), "--json"], capture_output=True, text=True, env=env)
+    if done.returncode != 0:
+        sys.exit(done.stderr[-3000:])
+    return json.loads(done.stdout)["ar"]["tokens_per_s"]
+
+
+def llama_tok_s(llama_bench: Path, gguf: Path, threads: int, runs: int, new_tokens: int) -> float:
+    cmd = [str(llama_bench), "-m", str(gguf), "-p", "0", "-n", str(new_tokens), "-t", str(threads), "-r", str(runs), "-o", "json"]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(done.stderr[-3000:])
+    return json.loads(done.stdout)[0]["avg_ts"]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bundle", type=Path, default=Path("bundles/default"))
+    ap.add_argument("--gguf", type=Path, help="default: the bundle's model source (the embedded SmolLM2 file)")
+    ap.add_argument("--llama-bench", type=Path, required=True)
+    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--new-tokens", type=int, default=128)
+    a = ap.parse_args()
+    gguf = a.gguf
+    if gguf is None:
+        from edgespec.models.load import EMBEDDED, embedded_path
+
+        source = json.loads((a.bundle / "manifest.json").read_text())["recipe"]["model"]["source"]
+        gguf = embedded_path(source) if source in EMBEDDED else Path(source)
+    samples: dict[str, dict[int, list[float]]] = {k: {t: [] for t in a.threads} for k in ("edgespec", "edgespec_flags", "llama_cpp")}
+    for _ in range(a.rounds):
+        for t in a.threads:
+            samples["edgespec"][t].append(edgespec_tok_s(a.bundle, t, a.runs, a.new_tokens, False))
+            samples["edgespec_flags"][t].append(edgespec_tok_s(a.bundle, t, a.runs, a.new_tokens, True))
+            samples["llama_cpp"][t].append(llama_tok_s(a.llama_bench, gguf, t, a.runs, a.new_tokens))
+    med = {k: {t: round(statistics.median(v), 2) for t, v in per.items()} for k, per in samples.items()}
+    cpu = next(
+        (line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")), platform.processor()
+    )
+    out = {
+        "cpu": cpu,
+        "bundle": str(a.bundle),
+        "gguf": str(gguf),
+        "rounds": a.rounds,
+        "tokens_per_s": med,
+        "samples": samples,
+        "vs_llama_cpp": {t: round(med["edgespec"][t] / med["llama_cpp"][t], 3) for t in a.threads},
+        "flags_vs_llama_cpp": {t: round(med["edgespec_flags"][t] / med["llama_cpp"][t], 3) for t in a.threads},
+    }
+    if 1 in a.threads and 2 in a.threads:
+        out["two_over_one"] = {k: round(v[2] / v[1], 3) for k, v in med.items()}
+    print(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()
