@@ -15,8 +15,8 @@ of row counts:
 
 A choice is a SIMD path, a prefetch distance and a split rule (which calls are shared among
 ExecuTorch's threads). The search is coordinate-wise (path, then prefetch, then split), each
-stage's candidates timed in interleaved passes (median of `reps`), and takes a few hundred
-milliseconds; the plan is cached beside the kernel library (whose name already holds the CPU,
+stage's candidates timed in interleaved passes (median of `reps`), and takes one to three
+seconds for the default model; the plan is cached beside the kernel library (whose name already holds the CPU,
 the sources and the flags) under the thread count and the shapes. Every choice gives the same
 bits (block_linear.h: every path, split and prefetch distance computes the same float
 operations), so a plan changes speed only.
@@ -79,10 +79,14 @@ class RegimePlan:
     ms: float
     default_ms: float
     tried: dict[str, float]
+    timed: str = "bare linears"  # or "the program's forward"
 
     def why(self) -> str:
         gain = self.default_ms / self.ms if self.ms > 0 else 1.0
-        return f"{self.choice.label()}: {self.ms:.3f} ms a pass at {self.rows} rows, {gain:.2f}x the flags' choice ({self.default_ms:.3f} ms)"
+        return (
+            f"{self.choice.label()}: {self.ms:.3f} ms ({self.timed}, {self.rows} rows), "
+            f"{gain:.2f}x the speed of the flags' choice ({self.default_ms:.3f} ms), side by side"
+        )
 
 
 @dataclass(frozen=True)
@@ -98,7 +102,7 @@ class KernelPlan:
 
     @classmethod
     def from_json(cls, d: dict) -> KernelPlan:
-        regimes = {k: RegimePlan(v["rows"], Choice(**v["choice"]), v["ms"], v["default_ms"], v["tried"]) for k, v in d["regimes"].items()}
+        regimes = {k: RegimePlan(v["rows"], Choice(**v["choice"]), v["ms"], v["default_ms"], v["tried"], v["timed"]) for k, v in d["regimes"].items()}
         return cls(d["threads"], d["calls"], d["weight_mb"], regimes, d["tune_s"])
 
     def summary(self) -> dict:
@@ -171,9 +175,15 @@ def _weight_bytes(n: int, k: int, fmt: int) -> int:
     return 2 * -(-n // PAIR_ROWS) * (k // 32) * TILE_BYTES[name]
 
 
-def tune(shapes: Sequence[tuple[int, int, int]], threads: int, reps: int = 5) -> KernelPlan:
-    """Time `shapes` (one forward's calls) under candidate choices and return the fastest per
-    regime (module docstring)."""
+def tune(shapes: Sequence[tuple[int, int, int]], threads: int, forward: Callable[[int], object] | None = None, reps: int = 5) -> KernelPlan:
+    """Time candidate choices and return the fastest per regime (module docstring).
+
+    With `forward` (`forward(rows)` runs the program over that many new rows), the one_row and
+    few_rows regimes time the program itself with each candidate installed: between its
+    linears run the glue and the attention, so whether splitting a matrix pays depends on
+    what the other thread does meanwhile, which bare linears back to back do not show. The
+    many_rows regime (and every regime without `forward`) times `shapes` (one forward's calls)
+    as bare linears over random weights of the same sizes."""
     lib, t0 = _lib(), time.perf_counter()
     flat = (ctypes.c_int64 * (3 * len(shapes)))(*[v for s in shapes for v in s])
     bench = lib.edgespec_bench_new(flat, len(shapes), max(REGIMES.values()))
@@ -184,16 +194,27 @@ def tune(shapes: Sequence[tuple[int, int, int]], threads: int, reps: int = 5) ->
     default = flags_choice()
     regimes = {}
     try:
-        for name, rows in REGIMES.items():
+        for index, (name, rows) in enumerate(REGIMES.items()):
             last = head if name == "many_rows" else len(shapes)
 
-            def timed(cands: list[Choice], rows=rows, last=last) -> dict[Choice, float]:
-                args = lambda c: (bench, rows, PATHS.index(c.path), c.prefetch, c.min_parallel_bytes, 0, last)  # noqa: E731
-                lib.edgespec_bench_pass(*args(cands[0]))  # warm-up
+            def bare(c: Choice, rows=rows, last=last) -> float:
+                return lib.edgespec_bench_pass(bench, rows, PATHS.index(c.path), c.prefetch, c.min_parallel_bytes, 0, last)
+
+            def program(c: Choice, rows=rows, index=index, calls=2) -> float:
+                lib.edgespec_set_choice(index, PATHS.index(c.path), c.prefetch, c.min_parallel_bytes)
+                start = time.perf_counter()
+                for _ in range(calls):
+                    forward(rows)
+                return 1000 * (time.perf_counter() - start) / calls
+
+            measure = program if forward is not None and name != "many_rows" else bare
+
+            def timed(cands: list[Choice], measure=measure) -> dict[Choice, float]:
+                measure(cands[0])  # warm-up
                 runs: dict[Choice, list[float]] = {c: [] for c in cands}
-                for _ in range(reps):
+                for _ in range(reps):  # interleaved: every candidate sees the same machine
                     for c in cands:
-                        runs[c].append(lib.edgespec_bench_pass(*args(c)))
+                        runs[c].append(measure(c))
                 return {c: statistics.median(v) for c, v in runs.items()}
 
             best, times = default, {}
@@ -204,9 +225,13 @@ def tune(shapes: Sequence[tuple[int, int, int]], threads: int, reps: int = 5) ->
             ]
             for stage in stages:  # each stage times the best so far and the default beside its candidates
                 cands = list(dict.fromkeys([best, default, *stage(best)]))
-                times = timed(cands)
-                best = min(cands, key=times.get)
-            regimes[name] = RegimePlan(rows, best, round(times[best], 4), round(times[default], 4), {c.label(): round(v, 4) for c, v in times.items()})
+                if len(cands) > 1 or not times:
+                    times = timed(cands)
+                    best = min(cands, key=times.get)
+            what = "the program's forward" if measure is program else "bare linears"
+            tried = {c.label(): round(v, 4) for c, v in times.items()}
+            regimes[name] = RegimePlan(rows, best, round(times[best], 4), round(times[default], 4), tried, what)
+            lib.edgespec_set_choice(index, PATHS.index(best.path), best.prefetch, best.min_parallel_bytes)
     finally:
         lib.edgespec_bench_free(bench)
     return KernelPlan(threads, len(shapes), round(sum(sizes) / 1e6, 2), regimes, round(time.perf_counter() - t0, 3))
@@ -222,20 +247,21 @@ def plan_path(shapes: Sequence[tuple[int, int, int]], threads: int) -> Path:
     return library.kernels_dir() / "plans" / f"{library.library_path().stem}-{threads}t-{digest}.json"
 
 
-def plan_program(run_forward: Callable[[], object], threads: int) -> KernelPlan | None:
-    """Record the shapes of one `run_forward`, then install the cached plan for them on this
-    CPU at `threads` threads, tuning it first when there is none. None: the program calls no
-    block linear, or `EDGESPEC_KERNEL_PLAN=default`."""
+def plan_program(forward: Callable[[int], object], threads: int) -> KernelPlan | None:
+    """Record the block-linear shapes of one `forward(1)` (the program over one new row), then
+    install the cached plan for them on this CPU at `threads` threads, measuring it first (with
+    the program itself, `tune`) when there is none. None: the program calls no block linear,
+    or `EDGESPEC_KERNEL_PLAN=default`."""
     if os.environ.get(ENV) == "default":
         return None
-    shapes = record_shapes(run_forward)
+    shapes = record_shapes(lambda: forward(1))
     if not shapes:
         return None
     path = plan_path(shapes, threads)
     try:
         plan = KernelPlan.from_json(json.loads(path.read_text()))
     except (OSError, ValueError, KeyError, TypeError):
-        plan = tune(shapes, threads)
+        plan = tune(shapes, threads, forward)
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".plan-", suffix=".json", dir=path.parent)
         with os.fdopen(fd, "w") as f:

@@ -104,14 +104,14 @@ class ProgramRunner(Program):
     def _plan_kernels(self):
         """The block kernel's plan for this program on this CPU and thread count, chosen by
         measurement the first time (edgespec.kernels.plan); None for a program without block
-        linears. Its one recording forward writes cache slot 0, which any prompt overwrites."""
+        linears. Its forwards write the first cache slots, which any prompt overwrites."""
         if not uses_edgespec_ops(self.path):
             return None
         from executorch.extension.pybindings.portable_lib import _threadpool_get_thread_count
 
         from edgespec.kernels.plan import plan_program
 
-        return plan_program(lambda: self.forward(torch.zeros((1, 1), dtype=torch.long), 0), int(_threadpool_get_thread_count()))
+        return plan_program(lambda rows: self.forward(torch.zeros((1, rows), dtype=torch.long), 0), int(_threadpool_get_thread_count()))
 
     def forward(self, tokens: torch.Tensor, start_pos: int) -> torch.Tensor:
         """Logits of the last position, [V], after feeding tokens [1, T] at start_pos."""
