@@ -223,22 +223,42 @@ Tensor& attention_out(KernelRuntimeContext& ctx, const Tensor& q, const Tensor& 
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   const int64_t blocks = (T + kRowBlock - 1) / kRowBlock;
   const int64_t* nk = n_keys.data();
-  // one task per (head, block of rows); a task's arithmetic does not depend on the thread
+  // One task per (head, block of rows); a task's arithmetic does not depend on the thread.
+  // One row (decoding): one task per key/value head, whose query heads are the rows of one
+  // block (heads are contiguous in q, so row r is head g * group + r at stride D): they read
+  // each key and value once instead of once per head, and each row's arithmetic is unchanged.
   const int64_t w_stride = (N + kLanes - 1) / kLanes * kLanes;
-  executorch::extension::parallel_for(0, H * blocks, 1, [&](int64_t begin, int64_t end) {
+  const bool by_kv_head = T == 1 && group > 1 && group <= kRowBlock;
+  const int64_t tasks = by_kv_head ? Hkv : H * blocks;
+  executorch::extension::parallel_for(0, tasks, 1, [&](int64_t begin, int64_t end) {
     static thread_local std::vector<float> w;
     w.resize(kRowBlock * w_stride);
     for (int64_t item = begin; item < end; ++item) {
-      const int64_t h = item % H, t0 = (item / H) * kRowBlock, g = h / group;
       Rows rows;
-      rows.n = std::min<int64_t>(kRowBlock, T - t0);
-      rows.q = qd + (t0 * H + h) * D;
-      rows.out = od + (t0 * H + h) * D;
-      rows.stride = H * D;
-      for (int64_t r = 0; r < rows.n; ++r) {
-        rows.keys[r] = slot_list + (t0 + r) * list_stride;
-        rows.n_keys[r] = nk[t0 + r];
-        rows.mask[r] = mask_data == nullptr ? nullptr : mask_data + (t0 + r) * N;
+      int64_t g;
+      if (by_kv_head) {
+        g = item;
+        rows.n = group;
+        rows.q = qd + g * group * D;
+        rows.out = od + g * group * D;
+        rows.stride = D;
+        for (int64_t r = 0; r < rows.n; ++r) {
+          rows.keys[r] = slot_list;
+          rows.n_keys[r] = nk[0];
+          rows.mask[r] = mask_data;
+        }
+      } else {
+        const int64_t h = item % H, t0 = (item / H) * kRowBlock;
+        g = h / group;
+        rows.n = std::min<int64_t>(kRowBlock, T - t0);
+        rows.q = qd + (t0 * H + h) * D;
+        rows.out = od + (t0 * H + h) * D;
+        rows.stride = H * D;
+        for (int64_t r = 0; r < rows.n; ++r) {
+          rows.keys[r] = slot_list + (t0 + r) * list_stride;
+          rows.n_keys[r] = nk[t0 + r];
+          rows.mask[r] = mask_data == nullptr ? nullptr : mask_data + (t0 + r) * N;
+        }
       }
       attend(rows, kd + g * D, vd + g * D, row_stride, scale, w.data(), w_stride);
     }
