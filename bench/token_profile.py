@@ -7,7 +7,7 @@ Per thread count, in a fresh process (the threadpool is sized before the program
    program's `forward` execute() inside it. host_ms = call - execute: the loop's own time
    (sampling, bookkeeping, Python) per token.
 2. ETDump: the same program loaded with ETDump on, --calls one-token forwards at position
-   --context; per op kind the median time per forward. Op calls that run on one thread: every
+   --context; per op kind the mean time per forward. Op calls that run on one thread: every
    op but `edgespec::attention` (split over heads) and the block linears that the installed
    plan splits among threads (recorded shapes; calls under its min_parallel_bytes run on one).
    serial_share = (one-thread ops + host loop) / (forward + host loop).
@@ -93,7 +93,7 @@ def child(bundle: Path, threads: int, new_tokens: int, runs: int, calls: int, co
         per_fwd = len(ts) // calls
         if per_fwd == 0:
             continue
-        calls_ms = [statistics.median(ts[j::per_fwd]) for j in range(per_fwd)]  # the j-th call of each forward
+        calls_ms = [statistics.fmean(ts[j::per_fwd]) for j in range(per_fwd)]  # the j-th call of each forward: its mean (stalls count)
         total = sum(calls_ms)
         if name == "edgespec::block_linear.out" and len(split) == per_fwd:
             one_thread = sum(t for t, s in zip(calls_ms, split) if not s or threads == 1)
@@ -101,7 +101,7 @@ def child(bundle: Path, threads: int, new_tokens: int, runs: int, calls: int, co
             one_thread = 0.0 if (name in PARALLEL_OPS and threads > 1) else total
         serial += one_thread if threads > 1 else total
         ops[name] = {"calls": per_fwd, "ms": round(total, 4), "one_thread_ms": round(one_thread, 4)}
-    fwd = statistics.median(forward_ms)
+    fwd = statistics.fmean(forward_ms)
     host = max(call - execute, 0.0)
     return {
         "threads": threads,
@@ -111,6 +111,7 @@ def child(bundle: Path, threads: int, new_tokens: int, runs: int, calls: int, co
             "context": context,
             "forward_ms": round(fwd, 4),
             "ops": dict(sorted(ops.items(), key=lambda kv: -kv[1]["ms"])),
+            "ops_ms": round(sum(o["ms"] for o in ops.values()), 4),  # the rest of forward_ms: between and around the ops
             "one_thread_ms": round(serial, 4),
             "serial_share": round((serial + host) / (fwd + host), 4),
         },

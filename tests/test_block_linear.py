@@ -205,6 +205,43 @@ def test_program_equals_reference_on_non_finite_and_tiny_blocks():
         torch.testing.assert_close(method.execute([x])[0], reference_block_linear(x, b), rtol=0, atol=0, equal_nan=True)
 
 
+def test_stacked_linears_compute_each_ones_bits():
+    """q/k/v (and gate/up) stacked into one block linear give, split back, bitwise each
+    linear's own output (the kernel is per output row), biases and adapters included; mixed
+    formats are not stacked."""
+    from edgespec.kernels.block_linear import stacked
+    from edgespec.models.llama import projections
+
+    parts = [BlockLinear(_codes("U4H", n, 96, seed=i), torch.randn(n)) for i, n in enumerate((32, 16, 16))]
+    fused = stacked(parts)
+    x = torch.randn(5, 96)
+    lora = {"wk": torch.nn.Linear(96, 16)}
+    with torch.no_grad():
+        got = projections(fused, parts, ("wq", "wk", "wv"), lora, x)
+        want = [parts[0](x), parts[1](x) + lora["wk"](x), parts[2](x)]
+    assert all(torch.equal(g, w) for g, w in zip(got, want))
+    assert stacked([parts[0], BlockLinear(_codes("S8H", 16, 96))]) is None
+    assert stacked([parts[0], torch.nn.Linear(96, 16)]) is None
+
+
+def test_exporting_a_block_kernel_model_stacks_its_projections_and_restores_them():
+    from edgespec.config import QuantConfig
+    from edgespec.models.llama import LlamaArgs, executorch_ops
+    from edgespec.quant import plan_quantization, quantize_
+    from tiny_models import random_transformer
+
+    model = random_transformer(LlamaArgs(dim=64, n_layers=1, n_heads=4, n_kv_heads=2, hidden_dim=96, vocab_size=97, max_seq_len=32))
+    quantize_(model, plan_quantization(model, QuantConfig(scheme="8da4w", kernel="edgespec")))
+    attn, ffn = model.layers[0].attention, model.layers[0].feed_forward
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with executorch_ops(model, "exact"):
+        assert attn.fused.out_features == 64 + 2 * 32 and ffn.fused.out_features == 2 * 96
+        assert attn.fused.use_kernel and not any(isinstance(m, BlockLinear) for m in (attn.wq, attn.wk, attn.wv, ffn.w1, ffn.w3))
+    assert attn.fused is None and ffn.fused is None and isinstance(attn.wk, BlockLinear) and not attn.wk.use_kernel
+    after = model.state_dict()
+    assert before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before)
+
+
 def write_k_m_gguf(path: Path, main: str = "Q4_K") -> dict[str, np.ndarray]:
     """A 1-layer Llama GGUF laid out like llama.cpp's Q4_K_M / Q5_K_M (`main` matrices, Q6_K
     for attn_v and ffn_down, the embedding Q8_0; random K-quant bytes, which `gguf` cannot

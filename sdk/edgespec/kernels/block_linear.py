@@ -200,3 +200,16 @@ class BlockLinear(nn.Module):
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, format={self.format}"
+
+
+def stacked(linears: list[nn.Module]) -> BlockLinear | None:
+    """One BlockLinear whose output is the outputs of `linears` side by side (their rows
+    stacked), so one op call quantizes their shared input once: q/k/v, gate/up. Each output row
+    is computed exactly as alone (the kernel is per row). None unless all are BlockLinears of
+    one format and input size, all with a bias or none."""
+    if not all(isinstance(m, BlockLinear) for m in linears) or len({(m.format, m.in_features, m.bias is None) for m in linears}) != 1:
+        return None
+    blocks = [m.blocks for m in linears]
+    m = None if blocks[0].m is None else torch.cat([b.m for b in blocks])
+    bias = None if linears[0].bias is None else torch.cat([lin.bias for lin in linears])
+    return BlockLinear(BlockCodes(blocks[0].format, torch.cat([b.codes for b in blocks]), torch.cat([b.d for b in blocks]), m), bias)

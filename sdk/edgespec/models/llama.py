@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from edgespec.kernels.block_linear import BlockLinear
+from edgespec.kernels.block_linear import BlockLinear, stacked
 
 
 def load_executorch_llm_ops() -> None:
@@ -274,6 +274,48 @@ def adapted(linear: nn.Linear, adapters, name: str, x: torch.Tensor) -> torch.Te
     return y
 
 
+def projections(fused: nn.Module | None, linears: Sequence[nn.Linear], names: Sequence[str], adapters, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The outputs of `linears` on x, each plus its adapter (`adapted`): one call of `fused`
+    (their rows stacked, `fuse_projections`) split back, else one call each."""
+    if fused is None:
+        return tuple(adapted(lin, adapters, n, x) for lin, n in zip(linears, names))
+    ys = fused(x).split([lin.out_features for lin in linears], -1)
+    return tuple(y if adapters is None or n not in adapters else y + adapters[n](x) for y, n in zip(ys, names))
+
+
+@contextmanager
+def fuse_projections(model: nn.Module):
+    """Within the block, each attention's q/k/v and each feed-forward's gate/up that are block
+    linears of one format run as one block linear (`stacked`): their shared input is quantized
+    once, in one op call. The separate modules are set aside meanwhile (an exported program
+    holds only the stacked weights); on exit they are back."""
+    swapped = []
+    for m in model.modules():
+        names = ("wq", "wk", "wv") if isinstance(m, Attention) else ("w1", "w3") if isinstance(m, FeedForward) else ()
+        fused = stacked([getattr(m, n) for n in names]) if names else None
+        if fused is not None:
+            fused.use_kernel = getattr(m, names[0]).use_kernel  # the op in a program, the reference in eager code
+            swapped.append((m, names, [getattr(m, n) for n in names]))
+            for n in names:
+                setattr(m, n, _Shape(getattr(m, n).out_features))
+            m.fused = fused
+    try:
+        yield model
+    finally:
+        for m, names, linears in swapped:
+            m.fused = None
+            for n, lin in zip(names, linears):
+                setattr(m, n, lin)
+
+
+class _Shape(nn.Module):
+    """Where a linear stacked into `fused` stood: its output size, no weights."""
+
+    def __init__(self, out_features: int):
+        super().__init__()
+        self.out_features = out_features
+
+
 class Attention(nn.Module):
     """GQA attention with RoPE. The cache (`kv_cache`) and the attention op (`sdpa`) are
     modules: `executorch_ops` swaps both for ExecuTorch's custom ops at export."""
@@ -292,6 +334,7 @@ class Attention(nn.Module):
         self.sdpa = SDPA()
         self.register_buffer("rope_swap", pair_swap(args.head_dim), persistent=False)
         self.use_kernel = False  # edgespec::rope (set by `executorch_ops` for block-kernel programs)
+        self.fused = None  # wq, wk, wv as one block linear while a block-kernel program is exported (`fuse_projections`)
 
     def forward(
         self, x: torch.Tensor, start_pos, cos: torch.Tensor, sin: torch.Tensor, adapters=None, mask: torch.Tensor | None = None, kv: GrowingKV | None = None
@@ -301,9 +344,10 @@ class Attention(nn.Module):
         kv: where K/V go and come from: None = this layer's static cache (rows
         [start_pos, start_pos + T) are written), or a `GrowingKV`. mask: see `SDPA`."""
         B, T, _ = x.shape
-        q = adapted(self.wq, adapters, "wq", x).view(B, T, self.n_heads, self.head_dim)
-        k = adapted(self.wk, adapters, "wk", x).view(B, T, self.n_kv_heads, self.head_dim)
-        v = adapted(self.wv, adapters, "wv", x).view(B, T, self.n_kv_heads, self.head_dim)
+        q, k, v = projections(self.fused, (self.wq, self.wk, self.wv), ("wq", "wk", "wv"), adapters, x)
+        q = q.view(B, T, self.n_heads, self.head_dim)
+        k = k.view(B, T, self.n_kv_heads, self.head_dim)
+        v = v.view(B, T, self.n_kv_heads, self.head_dim)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         if self.use_kernel:
@@ -324,9 +368,10 @@ class FeedForward(nn.Module):
         self.w3 = nn.Linear(dim, hidden_dim, bias=False)  # up
         self.w2 = nn.Linear(hidden_dim, dim, bias=False)  # down
         self.use_kernel = False  # edgespec::silu_mul (set by `executorch_ops` for block-kernel programs)
+        self.fused = None  # w1 and w3 as one block linear while a block-kernel program is exported (`fuse_projections`)
 
     def forward(self, x: torch.Tensor, adapters=None) -> torch.Tensor:
-        gate, up = adapted(self.w1, adapters, "w1", x), adapted(self.w3, adapters, "w3", x)
+        gate, up = projections(self.fused, (self.w1, self.w3), ("w1", "w3"), adapters, x)
         h = torch.ops.edgespec.silu_mul(gate, up) if self.use_kernel else F.silu(gate) * up
         return adapted(self.w2, adapters, "w2", h)
 
@@ -488,7 +533,8 @@ def executorch_ops(model: nn.Module, attention: str = "block"):
     for m in block_linears + glue:
         m.use_kernel = True
     try:
-        yield model
+        with fuse_projections(model):  # q/k/v and gate/up: one op call, one quantization of their input
+            yield model
     finally:
         for m in block_linears + glue:
             m.use_kernel = False
