@@ -116,8 +116,12 @@ extern "C" {
 // Whether this CPU runs path `p`.
 int64_t edgespec_path_supported(int64_t p) { return p >= 0 && p < edgespec::blocks::kPaths && edgespec::blocks::path_supported(static_cast<edgespec::blocks::Path>(p)); }
 
-// The path the CPU's flags alone pick (the default choice before a plan).
-int64_t edgespec_default_path() { return static_cast<int64_t>(edgespec::blocks::best_path()); }
+// The choice the CPU's flags alone make (block_linear.h's default_choice): path, prefetch,
+// min_parallel_bytes into out[0..2].
+void edgespec_default_choice(int64_t* out) {
+  const auto c = edgespec::blocks::default_choice();
+  out[0] = static_cast<int64_t>(c.path), out[1] = c.prefetch, out[2] = c.min_parallel_bytes;
+}
 
 const char* edgespec_path_name(int64_t p) { return edgespec::blocks::path_name(static_cast<edgespec::blocks::Path>(p)); }
 

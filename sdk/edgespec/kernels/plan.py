@@ -115,7 +115,7 @@ def _lib() -> ctypes.CDLL:
     lib = ctypes.CDLL(str(library.load()))
     i64, p64 = ctypes.c_int64, ctypes.POINTER(ctypes.c_int64)
     lib.edgespec_path_supported.argtypes, lib.edgespec_path_supported.restype = [i64], i64
-    lib.edgespec_default_path.argtypes, lib.edgespec_default_path.restype = [], i64
+    lib.edgespec_default_choice.argtypes, lib.edgespec_default_choice.restype = [p64], None
     lib.edgespec_set_choice.argtypes, lib.edgespec_set_choice.restype = [i64, i64, i64, i64], i64
     lib.edgespec_get_choice.argtypes, lib.edgespec_get_choice.restype = [i64, p64], None
     lib.edgespec_record_calls.argtypes, lib.edgespec_record_calls.restype = [i64], None
@@ -207,7 +207,7 @@ def tune(shapes: Sequence[tuple[int, int, int]], threads: int, forward: Callable
                     forward(rows)
                 return 1000 * (time.perf_counter() - start) / calls
 
-            measure = program if forward is not None and name != "many_rows" else bare
+            measure = program if forward is not None and name != "many_rows" and _runs(forward, rows) else bare
 
             def timed(cands: list[Choice], measure=measure) -> dict[Choice, float]:
                 measure(cands[0])  # warm-up
@@ -237,9 +237,21 @@ def tune(shapes: Sequence[tuple[int, int, int]], threads: int, forward: Callable
     return KernelPlan(threads, len(shapes), round(sum(sizes) / 1e6, 2), regimes, round(time.perf_counter() - t0, 3))
 
 
+def _runs(forward: Callable[[int], object], rows: int) -> bool:
+    """Whether the program takes `rows` new rows in one call (a program with a static shape
+    may not): else its regime is timed on bare linears."""
+    try:
+        forward(rows)
+    except Exception:  # noqa: BLE001  (ExecuTorch reports a shape it refuses as a RuntimeError or ValueError)
+        return False
+    return True
+
+
 def flags_choice() -> Choice:
     """What the CPU's flags alone pick (block_linear.h's `default_choice`)."""
-    return Choice(PATHS[_lib().edgespec_default_path()], 16, SPLITS["small matrices on one thread"])
+    out = (ctypes.c_int64 * 3)()
+    _lib().edgespec_default_choice(out)
+    return Choice(PATHS[out[0]], out[1], out[2])
 
 
 def plan_path(shapes: Sequence[tuple[int, int, int]], threads: int) -> Path:
