@@ -305,14 +305,9 @@ def test_k_m_file_is_carried_not_rounded(tmp_path, main, kernel_format):
     assert (wq(x) - exact).norm() / exact.norm() < 0.01
 
 
-@pytest.mark.slow
-def test_block_kernel_program_is_row_invariant_end_to_end(tmp_path):
-    """A tiny Llama with every linear on edgespec's block kernel (`quant.kernel: edgespec`),
-    lowered with no delegate (block kernel, fused glue and edgespec's attention end to end):
-    its logits follow the eager model's, and a prompt prefilled in one call gives bitwise
-    the logits of the same tokens decoded one at a time (every op is per row)."""
-    from executorch.runtime import Runtime
-
+def _tiny_block_kernel_program():
+    """A tiny Llama with every linear on edgespec's block kernel, lowered with no delegate:
+    (the eager model, the `.pte`'s bytes)."""
     from edgespec.config import QuantConfig
     from edgespec.export.lowering import ProgramMeta, export_forward, lower_to_executorch
     from edgespec.kernels import library
@@ -326,7 +321,18 @@ def test_block_kernel_program_is_row_invariant_end_to_end(tmp_path):
     summary = quantize_(model, plan_quantization(model, QuantConfig(scheme="8da4w", kernel="edgespec")))
     assert len(summary.rounded) == 2 * 7 + 1 and all(isinstance(m, BlockLinear) for m in (model.output, model.layers[1].feed_forward.w2))
     model.eval()
-    pte = lower_to_executorch({"forward": export_forward(model, args.max_seq_len, "exact")}, ProgramMeta(64, 97, 2, 1, (2,)), xnnpack=False)
+    return model, lower_to_executorch({"forward": export_forward(model, args.max_seq_len, "exact")}, ProgramMeta(64, 97, 2, 1, (2,)), xnnpack=False)
+
+
+@pytest.mark.slow
+def test_block_kernel_program_is_row_invariant_end_to_end(tmp_path):
+    """A tiny Llama with every linear on edgespec's block kernel (`quant.kernel: edgespec`),
+    lowered with no delegate (block kernel, fused glue and edgespec's attention end to end):
+    its logits follow the eager model's, and a prompt prefilled in one call gives bitwise
+    the logits of the same tokens decoded one at a time (every op is per row)."""
+    from executorch.runtime import Runtime
+
+    model, pte = _tiny_block_kernel_program()
     program = Runtime.get().load_program(pte)
     method = program.load_method("forward")
     tokens = torch.randint(0, 97, (1, 9))
@@ -338,6 +344,41 @@ def test_block_kernel_program_is_row_invariant_end_to_end(tmp_path):
     for i in range(9):
         one = method.execute([tokens[:, i : i + 1], torch.tensor([i])])[0]
     assert torch.equal(one, prefill)
+
+
+_THREAD_COUNTS = """
+import sys, torch
+from edgespec.kernels import library
+from edgespec.runtime.runner import load_runtime_kernels, set_threads
+from executorch.runtime import Runtime
+library.load()
+load_runtime_kernels()
+tokens = torch.arange(40).reshape(1, 40) % 97
+logits = []
+for n in (2, 1, 2):  # the kernels' pool follows ExecuTorch's thread count: built, rebuilt, rebuilt
+    set_threads(n)
+    method = Runtime.get().load_program(sys.argv[1]).load_method("forward")
+    out = [method.execute([tokens, torch.tensor([0])])[0]]
+    out += [method.execute([tokens[:, i : i + 1], torch.tensor([40 + i])])[0] for i in range(3)]
+    logits.append(torch.cat(out))
+print(int(all(torch.equal(logits[0], x) for x in logits)))
+"""
+
+
+@pytest.mark.slow
+def test_block_kernel_program_gives_the_same_bits_at_every_thread_count(tmp_path):
+    """edgespec's kernel thread pool (kernels/threadpool.cpp) follows ExecuTorch's thread
+    count, rebuilt when it changes, and a prefill and decoded tokens compute the same bits at
+    2, 1 and 2 threads again (sections split among threads never change a row's arithmetic)."""
+    import subprocess
+    import sys
+
+    _, pte = _tiny_block_kernel_program()
+    path = tmp_path / "tiny.pte"
+    path.write_bytes(pte)
+    out = subprocess.run([sys.executable, "-c", _THREAD_COUNTS, str(path)], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split()[-1] == "1"
 
 
 @pytest.mark.slow

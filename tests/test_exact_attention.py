@@ -110,7 +110,7 @@ print(before, threads())
 
 @pytest.mark.slow
 def test_multi_row_calls_start_no_threads_of_their_own(tmp_path):
-    """With the exact kernel nothing inside an op starts threads beside ExecuTorch's pool
+    """With the exact kernel nothing inside an op starts threads beside the thread pools (ExecuTorch's, the kernels')
     (llama::custom_sdpa's BLAS GEMM starts OpenMP threads on its first multi-row call)."""
     import subprocess
     import sys

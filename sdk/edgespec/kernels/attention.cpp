@@ -29,8 +29,8 @@
 
 #include <executorch/extension/kernel_util/make_boxed_from_unboxed_functor.h>
 #include <executorch/runtime/kernel/kernel_includes.h>
-#include <executorch/runtime/kernel/thread_parallel_interface.h>
 
+#include "threadpool.h"
 #include "vec8.h"
 
 namespace edgespec {
@@ -230,7 +230,7 @@ Tensor& attention_out(KernelRuntimeContext& ctx, const Tensor& q, const Tensor& 
   const int64_t w_stride = (N + kLanes - 1) / kLanes * kLanes;
   const bool by_kv_head = T == 1 && group > 1 && group <= kRowBlock;
   const int64_t tasks = by_kv_head ? Hkv : H * blocks;
-  executorch::extension::parallel_for(0, tasks, 1, [&](int64_t begin, int64_t end) {
+  pool::parallel_for(0, tasks, 1, [&](int64_t begin, int64_t end) {
     static thread_local std::vector<float> w;
     w.resize(kRowBlock * w_stride);
     for (int64_t item = begin; item < end; ++item) {

@@ -5,8 +5,8 @@
 //   (edgespec/kernels/block_linear.py packs it), format (block_linear.h's Format), N:
 //   out [..., N] fp32.
 // The activation rows are quantized once per call (int8 per block of 32, Q8_1-style); the
-// tile rows are split among ExecuTorch's threads in contiguous ranges; every thread reads a
-// tile once for all rows of the call (kRowChunk at a time).
+// tile rows are split among the threads (threadpool.h: as many as ExecuTorch's) in contiguous
+// ranges; every thread reads a tile once for all rows of the call (kRowChunk at a time).
 //
 // How a call computes (SIMD path, prefetch distance, whether it is split among threads) is
 // the plan's choice for its regime of row counts. The plan is chosen by measurement
@@ -22,9 +22,9 @@
 
 #include <executorch/extension/kernel_util/make_boxed_from_unboxed_functor.h>
 #include <executorch/runtime/kernel/kernel_includes.h>
-#include <executorch/runtime/kernel/thread_parallel_interface.h>
 
 #include "block_linear.h"
+#include "threadpool.h"
 #include "vec8.h"
 
 namespace edgespec {
@@ -56,7 +56,7 @@ void linear_rows(const B::Choice& choice, const float* x, int64_t M, int64_t K, 
   // the activations' quantization: on the threadpool, rows split among threads, once there
   // are enough blocks to pay for waking it (prefill, long verifications)
   constexpr int64_t kParallelQuantBlocks = 512;
-  executorch::extension::parallel_for(0, M, M * G < kParallelQuantBlocks ? std::max<int64_t>(M, 1) : 1, [&](int64_t r0, int64_t r1) {
+  pool::parallel_for(0, M, M * G < kParallelQuantBlocks ? std::max<int64_t>(M, 1) : 1, [&](int64_t r0, int64_t r1) {
     B::quantize_rows(x + r0 * K, r1 - r0, K, qd + r0 * K, dd + r0 * G, sd + r0 * G);
   });
   B::QuantizedRows rows{qd, dd, sd, K, G};
@@ -66,7 +66,7 @@ void linear_rows(const B::Choice& choice, const float* x, int64_t M, int64_t K, 
   const int64_t pairs = NT / 2;
   const int64_t bytes = NT * G * B::tile_bytes(format) * std::min(M, B::kRowChunk);
   const int64_t grain = bytes < choice.min_parallel_bytes ? std::max<int64_t>(pairs, 1) : 1;
-  executorch::extension::parallel_for(0, pairs, grain, [&](int64_t begin, int64_t end) { B::linear_tile_rows(choice.path, format, w, rows, M, n, 2 * begin, 2 * end, o); });
+  pool::parallel_for(0, pairs, grain, [&](int64_t begin, int64_t end) { B::linear_tile_rows(choice.path, format, w, rows, M, n, 2 * begin, 2 * end, o); });
 }
 
 Tensor& block_linear_out(KernelRuntimeContext& ctx, const Tensor& x, const Tensor& weight, int64_t format, int64_t n, Tensor& out) {
@@ -204,10 +204,10 @@ double edgespec_bench_pass(void* handle, int64_t rows, int64_t path, int64_t pre
 double edgespec_bench_read(void* handle, int64_t first, int64_t last) {
   using namespace edgespec::vec;
   auto* bench = static_cast<edgespec::Bench*>(handle);
-  const int64_t tasks = std::max<int64_t>(executorch::extension::get_thread_count(), 1);
+  const int64_t tasks = std::max<int64_t>(edgespec::pool::threads(), 1);
   std::vector<v8i> sums(tasks, v8i{});
   const auto t0 = std::chrono::steady_clock::now();
-  executorch::extension::parallel_for(0, tasks, 1, [&](int64_t t0_, int64_t t1_) {
+  edgespec::pool::parallel_for(0, tasks, 1, [&](int64_t t0_, int64_t t1_) {
     for (int64_t t = t0_; t < t1_; ++t) {
       v8i acc = v8i{};
       for (int64_t i = first; i < last; ++i) {

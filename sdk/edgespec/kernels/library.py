@@ -26,8 +26,8 @@ from edgespec.errors import EdgespecError
 from edgespec.host import process_alive
 from edgespec.packages import package_dir
 
-SOURCES = ("attention.cpp", "block_linear.cpp", "glue.cpp")  # compiled into one library
-HEADERS = ("block_linear.h", "vec8.h")  # included by them (part of the cache key)
+SOURCES = ("attention.cpp", "block_linear.cpp", "glue.cpp", "threadpool.cpp")  # compiled into one library
+HEADERS = ("block_linear.h", "threadpool.h", "vec8.h")  # included by them (part of the cache key)
 CODEGEN = (
     "-O3",
     "-march=native",
@@ -38,6 +38,7 @@ FLAGS = (
     *CODEGEN,
     "-shared",
     "-fPIC",
+    "-pthread",
     "-DC10_USING_CUSTOM_GENERATED_MACROS",
     "-DET_EVENT_TRACER_ENABLED",
     "-DET_USE_THREADPOOL",
