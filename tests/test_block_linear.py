@@ -346,6 +346,38 @@ def test_block_kernel_program_is_row_invariant_end_to_end(tmp_path):
     assert torch.equal(one, prefill)
 
 
+def _forwards(pte: bytes, tokens: torch.Tensor, decoded: int = 3) -> torch.Tensor:
+    """A prompt prefilled in one call, then `decoded` of its tokens fed one at a time after it:
+    every logit, flat."""
+    from executorch.runtime import Runtime
+
+    method = Runtime.get().load_program(pte).load_method("forward")
+    T = tokens.shape[1]
+    out = [method.execute([tokens, torch.tensor([0])])[0]]
+    out += [method.execute([tokens[:, i : i + 1], torch.tensor([T + i])])[0] for i in range(decoded)]
+    return torch.cat([x.reshape(-1) for x in out])
+
+
+@pytest.mark.slow
+def test_glue_folded_into_the_linears_changes_no_bit(monkeypatch):
+    """export/fusion.py folds a block-kernel program's norms, SwiGLU gates and residual adds
+    into its block linears (`prologue`, `residual`): the tiny Llama keeps one norm (the final
+    one, read through a select) and no gate, split of gate/up, or add; and its logits, prefill
+    and decoded, are bitwise those of the same model lowered without the pass."""
+    from edgespec.export import fusion
+    from edgespec.export.lowering import export_forward
+
+    model, folded = _tiny_block_kernel_program()
+    ep = fusion.fuse_block_linear_glue(export_forward(model, model.args.max_seq_len, "exact"))
+    targets = [str(n.target) for n in ep.graph.nodes if n.op == "call_function"]
+    assert targets.count("edgespec.rms_norm.default") == 1 and "edgespec.silu_mul.default" not in targets and "aten.add.Tensor" not in targets
+    assert targets.count("aten.split_with_sizes.default") == 2  # q/k/v's, one per layer
+    monkeypatch.setattr(fusion, "fuse_block_linear_glue", lambda ep: ep)
+    _, plain = _tiny_block_kernel_program()
+    tokens = torch.randint(0, 97, (1, 9), generator=torch.Generator().manual_seed(1))
+    assert torch.equal(_forwards(folded, tokens), _forwards(plain, tokens))
+
+
 _THREAD_COUNTS = """
 import sys, torch
 from edgespec.kernels import library

@@ -83,6 +83,9 @@ def lower_to_executorch(programs: dict[str, torch.export.ExportedProgram], meta:
     from executorch.exir.passes import MemoryPlanningPass
     from executorch.exir.passes.sym_shape_eval_pass import ConstraintBasedSymShapeEvalPass
 
+    from edgespec.export.fusion import fuse_block_linear_glue
+
+    programs = {name: fuse_block_linear_glue(ep) for name, ep in programs.items()}  # no-op without block linears
     shared = len(programs) > 1  # methods share the KV cache (same buffer names)
     edge = to_edge_transform_and_lower(
         programs,

@@ -1,9 +1,15 @@
 // edgespec::block_linear.out — a linear layer over GGUF-style weight blocks (block_linear.h
 // holds the arithmetic and the packed layout; the op schema is in edgespec/kernels/ops.py).
 //
-//   x [..., K] fp32 (K a multiple of 32), weight uint8 [2 ceil(N / 16) * K / 32 * tile_bytes]
-//   (edgespec/kernels/block_linear.py packs it), format (block_linear.h's Format), N:
-//   out [..., N] fp32.
+//   x [..., X] fp32, weight uint8 [2 ceil(N / 16) * K / 32 * tile_bytes] (edgespec/kernels/
+//   block_linear.py packs it), format (block_linear.h's Format), N, prologue, norm_weight,
+//   eps, residual: out [..., N] fp32 = residual + prologue(x) W^T.
+// The prologue is what the linear's input is made of, computed row by row right before that
+// row is quantized (glue.h's arithmetic, the bits of the separate op it replaces): kNone the
+// input itself (K = X), kRmsNorm rms_norm(x, norm_weight, eps) (K = X), kSwiGlu x = [gate | up]
+// side by side and the input silu(gate) * up (K = X / 2). An optional residual [..., N] is
+// added to the output by the thread that wrote it. Each saves an op call (and a serial pass)
+// per token: export/fusion.py folds the graph's norms, gates and residual adds into the linears.
 // The activation rows are quantized once per call (int8 per block of 32, Q8_1-style); the
 // tile rows are split among the threads (threadpool.h: as many as ExecuTorch's) in contiguous
 // ranges; every thread reads a tile once for all rows of the call (kRowChunk at a time).
@@ -24,6 +30,7 @@
 #include <executorch/runtime/kernel/kernel_includes.h>
 
 #include "block_linear.h"
+#include "glue.h"
 #include "threadpool.h"
 #include "vec8.h"
 
@@ -42,9 +49,29 @@ std::mutex g_record_mutex;
 bool g_recording = false;
 std::vector<int64_t> g_recorded;  // (n, K, format) of each call while recording
 
-// out [M, n] = x [M, K] through the packed weight, as `choice` says: the one computation of
-// the op and of the plan's timing passes.
-void linear_rows(const B::Choice& choice, const float* x, int64_t M, int64_t K, const uint8_t* w, int64_t format, int64_t n, float* o) {
+enum Prologue : int64_t { kNone = 0, kRmsNorm = 1, kSwiGlu = 2 };  // edgespec/kernels/ops.py's PROLOGUES
+
+// What row r of a call feeds the linear, for rows of x that are `stride` floats apart.
+struct Input {
+  const float* x;
+  int64_t stride;
+  Prologue prologue = kNone;
+  const float* norm_weight = nullptr;
+  float eps = 0.f;
+
+  // row r's K input values: x's own row, or the prologue's output written into `tmp`
+  const float* row(int64_t r, int64_t K, float* tmp) const {
+    const float* xr = x + r * stride;
+    if (prologue == kRmsNorm) glue::rms_norm_row(xr, norm_weight, K, eps, tmp);
+    if (prologue == kSwiGlu) glue::silu_mul_span(xr, xr + K, K, tmp);
+    return prologue == kNone ? xr : tmp;
+  }
+};
+
+// out [M, n] (+ residual [M, n] when given) = the input's M rows [K] through the packed weight,
+// as `choice` says: the one computation of the op and of the plan's timing passes.
+void linear_rows(const B::Choice& choice, const Input& in, int64_t M, int64_t K, const uint8_t* w, int64_t format, int64_t n, float* o,
+                 const float* residual = nullptr) {
   const int64_t G = K / B::kBlock, NT = B::tile_rows(n);
   static thread_local std::vector<int8_t> q;
   static thread_local std::vector<float> d, s;
@@ -53,11 +80,13 @@ void linear_rows(const B::Choice& choice, const float* x, int64_t M, int64_t K, 
   s.resize(M * G);
   int8_t* qd = q.data();  // (pointers: inside the tasks `q` would name the worker's own thread_local)
   float *dd = d.data(), *sd = s.data();
-  // the activations' quantization: on the threadpool, rows split among threads, once there
-  // are enough blocks to pay for waking it (prefill, long verifications)
+  // the activations' prologue and quantization, row by row: on the threadpool, rows split among
+  // threads, once there are enough blocks to pay for waking it (prefill, long verifications)
   constexpr int64_t kParallelQuantBlocks = 512;
   pool::parallel_for(0, M, M * G < kParallelQuantBlocks ? std::max<int64_t>(M, 1) : 1, [&](int64_t r0, int64_t r1) {
-    B::quantize_rows(x + r0 * K, r1 - r0, K, qd + r0 * K, dd + r0 * G, sd + r0 * G);
+    static thread_local std::vector<float> tmp;
+    tmp.resize(K);
+    for (int64_t r = r0; r < r1; ++r) B::quantize_rows(in.row(r, K, tmp.data()), 1, K, qd + r * K, dd + r * G, sd + r * G);
   });
   B::QuantizedRows rows{qd, dd, sd, K, G};
   rows.prefetch = choice.prefetch;
@@ -66,16 +95,38 @@ void linear_rows(const B::Choice& choice, const float* x, int64_t M, int64_t K, 
   const int64_t pairs = NT / 2;
   const int64_t bytes = NT * G * B::tile_bytes(format) * std::min(M, B::kRowChunk);
   const int64_t grain = bytes < choice.min_parallel_bytes ? std::max<int64_t>(pairs, 1) : 1;
-  pool::parallel_for(0, pairs, grain, [&](int64_t begin, int64_t end) { B::linear_tile_rows(choice.path, format, w, rows, M, n, 2 * begin, 2 * end, o); });
+  pool::parallel_for(0, pairs, grain, [&](int64_t begin, int64_t end) {
+    B::linear_tile_rows(choice.path, format, w, rows, M, n, 2 * begin, 2 * end, o);
+    if (residual == nullptr) return;
+    const int64_t c0 = begin * B::kPairRows, c1 = std::min(end * B::kPairRows, n);  // this task's output columns
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t c = c0; c < c1; ++c) o[i * n + c] = residual[i * n + c] + o[i * n + c];
+  });
 }
 
-Tensor& block_linear_out(KernelRuntimeContext& ctx, const Tensor& x, const Tensor& weight, int64_t format, int64_t n, Tensor& out) {
+bool same_sizes(const Tensor& a, const Tensor& b) {
+  if (a.dim() != b.dim()) return false;
+  for (int64_t i = 0; i < a.dim(); ++i)
+    if (a.size(i) != b.size(i)) return false;
+  return true;
+}
+
+Tensor& block_linear_out(KernelRuntimeContext& ctx, const Tensor& x, const Tensor& weight, int64_t format, int64_t n, int64_t prologue,
+                         const executorch::aten::optional<Tensor>& norm_weight, double eps, const executorch::aten::optional<Tensor>& residual,
+                         Tensor& out) {
   ET_KERNEL_CHECK_MSG(ctx, x.scalar_type() == ScalarType::Float && x.dim() >= 1 && x.dim() <= 8, InvalidArgument, out,
                       "edgespec::block_linear: x must be fp32 [..., K]");
   const int64_t tb = B::tile_bytes(format);
   ET_KERNEL_CHECK_MSG(ctx, tb > 0, InvalidArgument, out, "edgespec::block_linear: unknown weight format %d", static_cast<int>(format));
-  const int64_t K = x.size(x.dim() - 1);
-  ET_KERNEL_CHECK_MSG(ctx, K > 0 && K % B::kBlock == 0, InvalidArgument, out, "edgespec::block_linear: K must be a multiple of 32");
+  ET_KERNEL_CHECK_MSG(ctx, prologue >= kNone && prologue <= kSwiGlu, InvalidArgument, out, "edgespec::block_linear: unknown prologue %d",
+                      static_cast<int>(prologue));
+  const int64_t X = x.size(x.dim() - 1), K = prologue == kSwiGlu ? X / 2 : X;
+  ET_KERNEL_CHECK_MSG(ctx, K > 0 && K % B::kBlock == 0 && (prologue != kSwiGlu || X == 2 * K), InvalidArgument, out,
+                      "edgespec::block_linear: K must be a multiple of 32 (x's last size, or half of it for swiglu)");
+  ET_KERNEL_CHECK_MSG(ctx,
+                      prologue != kRmsNorm || (norm_weight.has_value() && norm_weight.value().scalar_type() == ScalarType::Float &&
+                                               norm_weight.value().numel() == K),
+                      InvalidArgument, out, "edgespec::block_linear: the rms_norm prologue needs an fp32 norm_weight of K elements");
   const int64_t G = K / B::kBlock, NT = B::tile_rows(n);
   ET_KERNEL_CHECK_MSG(ctx, weight.scalar_type() == ScalarType::Byte && weight.numel() == NT * G * tb, InvalidArgument, out,
                       "edgespec::block_linear: packed weight size does not match N, K and the format");
@@ -84,12 +135,17 @@ Tensor& block_linear_out(KernelRuntimeContext& ctx, const Tensor& x, const Tenso
   sizes[x.dim() - 1] = static_cast<SizesType>(n);
   ET_KERNEL_CHECK(ctx, executorch::runtime::resize_tensor(out, {sizes, static_cast<size_t>(x.dim())}) == executorch::runtime::Error::Ok,
                   InvalidArgument, out);
-  const int64_t M = x.numel() / K;
+  ET_KERNEL_CHECK_MSG(ctx, !residual.has_value() || (residual.value().scalar_type() == ScalarType::Float && same_sizes(residual.value(), out)),
+                      InvalidArgument, out, "edgespec::block_linear: the residual must be fp32 of the output's sizes");
+  const int64_t M = x.numel() / X;
   if (g_recording) {
     std::lock_guard<std::mutex> lock(g_record_mutex);
     g_recorded.insert(g_recorded.end(), {n, K, format});
   }
-  linear_rows(g_plan[B::regime_of(M)], x.const_data_ptr<float>(), M, K, weight.const_data_ptr<uint8_t>(), format, n, out.mutable_data_ptr<float>());
+  Input in{x.const_data_ptr<float>(), X, static_cast<Prologue>(prologue), norm_weight.has_value() ? norm_weight.value().const_data_ptr<float>() : nullptr,
+           static_cast<float>(eps)};
+  linear_rows(g_plan[B::regime_of(M)], in, M, K, weight.const_data_ptr<uint8_t>(), format, n, out.mutable_data_ptr<float>(),
+              residual.has_value() ? residual.value().const_data_ptr<float>() : nullptr);
   return out;
 }
 
@@ -104,10 +160,32 @@ struct Bench {
   std::vector<float> x, out;
 };
 
+// Boxed by hand: a program exported before `prologue`, `norm_weight`, `eps` and `residual` were
+// in the schema (2026-12-04) calls the op with x, weight, format, out_features and out; a later
+// one with all eight arguments and out. Both run. (The stack: the arguments, out, and out again
+// as the returned value.)
+void block_linear_boxed(KernelRuntimeContext& ctx, executorch::runtime::Span<executorch::runtime::EValue*> stack) {
+  static constexpr const char kName[] = "edgespec::block_linear.out";
+  executorch::runtime::internal::EventTracerProfileOpScope profile(ctx.internal_event_tracer(), kName);  // ETDump's per-op time, as
+  EXECUTORCH_SCOPE_PROF(kName);                                                                           // EXECUTORCH_LIBRARY's kernels
+  const size_t args = stack.size() - 2;
+  if (args != 4 && args != 8) {
+    ET_LOG(Error, "edgespec::block_linear: called with %zu arguments (4 or 8 expected)", args);
+    ctx.fail(executorch::runtime::Error::InvalidArgument);
+    return;
+  }
+  const bool full = args == 8;
+  const executorch::aten::optional<Tensor> none;
+  block_linear_out(ctx, stack[0]->toTensor(), stack[1]->toTensor(), stack[2]->toInt(), stack[3]->toInt(), full ? stack[4]->toInt() : kNone,
+                   full ? stack[5]->toOptional<Tensor>() : none, full ? stack[6]->toDouble() : 0.0, full ? stack[7]->toOptional<Tensor>() : none,
+                   stack[args]->toTensor());
+}
+
 }  // namespace
 }  // namespace edgespec
 
-EXECUTORCH_LIBRARY(edgespec, "block_linear.out", edgespec::block_linear_out);
+static auto edgespec_block_linear_registered =
+    executorch::runtime::register_kernel(executorch::runtime::Kernel("edgespec::block_linear.out", edgespec::block_linear_boxed));
 
 // The plan's C interface (ctypes, edgespec/kernels/plan.py). Paths and regimes by their
 // block_linear.h integer values.
@@ -193,7 +271,7 @@ double edgespec_bench_pass(void* handle, int64_t rows, int64_t path, int64_t pre
   const auto t0 = std::chrono::steady_clock::now();
   for (int64_t i = first; i < last; ++i) {
     const auto& l = bench->layers[i];
-    edgespec::linear_rows(c, bench->x.data(), rows, l.k, l.w.data(), l.format, l.n, bench->out.data());
+    edgespec::linear_rows(c, edgespec::Input{bench->x.data(), l.k}, rows, l.k, l.w.data(), l.format, l.n, bench->out.data());
   }
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }

@@ -10,13 +10,12 @@
 // Every op is per row (and per element but for rms_norm's sum, reduced in a fixed order), so
 // a row's result does not depend on how many rows a call carries.
 
-#include <cmath>
 #include <cstdint>
 
 #include <executorch/extension/kernel_util/make_boxed_from_unboxed_functor.h>
 #include <executorch/runtime/kernel/kernel_includes.h>
 
-#include "vec8.h"
+#include "glue.h"
 
 namespace edgespec {
 namespace {
@@ -34,17 +33,8 @@ Tensor& rms_norm_out(KernelRuntimeContext& ctx, const Tensor& x, const Tensor& w
   ET_KERNEL_CHECK_MSG(ctx, weight.numel() == D, InvalidArgument, out, "edgespec::rms_norm: weight must have D elements");
   ET_KERNEL_CHECK(ctx, resize_like(x, out), InvalidArgument, out);
   const float* xd = x.const_data_ptr<float>();
-  const float* w = weight.const_data_ptr<float>();
   float* o = out.mutable_data_ptr<float>();
-  const float e = static_cast<float>(eps);
-  for (int64_t r = 0, rows = x.numel() / D; r < rows; ++r) {
-    const float* xr = xd + r * D;
-    float lanes[8] = {};  // element i in lane i % 8, the lanes summed in a fixed tree
-    for (int64_t i = 0; i < D; ++i) lanes[i % 8] += xr[i] * xr[i];
-    const float sum = ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6])) + ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]));
-    const float inv = 1.0f / std::sqrt(sum / static_cast<float>(D) + e);
-    for (int64_t i = 0; i < D; ++i) o[r * D + i] = (xr[i] * inv) * w[i];
-  }
+  for (int64_t r = 0, rows = x.numel() / D; r < rows; ++r) glue::rms_norm_row(xd + r * D, weight.const_data_ptr<float>(), D, static_cast<float>(eps), o + r * D);
   return out;
 }
 
@@ -78,27 +68,7 @@ Tensor& silu_mul_out(KernelRuntimeContext& ctx, const Tensor& a, const Tensor& b
   ET_KERNEL_CHECK_MSG(ctx, a.scalar_type() == ScalarType::Float && b.scalar_type() == ScalarType::Float && a.numel() == b.numel(),
                       InvalidArgument, out, "edgespec::silu_mul: fp32 a and b of one shape");
   ET_KERNEL_CHECK(ctx, resize_like(a, out), InvalidArgument, out);
-  const float* ad = a.const_data_ptr<float>();
-  const float* bd = b.const_data_ptr<float>();
-  float* o = out.mutable_data_ptr<float>();
-  // sigmoid(a) from e = exp(-|a|) <= 1: 1 / (1 + e) for a >= 0, e / (1 + e) below
-  using namespace edgespec::vec;
-  const int64_t n = a.numel();
-  int64_t i = 0;
-  auto eight = [&](const float* pa, const float* pb, float* po) {
-    const v8f x = load8(pa);
-    const v8f e = exp_nonpositive(x < splat(0.f) ? x : -x);
-    const v8f den = splat(1.f) + e;
-    const v8f sig = x < splat(0.f) ? e / den : splat(1.f) / den;
-    store8(po, x * sig * load8(pb));
-  };
-  for (; i + kLanes <= n; i += kLanes) eight(ad + i, bd + i, o + i);
-  if (i < n) {  // the tail through the same lanes
-    float ta[kLanes] = {}, tb[kLanes] = {}, to[kLanes];
-    for (int64_t j = i; j < n; ++j) ta[j - i] = ad[j], tb[j - i] = bd[j];
-    eight(ta, tb, to);
-    for (int64_t j = i; j < n; ++j) o[j] = to[j - i];
-  }
+  glue::silu_mul_span(a.const_data_ptr<float>(), b.const_data_ptr<float>(), a.numel(), out.mutable_data_ptr<float>());
   return out;
 }
 

@@ -27,7 +27,7 @@ from edgespec.host import process_alive
 from edgespec.packages import package_dir
 
 SOURCES = ("attention.cpp", "block_linear.cpp", "glue.cpp", "threadpool.cpp")  # compiled into one library
-HEADERS = ("block_linear.h", "threadpool.h", "vec8.h")  # included by them (part of the cache key)
+HEADERS = ("block_linear.h", "glue.h", "threadpool.h", "vec8.h")  # included by them (part of the cache key)
 CODEGEN = (
     "-O3",
     "-march=native",

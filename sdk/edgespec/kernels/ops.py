@@ -6,9 +6,13 @@ tracing and a plain-PyTorch reference (eager calls). The runtime kernels are C++
 mask None = causal (row t sees keys [0, start_pos + t]); else an additive fp32 mask [T, N]
 over keys [0, N), -inf = not visible. Per-row arithmetic independent of T: see attention.cpp.
 
-`edgespec::block_linear(x [..., K], weight uint8, format, out_features) -> [..., N]`: a linear
-over packed GGUF-style blocks (`edgespec.kernels.block_linear`, block_linear.h); per-row
-arithmetic independent of the row count, bitwise equal to `reference_block_linear`.
+`edgespec::block_linear(x [..., K], weight uint8, format, out_features, prologue=0,
+norm_weight=None, eps=0, residual=None) -> [..., N]`: a linear over packed GGUF-style blocks
+(`edgespec.kernels.block_linear`, block_linear.h); per-row arithmetic independent of the row
+count, bitwise equal to `reference_block_linear`. `prologue` (`PROLOGUES`) makes its input of x
+first: "rms_norm" rms_norm(x, norm_weight, eps), "swiglu" silu_mul of x's halves [gate | up];
+`residual` is added to its output. Models call it plain; export/fusion.py folds the glue ops
+into it (block_linear.cpp computes the prologue with the glue op's own arithmetic).
 
 `edgespec::rms_norm(x, weight, eps)`, `edgespec::rope(x [B, T, H, D], cos [T, D], sin [T, D])`,
 `edgespec::silu_mul(a, b)`: the glue between a block-kernel program's linears (glue.cpp),
@@ -23,8 +27,10 @@ HEAD_SIZES = (16, 32, 48, 64, 96, 128, 256)  # what attention.cpp is compiled fo
 
 _lib = torch.library.Library("edgespec", "DEF")
 _lib.define("attention(Tensor q, Tensor k_cache, Tensor v_cache, SymInt start_pos, Tensor? mask=None) -> Tensor")
-_lib.define("block_linear(Tensor x, Tensor weight, int format, int out_features) -> Tensor")
-_lib.define("block_linear.out(Tensor x, Tensor weight, int format, int out_features, *, Tensor(a!) out) -> Tensor(a!)")
+PROLOGUES = {"none": 0, "rms_norm": 1, "swiglu": 2}  # block_linear.cpp's Prologue
+_BLOCK_LINEAR_ARGS = "Tensor x, Tensor weight, int format, int out_features, int prologue=0, Tensor? norm_weight=None, float eps=0.0, Tensor? residual=None"
+_lib.define(f"block_linear({_BLOCK_LINEAR_ARGS}) -> Tensor")
+_lib.define(f"block_linear.out({_BLOCK_LINEAR_ARGS}, *, Tensor(a!) out) -> Tensor(a!)")
 _lib.define("attention.out(Tensor q, Tensor k_cache, Tensor v_cache, SymInt start_pos, Tensor? mask=None, *, Tensor(a!) out) -> Tensor(a!)")
 
 
@@ -64,31 +70,36 @@ def _attention_out_fake(q, k_cache, v_cache, start_pos, mask=None, *, out):
     return out
 
 
-def _block_linear_eager(x, weight, format, out_features):
+def _block_linear_eager(x, weight, format, out_features, prologue=0, norm_weight=None, eps=0.0, residual=None):
     from edgespec.kernels.block_linear import FORMAT_IDS, reference_block_linear, unpack
 
+    if prologue == PROLOGUES["rms_norm"]:
+        x = reference_rms_norm(x, norm_weight, eps)
+    elif prologue == PROLOGUES["swiglu"]:
+        x = reference_silu_mul(*x.chunk(2, -1))
     name = {v: k for k, v in FORMAT_IDS.items()}[format]
-    return reference_block_linear(x, unpack(weight, name, out_features, x.shape[-1]))
+    y = reference_block_linear(x, unpack(weight, name, out_features, x.shape[-1]))
+    return y if residual is None else residual + y
 
 
 @torch.library.impl(_lib, "block_linear", "CompositeExplicitAutograd")
-def _block_linear(x, weight, format, out_features):
-    return _block_linear_eager(x, weight, format, out_features)
+def _block_linear(x, weight, format, out_features, prologue=0, norm_weight=None, eps=0.0, residual=None):
+    return _block_linear_eager(x, weight, format, out_features, prologue, norm_weight, eps, residual)
 
 
 @torch.library.impl(_lib, "block_linear.out", "CompositeExplicitAutograd")
-def _block_linear_out(x, weight, format, out_features, *, out):
-    out.copy_(_block_linear_eager(x, weight, format, out_features))
+def _block_linear_out(x, weight, format, out_features, prologue=0, norm_weight=None, eps=0.0, residual=None, *, out):
+    out.copy_(_block_linear_eager(x, weight, format, out_features, prologue, norm_weight, eps, residual))
     return out
 
 
 @torch.library.register_fake("edgespec::block_linear")
-def _block_linear_fake(x, weight, format, out_features):
+def _block_linear_fake(x, weight, format, out_features, prologue=0, norm_weight=None, eps=0.0, residual=None):
     return x.new_empty((*x.shape[:-1], out_features))
 
 
 @torch.library.register_fake("edgespec::block_linear.out")
-def _block_linear_out_fake(x, weight, format, out_features, *, out):
+def _block_linear_out_fake(x, weight, format, out_features, prologue=0, norm_weight=None, eps=0.0, residual=None, *, out):
     return out
 
 
