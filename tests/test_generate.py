@@ -58,3 +58,17 @@ def test_sampling_is_seeded_and_greedy_at_zero():
     a = [sample(logits, 1.0, g1) for _ in range(20)]
     b = [sample(logits, 1.0, g2) for _ in range(20)]
     assert a == b and len(set(a)) > 1
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_greedy_is_torch_argmax_ties_and_nan_included(dtype):
+    """The greedy pick (numpy's argmax where the dtype allows) is torch.argmax's: the first of
+    tied maxima, and a NaN wins."""
+    from edgespec.runtime.sampling import greedy
+
+    g = torch.Generator().manual_seed(0)
+    cases = [torch.randn(49152, generator=g), torch.tensor([1.0, 3.0, 3.0, 2.0]), torch.tensor([1.0, float("nan"), 5.0, float("nan")])]
+    cases.append(torch.full((7,), -float("inf")))
+    for logits in cases:
+        x = logits.to(dtype)
+        assert greedy(x) == int(torch.argmax(x))
