@@ -307,7 +307,8 @@ def test_k_m_file_is_carried_not_rounded(tmp_path, main, kernel_format):
 
 def _tiny_block_kernel_program():
     """A tiny Llama with every linear on edgespec's block kernel, lowered with no delegate:
-    (the eager model, the `.pte`'s bytes)."""
+    (the eager model, the `.pte`'s bytes). 9 query heads over 3 key/value heads, as SmolLM2:
+    decoding at 2 threads splits a group of heads between the threads."""
     from edgespec.config import QuantConfig
     from edgespec.export.lowering import ProgramMeta, export_forward, lower_to_executorch
     from edgespec.kernels import library
@@ -316,7 +317,7 @@ def _tiny_block_kernel_program():
     from tiny_models import random_transformer
 
     library.load()
-    args = LlamaArgs(dim=96, n_layers=2, n_heads=6, n_kv_heads=2, hidden_dim=160, vocab_size=97, max_seq_len=64)
+    args = LlamaArgs(dim=288, n_layers=2, n_heads=9, n_kv_heads=3, hidden_dim=160, vocab_size=97, max_seq_len=64)
     model = random_transformer(args)
     summary = quantize_(model, plan_quantization(model, QuantConfig(scheme="8da4w", kernel="edgespec")))
     assert len(summary.rounded) == 2 * 7 + 1 and all(isinstance(m, BlockLinear) for m in (model.output, model.layers[1].feed_forward.w2))

@@ -224,23 +224,26 @@ Tensor& attention_out(KernelRuntimeContext& ctx, const Tensor& q, const Tensor& 
   const int64_t blocks = (T + kRowBlock - 1) / kRowBlock;
   const int64_t* nk = n_keys.data();
   // One task per (head, block of rows); a task's arithmetic does not depend on the thread.
-  // One row (decoding): one task per key/value head, whose query heads are the rows of one
-  // block (heads are contiguous in q, so row r is head g * group + r at stride D): they read
-  // each key and value once instead of once per head, and each row's arithmetic is unchanged.
+  // One row (decoding): the query heads split among the threads in contiguous ranges, and a
+  // range's heads that share a key/value head are the rows of one block (heads are contiguous
+  // in q, so row r is head h0 + r at stride D): they read each key and value once instead of
+  // once per head, and each row's arithmetic is unchanged. (One task per key/value head left
+  // one of two threads idle a third of the time with 3 of them.)
   const int64_t w_stride = (N + kLanes - 1) / kLanes * kLanes;
   const bool by_kv_head = T == 1 && group > 1 && group <= kRowBlock;
-  const int64_t tasks = by_kv_head ? Hkv : H * blocks;
+  const int64_t tasks = by_kv_head ? H : H * blocks;
   pool::parallel_for(0, tasks, 1, [&](int64_t begin, int64_t end) {
     static thread_local std::vector<float> w;
     w.resize(kRowBlock * w_stride);
-    for (int64_t item = begin; item < end; ++item) {
+    for (int64_t item = begin, next; item < end; item = next) {
       Rows rows;
       int64_t g;
       if (by_kv_head) {
-        g = item;
-        rows.n = group;
-        rows.q = qd + g * group * D;
-        rows.out = od + g * group * D;
+        g = item / group;
+        next = std::min(end, (g + 1) * group);  // this range's heads of key/value head g
+        rows.n = next - item;
+        rows.q = qd + item * D;
+        rows.out = od + item * D;
         rows.stride = D;
         for (int64_t r = 0; r < rows.n; ++r) {
           rows.keys[r] = slot_list;
@@ -248,6 +251,7 @@ Tensor& attention_out(KernelRuntimeContext& ctx, const Tensor& q, const Tensor& 
           rows.mask[r] = mask_data;
         }
       } else {
+        next = item + 1;
         const int64_t h = item % H, t0 = (item / H) * kRowBlock;
         g = h / group;
         rows.n = std::min<int64_t>(kRowBlock, T - t0);
