@@ -3,6 +3,7 @@ programs load it (runtime/runner.py)."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -90,3 +91,13 @@ def test_only_programs_that_call_edgespec_ops_load_the_library(tmp_path, monkeyp
     runner = ProgramRunner(ar)
     logits = runner.call_forward(torch.tensor([[5, 7, 9]]), torch.tensor([0]))[0]
     assert logits.shape[-1] == 97 and torch.isfinite(logits).all()
+
+
+def test_the_android_build_compiles_every_source_of_the_library():
+    """android/kernels/CMakeLists.txt builds the same sources as the host library (a source
+    left out there, such as the thread pool, is an undefined symbol only an Android build finds)."""
+    from pathlib import Path
+
+    cmake = (Path(__file__).resolve().parents[1] / "android" / "kernels" / "CMakeLists.txt").read_text()
+    listed = set(re.findall(r"\$\{EDGESPEC_KERNELS\}/(\w+\.cpp)", cmake))
+    assert listed == set(library.SOURCES), (listed, library.SOURCES)
