@@ -129,16 +129,18 @@ def test_kernel_paths_agree_natively(tmp_path):
 
 def test_kernel_paths_agree_on_aarch64(tmp_path):
     """Cross-compiled for aarch64 (Debian's g++-aarch64-linux-gnu) and run under qemu: the
-    NEON dot-product path (`-cpu max`) and the portable one (a Cortex-A53 has no dotprod)
-    each give the portable bits."""
+    NEON i8mm and dot-product paths (`-cpu max` has both), the dot-product path alone (a
+    Cortex-A76 has no i8mm) and the portable one (a Cortex-A53 has neither) each give the
+    portable bits; each CPU's paths found from its hwcaps."""
     cxx, qemu = shutil.which("aarch64-linux-gnu-g++"), shutil.which("qemu-aarch64")
     assert cxx and qemu, "install g++-aarch64-linux-gnu and qemu-user (README's test command does)"
     # the shipped flags, but for -march=native (an Arm build on an Arm host picks its own CPU):
-    # the baseline an Armv8.0 core compiles for, so the dotprod path is chosen at run time
+    # the baseline an Armv8.0 core compiles for, so the SIMD paths are chosen at run time
     arm = tuple("-march=armv8-a" if f == "-march=native" else f for f in library.CODEGEN)
-    assert _selftest([cxx, "-static"], [qemu, "-cpu", "max"], tmp_path, arm) == f"ok {SELFTEST_FORMATS} neon-dotprod portable"
-    done = subprocess.run([qemu, "-cpu", "cortex-a53", str(tmp_path / "selftest")], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0 and done.stdout.strip() == f"ok {SELFTEST_FORMATS} portable", done.stdout
+    assert _selftest([cxx, "-static"], [qemu, "-cpu", "max"], tmp_path, arm) == f"ok {SELFTEST_FORMATS} neon-i8mm neon-dotprod portable"
+    for cpu, paths in (("cortex-a76", "neon-dotprod portable"), ("cortex-a53", "portable")):
+        done = subprocess.run([qemu, "-cpu", cpu, str(tmp_path / "selftest")], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0 and done.stdout.strip() == f"ok {SELFTEST_FORMATS} {paths}", (cpu, done.stdout)
 
 
 def _program(module: torch.nn.Module, k: int):
@@ -444,3 +446,18 @@ def test_glue_ops_match_their_references():
     torch.testing.assert_close(norm, ref_norm(x), rtol=1e-5, atol=1e-5)
     assert torch.equal(rot, apply_rope(q, cos, sin))  # the same operations per element
     torch.testing.assert_close(gate, torch.nn.functional.silu(a) * b, rtol=1e-6, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_info_names_the_kernel_paths_this_cpu_runs(tmp_path):
+    """`edgespec info` on a block-kernel bundle names the kernel's SIMD paths on this CPU (the
+    portable path, where it is the only one, said to be slow); nothing for other programs."""
+    from edgespec.cli.bundles import _kernel_line
+    from edgespec.kernels import plan
+
+    _, pte = _tiny_block_kernel_program()
+    (tmp_path / "model.pte").write_bytes(pte)
+    line = _kernel_line(tmp_path / "model.pte")
+    assert line is not None and f"paths on this CPU: {', '.join(plan.supported_paths())}" in line
+    (tmp_path / "other.pte").write_bytes(b"\0" * 64)
+    assert _kernel_line(tmp_path / "other.pte") is None and _kernel_line(tmp_path / "missing.pte") is None

@@ -20,7 +20,7 @@ BUNDLE = click.option("--bundle", "-b", required=True, type=click.Path(), help="
 @friendly
 def info(bundle: str, verify: bool) -> None:
     """What is in a bundle, and the command that runs it."""
-    from edgespec.bundle import read_manifest, verify_checksums
+    from edgespec.bundle import PROGRAM, read_manifest, verify_checksums
     from edgespec.tasks import task_of_manifest
 
     m = read_manifest(bundle)
@@ -35,6 +35,27 @@ def info(bundle: str, verify: bool) -> None:
     click.echo(f"methods     {', '.join(m.methods)}")
     for name, f in m.files.items():
         click.echo(f"file        {name:<16} {f.bytes / 1e6:8.2f} MB  sha256 {f.sha256[:16]}…")
+    line = _kernel_line(Path(bundle) / PROGRAM)
+    if line:
+        click.echo(line)
+
+
+def _kernel_line(program: Path) -> str | None:
+    """For a program on edgespec's block kernel: the kernel's SIMD paths this CPU runs (the
+    plan picks among them by timing when the program first loads)."""
+    from edgespec.errors import EdgespecError
+    from edgespec.runtime.runner import uses_edgespec_ops
+
+    if not program.is_file() or not uses_edgespec_ops(program):
+        return None
+    from edgespec.kernels import plan
+
+    try:
+        paths = plan.supported_paths()
+    except EdgespecError as e:
+        return f"kernel      edgespec's block kernel, not built on this machine: {e}"
+    note = " (no SIMD path for this CPU: expect ~16x slower linears)" if paths == ["portable"] else ""
+    return f"kernel      edgespec's block kernel; paths on this CPU: {', '.join(paths)}{note}; the choice: `edgespec bench --json` (kernel_plan)"
 
 
 @click.command()

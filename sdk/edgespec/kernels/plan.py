@@ -42,7 +42,7 @@ from pathlib import Path
 from edgespec.kernels import library
 from edgespec.kernels.block_linear import FORMAT_IDS, PAIR_ROWS, TILE_BYTES
 
-PATHS = ("portable", "avx2", "avx-vnni", "avx512-vnni", "neon-dotprod")  # block_linear.h's Path values
+PATHS = ("portable", "avx2", "avx-vnni", "avx512-vnni", "neon-dotprod", "neon-i8mm")  # block_linear.h's Path values
 REGIMES = {"one_row": 1, "few_rows": 4, "many_rows": 64}  # block_linear.h's Regime order; rows timed
 PREFETCH = (0, 8, 16, 32)  # pair blocks ahead
 NEVER = 1 << 62
@@ -66,7 +66,8 @@ class Choice:
         return next((name for name, b in SPLITS.items() if b == self.min_parallel_bytes), f"under {self.min_parallel_bytes} bytes on one thread")
 
     def label(self) -> str:
-        return f"{self.path}, prefetch {self.prefetch}, {self.split}"
+        slow = " (no SIMD path for this CPU: ~16x slower)" if self.path == "portable" else ""
+        return f"{self.path}{slow}, prefetch {self.prefetch}, {self.split}"
 
 
 @dataclass(frozen=True)
@@ -107,7 +108,7 @@ class KernelPlan:
 
     def summary(self) -> dict:
         """What was chosen and why, per regime (for `edgespec bench --json`)."""
-        return {"threads": self.threads, "tune_s": self.tune_s, **{k: r.why() for k, r in self.regimes.items()}}
+        return {"threads": self.threads, "tune_s": self.tune_s, "paths_on_this_cpu": supported_paths(), **{k: r.why() for k, r in self.regimes.items()}}
 
 
 @cache
