@@ -128,16 +128,21 @@ def _not_judged(verdicts):
 
 
 def test_gates_pass_and_fail_with_the_measured_margin():
-    fid = {"tokens": 1024, "top1_agreement": 0.93, "perplexity": 13.1, "reference_perplexity": 13.0, "perplexity_ratio": 1.0077}
+    fid = {"tokens": 1024, "top1_agreement": 0.93, "perplexity": 13.1, "reference_perplexity": 13.0, "perplexity_ratio": 1.0077, "kl_mean": 0.0031}
     g = _by_name(check_gates(_report(fidelity=fid), GatesConfig(min_speedup=1.4, min_score_ratio=0.85)))
-    assert set(g) == {"min_speedup", "lossless", "min_score_ratio", "min_top1_agreement", "max_perplexity_ratio", "no_overflow"}
+    assert set(g) == {"min_speedup", "lossless", "min_score_ratio", "min_top1_agreement", "max_perplexity_ratio", "max_kl_mean", "no_overflow"}
     assert all(r.passed for r in g.values())
-    bad = {**fid, "top1_agreement": 0.652, "perplexity": 22.3, "perplexity_ratio": 1.717}  # the 4-bit re-rounding of the default model
+    bad = {**fid, "top1_agreement": 0.652, "perplexity": 22.3, "perplexity_ratio": 1.717, "kl_mean": 0.536}  # the 4-bit re-rounding of the default model
     g = _by_name(check_gates(_report(fidelity=bad), GatesConfig(min_speedup=2.0)))
     assert not g["min_speedup"].passed and "short by 0.500x" in g["min_speedup"].message
     assert not g["min_score_ratio"].passed and "0.857x < 0.9x (short by 0.043)" in g["min_score_ratio"].message  # relative: 0.30 / 0.35
     assert not g["min_top1_agreement"].passed and "65.2% of 1024 held-out tokens < 90%" in g["min_top1_agreement"].message
     assert not g["max_perplexity_ratio"].passed and "1.7170x > 1.05x" in g["max_perplexity_ratio"].message
+    assert not g["max_kl_mean"].passed and "0.5360 nats over 1024 held-out tokens > 0.05" in g["max_kl_mean"].message
+    # the KL gate alone: a program with the fp32 source's argmax and perplexity but a wider
+    # distribution around them
+    g = _by_name(check_gates(_report(fidelity={**fid, "kl_mean": 0.08}), GatesConfig()))
+    assert g["max_perplexity_ratio"].passed and g["min_top1_agreement"].passed and not g["max_kl_mean"].passed
     g = _by_name(check_gates(_report(lossless=(9, 10), events=3), GatesConfig()))
     assert not g["lossless"].passed and "1 differ" in g["lossless"].message
     assert not g["no_overflow"].passed
@@ -146,11 +151,11 @@ def test_gates_pass_and_fail_with_the_measured_margin():
 def test_gates_that_do_not_apply():
     # AR-only program without a normalizer search: lossless and no_overflow have nothing to
     # judge, min_speedup 0 is off; each is listed with why
-    everything_off = GatesConfig(min_score_ratio=0, min_top1_agreement=0, max_perplexity_ratio=0)
+    everything_off = GatesConfig(min_score_ratio=0, min_top1_agreement=0, max_perplexity_ratio=0, max_kl_mean=0)
     v = check_gates(_report(spec=False, ref=None, events=None), everything_off)
     assert v.judged == () and v.passed
     why = _not_judged(v)
-    assert set(why) == {"min_speedup", "lossless", "min_score_ratio", "min_top1_agreement", "max_perplexity_ratio", "no_overflow"}
+    assert set(why) == {"min_speedup", "lossless", "min_score_ratio", "min_top1_agreement", "max_perplexity_ratio", "max_kl_mean", "no_overflow"}
     assert why["min_speedup"] == "off (validate.gates.min_speedup: 0)" and why["min_top1_agreement"] == "off (validate.gates.min_top1_agreement: 0)"
     assert "no speculative methods" in why["lossless"] and "numerics.search: false" in why["no_overflow"]
     # a speedup asked of a program without speculative methods fails, saying why
@@ -177,7 +182,7 @@ def test_a_gate_set_without_its_measurement_fails_naming_the_setting():
     g = _by_name(v)
     assert not v.passed and not g["min_score_ratio"].passed and g["min_score_ratio"].measured is None
     assert "validate.reference: none" in g["min_score_ratio"].message and "validate.gates.min_score_ratio: 0" in g["min_score_ratio"].message
-    for name in ("min_top1_agreement", "max_perplexity_ratio"):
+    for name in ("min_top1_agreement", "max_perplexity_ratio", "max_kl_mean"):
         assert not g[name].passed and "validate.reference is none" in g[name].message and f"validate.gates.{name}: 0" in g[name].message
     # validate.fidelity_chunks: 0 -- the fidelity gates fail; the score gate judges
     report = {**_report(), "config": {"reference": "fp32", "fidelity_chunks": 0}}
@@ -186,7 +191,7 @@ def test_a_gate_set_without_its_measurement_fails_naming_the_setting():
     assert not g["min_top1_agreement"].passed and "validate.fidelity_chunks is 0" in g["min_top1_agreement"].message
     assert not g["max_perplexity_ratio"].passed and "validate.fidelity_chunks is 0" in g["max_perplexity_ratio"].message
     # turned off explicitly: every gate passes and the report lists them as off
-    off = GatesConfig(min_score_ratio=0, min_top1_agreement=0, max_perplexity_ratio=0)
+    off = GatesConfig(min_score_ratio=0, min_top1_agreement=0, max_perplexity_ratio=0, max_kl_mean=0)
     v = check_gates({**_report(ref=None), "config": {"reference": "none", "fidelity_chunks": 4}}, off)
     assert v.passed and _not_judged(v)["min_score_ratio"] == "off (validate.gates.min_score_ratio: 0)"
 
@@ -329,3 +334,35 @@ def test_score_gate_fails_only_beyond_the_prompts_noise():
     report["overall"]["score_shortfall_p"] = p
     g = _by_name(check_gates(report, GatesConfig()))["min_score_ratio"]
     assert not g.passed and "paired sign-flip test p = " in g.message
+
+
+def test_score_gate_states_its_power_and_never_passes_what_it_cannot_fail():
+    """The shortfall test's power at the suites' size (`detectable_ratio`): the highest ratio it
+    finds below the bar, losses concentrated on the fp32 model's best answers; with too few
+    prompts on which the fp32 model scored, not even a program scoring 0 everywhere is found
+    below the bar, and the gate is then not judged ("no power"), never passed."""
+    from edgespec.harness.score_noise import detectable_ratio, shortfall_p_value
+
+    few = ["rag"] * 4 + ["qa"] * 4
+    ref_few = [1, 1, 0, 0, 0, 0, 1, 0]  # three prompts where the fp32 model scored: p >= 1/8 at best
+    assert shortfall_p_value(few, [0] * 8, ref_few, 0.9) > 0.05 and detectable_ratio(few, ref_few, 0.9) is None
+    report = _report(spec=False, score_=0.0, ref=0.375)
+    report["overall"].update(score_shortfall_p=0.12, score_detectable_ratio=None)
+    v = check_gates(report, GatesConfig())
+    assert "min_score_ratio" not in _by_name(v) and "no power at 10 prompts" in _not_judged(v)["min_score_ratio"]
+    many = ["rag"] * 24 + ["translation"] * 24
+    ref_many = [1] * 12 + [0] * 12 + [0.2] * 24
+    power = detectable_ratio(many, ref_many, 0.9)
+    assert power is not None and 0.0 < power < 0.9
+    # it is the ratio of the program that loses the rag answers one by one until the test finds
+    # it below the bar; with one answer fewer lost the test does not
+    program, lost = list(ref_many), 0
+    while shortfall_p_value(many, program, ref_many, 0.9) >= 0.05:
+        program[lost], lost = 0, lost + 1
+    assert 0 < lost <= 12 and abs((sum(program[:24]) / 24 + sum(program[24:]) / 24) / (12 / 24 + 0.2) - power) < 1e-9
+    program[lost - 1] = 1
+    assert shortfall_p_value(many, program, ref_many, 0.9) >= 0.05
+    report = _report(spec=False, score_=0.2, ref=0.35)
+    report["overall"].update(score_shortfall_p=0.3, score_detectable_ratio=power)
+    g = _by_name(check_gates(report, GatesConfig()))["min_score_ratio"]
+    assert g.passed and f"finds at best a drop to {power:.2f}x" in g.message

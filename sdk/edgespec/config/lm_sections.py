@@ -271,6 +271,9 @@ class GatesConfig(Record):
     model (edgespec.harness.fidelity): the share of next tokens whose argmax agrees, and the
     program's perplexity over the source's; 0 turns each off. A 4-bit re-rounding of the
     default model fails both (65% agreement, ratio 1.72); the carried-over blocks pass.
+    max_kl_mean: the mean KL divergence (nats per held-out token) of the program's next-token
+    distribution from the fp32 source's, at most this; 0 turns it off. The carried-over
+    blocks measure 0.003, XNNPACK's faithful 8da4w 0.02, the 4-bit re-rounding 0.5.
     no_overflow: the chosen pre-normalizers had no overflow/underflow on any search row.
     """
 
@@ -280,6 +283,7 @@ class GatesConfig(Record):
     min_score_ratio: float = 0.90
     min_top1_agreement: float = 0.90
     max_perplexity_ratio: float = 1.05
+    max_kl_mean: float = 0.05
     no_overflow: bool = True
 
     def _check(self) -> None:
@@ -291,6 +295,7 @@ class GatesConfig(Record):
             self._at("max_perplexity_ratio"),
             f"must be >= 1 or 0 (off), got {self.max_perplexity_ratio}",
         )
+        require(self.max_kl_mean >= 0.0, self._at("max_kl_mean"), f"must be >= 0 (0: off), got {self.max_kl_mean}")
 
 
 @dataclass(frozen=True)

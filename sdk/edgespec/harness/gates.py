@@ -113,6 +113,12 @@ def _score_ratio(report: dict, g: GatesConfig) -> GateResult | GateNotJudged:
     if ratio is None:  # the reference scored 0: any score is at least as good
         return GateResult("min_score_ratio", True, None, g.min_score_ratio, f"mean task score {o['score']:.3f}; the fp32 base model scored 0")
     p = o.get("score_shortfall_p")  # None: a report without the test (judged on the ratio alone)
+    if "score_detectable_ratio" in o and o["score_detectable_ratio"] is None:  # the test cannot fail at this size
+        return GateNotJudged(
+            "min_score_ratio",
+            f"no power at {o.get('prompts', 'these')} prompts: even a program scoring 0 on every prompt would be within their noise "
+            f"(mean task score {o['score']:.3f} vs fp32 base {o['reference_score']:.3f}: {ratio:.3f}x); raise validate.prompts_per_suite",
+        )
     above = ratio >= g.min_score_ratio
     ok = above or (p is not None and p >= SHORTFALL_P)
     says = f"mean task score {o['score']:.3f} vs fp32 base {o['reference_score']:.3f}: {ratio:.3f}x {'>=' if above else '<'} {g.min_score_ratio}x"
@@ -120,6 +126,9 @@ def _score_ratio(report: dict, g: GatesConfig) -> GateResult | GateNotJudged:
         says += f", within the noise of {o.get('prompts', 'these')} prompts (paired sign-flip test p = {p:.3f} >= {SHORTFALL_P})"
     elif not ok:
         says += f" (short by {g.min_score_ratio - ratio:.3f})" + ("" if p is None else f"; paired sign-flip test p = {p:.4f} < {SHORTFALL_P}")
+    power = o.get("score_detectable_ratio")
+    if power is not None:
+        says += f"; at this size the test finds at best a drop to {power:.2f}x (losses concentrated on the fp32 model's best answers)"
     return GateResult("min_score_ratio", ok, round(ratio, 4), g.min_score_ratio, says)
 
 
@@ -137,6 +146,12 @@ _FIDELITY = {
         False,
         lambda f: f"held-out perplexity {f['perplexity']:.3f} vs fp32 source {f['reference_perplexity']:.3f}: {f['perplexity_ratio']:.4f}x",
         lambda t: f"{t}x",
+    ),
+    "max_kl_mean": (
+        "kl_mean",
+        False,
+        lambda f: f"mean KL from the fp32 source's next-token distribution {f['kl_mean']:.4f} nats over {f['tokens']} held-out tokens",
+        lambda t: f"{t}",
     ),
 }
 
@@ -185,7 +200,15 @@ def _overflow(report: dict, g: GatesConfig) -> GateResult | GateNotJudged:
     return GateResult("no_overflow", ok, events, 0, f"chosen pre-normalizers: {events} overflow/underflow events on the search rows")
 
 
-GATES = (_speedup, _lossless, _score_ratio, _fidelity_gate("min_top1_agreement"), _fidelity_gate("max_perplexity_ratio"), _overflow)
+GATES = (
+    _speedup,
+    _lossless,
+    _score_ratio,
+    _fidelity_gate("min_top1_agreement"),
+    _fidelity_gate("max_perplexity_ratio"),
+    _fidelity_gate("max_kl_mean"),
+    _overflow,
+)
 
 
 def check_gates(report: dict, gates: GatesConfig) -> Verdicts:

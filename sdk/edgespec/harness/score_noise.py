@@ -12,6 +12,13 @@ suite) as in the overall mean, the observed weighted sum is compared with the su
 differences give under random signs (what they would look like if the program were, on
 average, exactly `ratio` x the fp32 model). A small p-value: the prompts show the program
 below the bar beyond their own noise; the min_score_ratio gate fails only then.
+
+`detectable_ratio` states the test's power at the suites' size: the highest score ratio at
+which it finds a program below the bar when the program loses the fp32 model's best-weighted
+answers first (the most concentrated loss, the easiest to detect; a loss spread over many
+prompts needs a lower ratio). With k prompts on which the fp32 model scored, the smallest
+p-value a sign-flip test can give is about 2^-k: with few of them the gate cannot fail at
+all, and it then says so instead of passing.
 """
 
 from __future__ import annotations
@@ -35,3 +42,25 @@ def shortfall_p_value(
         return 1.0
     signs = np.random.default_rng(seed).choice((-1.0, 1.0), size=(flips, len(d)))
     return float((1 + np.count_nonzero(signs @ d <= observed + 1e-12)) / (1 + flips))
+
+
+def detectable_ratio(suites: Sequence[str], reference_scores: Sequence[float], ratio: float, alpha: float = 0.05) -> float | None:
+    """The highest overall score ratio (mean over suites of the program's, over the fp32
+    model's) at which the shortfall test finds a program below `ratio` at p < alpha, the
+    program scoring as the fp32 model but 0 on its best-weighted prompts (zeroed one at a time,
+    most weight first). None: not even a program scoring 0 everywhere is found below the bar."""
+    names = np.asarray(suites)
+    counts = {n: int((names == n).sum()) for n in dict.fromkeys(suites)}
+    ref = np.asarray(reference_scores, float)
+    weighted = ref * np.array([1.0 / (len(counts) * counts[n]) for n in suites])
+    total = weighted.sum()
+    if total <= 0:
+        return None
+    program = ref.copy()
+    for i in np.argsort(-weighted, kind="stable"):
+        if weighted[i] <= 0:
+            break
+        program[i] = 0.0
+        if shortfall_p_value(suites, program, ref, ratio) < alpha:
+            return float(1.0 - weighted[program == 0].sum() / total)
+    return None

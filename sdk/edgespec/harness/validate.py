@@ -24,7 +24,7 @@ from typing import Any
 from edgespec.config import ValidateConfig
 from edgespec.errors import EdgespecError
 from edgespec.harness.gates import check_gates
-from edgespec.harness.score_noise import shortfall_p_value
+from edgespec.harness.score_noise import detectable_ratio, shortfall_p_value
 from edgespec.harness.suites import SUITES, Example, load_suite
 from edgespec.manifest import LAYOUT, Fidelity, LmManifest
 
@@ -208,6 +208,8 @@ def _summaries(rows: list[dict], ref_scores: list[float] | None, min_score_ratio
         # how surely the prompts put the program below the score gate's bar (the gate's test)
         p = shortfall_p_value([r["suite"] for r in rows], [r["score"] for r in rows], ref_scores, min_score_ratio)
         overall["score_shortfall_p"] = round(p, 4)
+        power = detectable_ratio([r["suite"] for r in rows], ref_scores, min_score_ratio)  # the test's power at this size
+        overall["score_detectable_ratio"] = None if power is None else round(power, 4)
         overall["same_answers"] = f"{sum(r['prediction'] == r['reference_prediction'] for r in rows)}/{len(rows)}"  # paired: AR answer == fp32 answer
     return suites, overall
 

@@ -170,7 +170,10 @@ def export_summary(result: ExportResult) -> str:
         ref = f" (fp32 base {v.reference_score:.3f})" if v.reference_score is not None else ""
         f = v.fidelity
         fid = f", held-out vs fp32: top-1 {f.top1_agreement:.1%}, perplexity {f.perplexity_ratio:.3f}x, KL {f.kl_mean:.4f}" if f else ""
-        checked = f"; validated on {v.prompts} prompts: score {v.score:.3f}{ref}{fid}, AR {v.ar_tokens_per_s:.1f} tok/s{spec}, gates passed; report {result.bundle_dir}/{LAYOUT.report_md}"
+        bar = m.recipe.validate.gates.min_score_ratio
+        ratio = v.score / v.reference_score if v.reference_score else None
+        noisy = f" (score {ratio:.2f}x, below the {bar}x bar but within the prompts' noise)" if ratio is not None and bar > 0 and ratio < bar else ""
+        checked = f"; validated on {v.prompts} prompts: score {v.score:.3f}{ref}{fid}, AR {v.ar_tokens_per_s:.1f} tok/s{spec}, gates passed{noisy}; report {result.bundle_dir}/{LAYOUT.report_md}"
     q = m.quantization
     rounded = ", ".join(f"{n} layer{'' if n == 1 else 's'} {what}" for n, what in rerounded(q.rounded_from, q.rounding_error)) if q else ""
     rounded = f"; {rounded}" if rounded else ""
