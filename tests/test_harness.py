@@ -108,7 +108,7 @@ def test_validate_config_is_checked():
 # --- gates on synthetic reports ------------------------------------------------------------
 
 
-def _report(spec=True, lossless=(10, 10), score_=0.30, ref=0.35, events=0, fidelity=None):
+def _report(spec=True, lossless=(10, 10), score_=0.30, ref=0.35, events=0, fidelity=None, nll_increase=0.01):
     overall = {"prompts": 10, "lossless": {"identical": lossless[0], "prompts": lossless[1]}, "ar": {"tokens_per_s": 200.0}, "score": score_}
     if spec:
         overall["spec"] = {"tokens_per_s": 300.0, "speedup": 1.5, "tokens_per_call": 2.1}
@@ -116,6 +116,14 @@ def _report(spec=True, lossless=(10, 10), score_=0.30, ref=0.35, events=0, fidel
         overall["reference_score"] = ref
         overall["accuracy_drop"] = round(ref - score_, 4)
         overall["score_ratio"] = round(score_ / ref, 4) if ref else None
+        overall.update(  # the reference answers' likelihood (harness/answer_likelihood.py)
+            answer_nll=2.0 + nll_increase,
+            reference_answer_nll=2.0,
+            answer_nll_increase=nll_increase,
+            answer_nll_prompts=10,
+            answer_nll_increase_p=1.0 if nll_increase <= 0.05 else 0.001,
+            answer_nll_detectable=0.09,
+        )
     return {"overall": overall, "normalizer_events": events, "fidelity": fidelity}
 
 
@@ -130,10 +138,12 @@ def _not_judged(verdicts):
 def test_gates_pass_and_fail_with_the_measured_margin():
     fid = {"tokens": 1024, "top1_agreement": 0.93, "perplexity": 13.1, "reference_perplexity": 13.0, "perplexity_ratio": 1.0077, "kl_mean": 0.0031}
     g = _by_name(check_gates(_report(fidelity=fid), GatesConfig(min_speedup=1.4, min_score_ratio=0.85)))
-    assert set(g) == {"min_speedup", "lossless", "min_score_ratio", "min_top1_agreement", "max_perplexity_ratio", "max_kl_mean", "no_overflow"}
+    gates = {"min_speedup", "lossless", "min_score_ratio", "max_answer_nll_increase", "min_top1_agreement", "max_perplexity_ratio", "max_kl_mean"}
+    assert set(g) == gates | {"no_overflow"}
     assert all(r.passed for r in g.values())
     bad = {**fid, "top1_agreement": 0.652, "perplexity": 22.3, "perplexity_ratio": 1.717, "kl_mean": 0.536}  # the 4-bit re-rounding of the default model
-    g = _by_name(check_gates(_report(fidelity=bad), GatesConfig(min_speedup=2.0)))
+    g = _by_name(check_gates(_report(fidelity=bad, nll_increase=0.62), GatesConfig(min_speedup=2.0)))
+    assert not g["max_answer_nll_increase"].passed and "+0.6200 > 0.05, beyond the prompts' noise" in g["max_answer_nll_increase"].message
     assert not g["min_speedup"].passed and "short by 0.500x" in g["min_speedup"].message
     assert not g["min_score_ratio"].passed and "0.857x < 0.9x (short by 0.043)" in g["min_score_ratio"].message  # relative: 0.30 / 0.35
     assert not g["min_top1_agreement"].passed and "65.2% of 1024 held-out tokens < 90%" in g["min_top1_agreement"].message
@@ -151,11 +161,20 @@ def test_gates_pass_and_fail_with_the_measured_margin():
 def test_gates_that_do_not_apply():
     # AR-only program without a normalizer search: lossless and no_overflow have nothing to
     # judge, min_speedup 0 is off; each is listed with why
-    everything_off = GatesConfig(min_score_ratio=0, min_top1_agreement=0, max_perplexity_ratio=0, max_kl_mean=0)
+    everything_off = GatesConfig(min_score_ratio=0, max_answer_nll_increase=0, min_top1_agreement=0, max_perplexity_ratio=0, max_kl_mean=0)
     v = check_gates(_report(spec=False, ref=None, events=None), everything_off)
     assert v.judged == () and v.passed
     why = _not_judged(v)
-    assert set(why) == {"min_speedup", "lossless", "min_score_ratio", "min_top1_agreement", "max_perplexity_ratio", "max_kl_mean", "no_overflow"}
+    assert set(why) == {
+        "min_speedup",
+        "lossless",
+        "min_score_ratio",
+        "max_answer_nll_increase",
+        "min_top1_agreement",
+        "max_perplexity_ratio",
+        "max_kl_mean",
+        "no_overflow",
+    }
     assert why["min_speedup"] == "off (validate.gates.min_speedup: 0)" and why["min_top1_agreement"] == "off (validate.gates.min_top1_agreement: 0)"
     assert "no speculative methods" in why["lossless"] and "numerics.search: false" in why["no_overflow"]
     # a speedup asked of a program without speculative methods fails, saying why
@@ -191,7 +210,7 @@ def test_a_gate_set_without_its_measurement_fails_naming_the_setting():
     assert not g["min_top1_agreement"].passed and "validate.fidelity_chunks is 0" in g["min_top1_agreement"].message
     assert not g["max_perplexity_ratio"].passed and "validate.fidelity_chunks is 0" in g["max_perplexity_ratio"].message
     # turned off explicitly: every gate passes and the report lists them as off
-    off = GatesConfig(min_score_ratio=0, min_top1_agreement=0, max_perplexity_ratio=0, max_kl_mean=0)
+    off = GatesConfig(min_score_ratio=0, max_answer_nll_increase=0, min_top1_agreement=0, max_perplexity_ratio=0, max_kl_mean=0)
     v = check_gates({**_report(ref=None), "config": {"reference": "none", "fidelity_chunks": 4}}, off)
     assert v.passed and _not_judged(v)["min_score_ratio"] == "off (validate.gates.min_score_ratio: 0)"
 

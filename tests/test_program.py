@@ -171,7 +171,7 @@ def test_8da4w_export_validated_the_program(q_bundle):
 
     m = read_manifest(q_bundle)
     v = m.validation
-    assert v.passed and v.prompts == 4 and [g.name for g in v.gates] == ["min_score_ratio", "min_top1_agreement", "max_perplexity_ratio"]
+    assert v.passed and v.prompts == 4 and [g.name for g in v.gates] == ["min_score_ratio", "min_top1_agreement", "max_perplexity_ratio", "max_kl_mean"]
     # the GGUF's 210 Q4_1 linears and its Q8_0 lm head carried over (edgespec's block kernel)
     assert m.recipe.quant.kernel == "edgespec" and m.quantization.carried == 211 and m.quantization.rounded == 0
     report = json.loads((q_bundle / "report.json").read_text())
@@ -185,7 +185,8 @@ def test_8da4w_export_validated_the_program(q_bundle):
 def test_validate_speculative_bundle(fp32_bundle, tmp_path, monkeypatch):
     monkeypatch.setenv("EDGESPEC_CACHE", str(tmp_path / "cache"))
     # no fp32 reference: the gates that need it are turned off, explicitly
-    off = ["--min-score-ratio", "0", "validate.gates.min_top1_agreement=0", "validate.gates.max_perplexity_ratio=0"]
+    off = ["--min-score-ratio", "0", "validate.gates.min_top1_agreement=0", "validate.gates.max_perplexity_ratio=0", "validate.gates.max_kl_mean=0"]
+    off += ["validate.gates.max_answer_nll_increase=0"]
     base = ["validate", "--bundle", str(fp32_bundle), "--suite", "rag", "--suite", "qa", "--prompts-per-suite", "2", "--reference", "none", *off]
     res = CliRunner().invoke(main, [*base, "--json", "-o", str(tmp_path / "rep")])
     assert res.exit_code == 0, res.output
@@ -193,7 +194,14 @@ def test_validate_speculative_bundle(fp32_bundle, tmp_path, monkeypatch):
     o = report["overall"]
     assert o["lossless"] == {"identical": 4, "prompts": 4} and o["spec"]["tokens_per_call"] >= 1.0 and o["spec"]["speedup"] > 0
     assert {g["name"]: g["passed"] for g in report["gates"]} == {"lossless": True, "no_overflow": True}  # the bundle has a normalizer search
-    assert [g["name"] for g in report["gates_not_judged"]] == ["min_speedup", "min_score_ratio", "min_top1_agreement", "max_perplexity_ratio"]
+    assert [g["name"] for g in report["gates_not_judged"]] == [
+        "min_speedup",
+        "min_score_ratio",
+        "max_answer_nll_increase",
+        "min_top1_agreement",
+        "max_perplexity_ratio",
+        "max_kl_mean",
+    ]
     assert set(report["peak_rss_mb"]) == {"ar", "spec"}
     assert (tmp_path / "rep" / "accepted_length.png").is_file()
     res = CliRunner().invoke(main, [*base, "--min-speedup", "50"])

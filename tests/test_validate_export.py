@@ -36,9 +36,17 @@ def test_export_validates_and_packages_the_report(tiny_hf_dir, tmp_path, monkeyp
     for f in ("report.json", "report.md", "speedup_per_task.png", "accuracy_vs_precision.png"):
         assert f in m["files"] and f in m["reports"]
     v = m["validation"]
-    assert v["passed"] and v["prompts"] == 4 and {g["name"] for g in v["gates"]} == {"min_score_ratio", "min_top1_agreement", "max_perplexity_ratio"}
+    assert (
+        v["passed"]
+        and v["prompts"] == 4
+        and {g["name"] for g in v["gates"]} == {"min_score_ratio", "min_top1_agreement", "max_perplexity_ratio", "max_kl_mean"}
+    )
     report = json.loads((out / "report.json").read_text())
     assert set(report["suites"]) == {"rag", "qa"} and len(report["examples"]) == 4
+    # the reference answers' likelihood measured (the fp32 program: no increase), its gate not
+    # judged at 4 prompts (a sign-flip test cannot reach p < 0.05 there)
+    assert abs(report["overall"]["answer_nll_increase"]) < 1e-3 and report["overall"]["answer_nll_prompts"] == 4
+    assert any(g["name"] == "max_answer_nll_increase" and "no power at 4 prompts" in g["why"] for g in report["gates_not_judged"])
     # the fp32 program and the eager fp32 base model answer alike: no accuracy drop
     assert report["overall"]["accuracy_drop"] == pytest.approx(0.0, abs=1e-9)
     assert all(e["prediction"] == e["reference_prediction"] for e in report["examples"])
@@ -75,7 +83,8 @@ def test_validate_cli_exit_codes(tiny_hf_dir, tmp_path, monkeypatch):
     base = ["validate", "--bundle", str(out), "--suite", "rag", "--prompts-per-suite", "2", "--reference", "none"]
     res = CliRunner().invoke(main, base)  # the recipe's score and fidelity gates, with nothing to judge them by
     assert res.exit_code == 1 and "validate.reference: none" in res.output and "validate.gates.min_score_ratio: 0" in res.output
-    base += ["--min-score-ratio", "0", "validate.gates.min_top1_agreement=0", "validate.gates.max_perplexity_ratio=0"]
+    base += ["--min-score-ratio", "0", "validate.gates.min_top1_agreement=0", "validate.gates.max_perplexity_ratio=0", "validate.gates.max_kl_mean=0"]
+    base += ["validate.gates.max_answer_nll_increase=0"]
     res = CliRunner().invoke(main, [*base, "--json", "-o", str(tmp_path / "rep")])
     assert res.exit_code == 0, res.output
     report = json.loads(res.output[res.output.index("{") :])

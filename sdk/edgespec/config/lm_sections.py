@@ -266,7 +266,10 @@ class GatesConfig(Record):
     per-prompt ratios); 0 turns it off, > 0 requires speculative methods.
     lossless: speculative greedy output identical to autoregressive greedy output on every prompt.
     min_score_ratio: the mean task score (averaged over suites) over the fp32 base model's on
-    the same prompts is at least this; 0 turns it off.
+    the same prompts is at least this, unless within the noise of the prompts; 0 turns it off.
+    max_answer_nll_increase: the suite prompts' reference answers, teacher-forced: their mean
+    NLL per token under the program minus under the fp32 source model, at most this (nats),
+    unless within the prompts' noise (edgespec.harness.answer_likelihood); 0 turns it off.
     min_top1_agreement, max_perplexity_ratio: fidelity on held-out text against the fp32 source
     model (edgespec.harness.fidelity): the share of next tokens whose argmax agrees, and the
     program's perplexity over the source's; 0 turns each off. A 4-bit re-rounding of the
@@ -281,6 +284,7 @@ class GatesConfig(Record):
     min_speedup: float = 0.0
     lossless: bool = True
     min_score_ratio: float = 0.90
+    max_answer_nll_increase: float = 0.05
     min_top1_agreement: float = 0.90
     max_perplexity_ratio: float = 1.05
     max_kl_mean: float = 0.05
@@ -296,6 +300,7 @@ class GatesConfig(Record):
             f"must be >= 1 or 0 (off), got {self.max_perplexity_ratio}",
         )
         require(self.max_kl_mean >= 0.0, self._at("max_kl_mean"), f"must be >= 0 (0: off), got {self.max_kl_mean}")
+        require(self.max_answer_nll_increase >= 0.0, self._at("max_answer_nll_increase"), f"must be >= 0 (0: off), got {self.max_answer_nll_increase}")
 
 
 @dataclass(frozen=True)

@@ -132,6 +132,36 @@ def _score_ratio(report: dict, g: GatesConfig) -> GateResult | GateNotJudged:
     return GateResult("min_score_ratio", ok, round(ratio, 4), g.min_score_ratio, says)
 
 
+def _answer_nll(report: dict, g: GatesConfig) -> GateResult | GateNotJudged:
+    """Fails when the reference answers' mean NLL increase over the fp32 source is above
+    max_answer_nll_increase beyond the prompts' noise (one-sided sign-flip test p < 0.05,
+    harness/answer_likelihood.py); not judged where the test has no power at the suites' size."""
+    bar = g.max_answer_nll_increase
+    if bar <= 0:
+        return _off("max_answer_nll_increase", bar)
+    o = report["overall"]
+    if "answer_nll_increase" not in o:
+        return GateResult(
+            "max_answer_nll_increase",
+            False,
+            None,
+            bar,
+            f"max_answer_nll_increase {bar} asked, but the reference answers were not scored under the fp32 source model (validate.reference: none): "
+            "set validate.reference: fp32, or turn the gate off with validate.gates.max_answer_nll_increase: 0",
+        )
+    inc, p, n, power = o["answer_nll_increase"], o["answer_nll_increase_p"], o["answer_nll_prompts"], o["answer_nll_detectable"]
+    measured = f"reference answers' NLL {o['answer_nll']:.4f} vs fp32 source {o['reference_answer_nll']:.4f} nats/token on {n} prompts: {inc:+.4f}"
+    if power is None:
+        return GateNotJudged("max_answer_nll_increase", f"no power at {n} prompts ({measured}); raise validate.prompts_per_suite")
+    above = inc > bar
+    ok = not above or p >= SHORTFALL_P
+    says = f"{measured} {'>' if above else '<='} {bar}"
+    if above:
+        says += (", within" if ok else ", beyond") + f" the prompts' noise (paired sign-flip test p = {p:.4f})"
+    says += f"; at this size the test finds a mean increase of {power:.3f} or more"
+    return GateResult("max_answer_nll_increase", ok, round(inc, 5), bar, says)
+
+
 # fidelity bars: gate name (a GatesConfig field) -> (fidelity key, True if a minimum, the
 # measurement in words, the threshold in words)
 _FIDELITY = {
@@ -204,6 +234,7 @@ GATES = (
     _speedup,
     _lossless,
     _score_ratio,
+    _answer_nll,
     _fidelity_gate("min_top1_agreement"),
     _fidelity_gate("max_perplexity_ratio"),
     _fidelity_gate("max_kl_mean"),

@@ -21,8 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from edgespec.config import ValidateConfig
+from edgespec.config import GatesConfig, ValidateConfig
 from edgespec.errors import EdgespecError
+from edgespec.harness.answer_likelihood import detectable_increase, increase_p_value
 from edgespec.harness.gates import check_gates
 from edgespec.harness.score_noise import detectable_ratio, shortfall_p_value
 from edgespec.harness.suites import SUITES, Example, load_suite
@@ -97,7 +98,9 @@ def measure_bundle(bundle_dir: str | Path, cfg: ValidateConfig, *, on_progress: 
     ref_scores = None
     if cfg.reference == "fp32":
         ref_scores = _reference_answers(rows, examples, ids, tokenizer, runner, manifest.recipe.model.source, reference, on_progress)
-    suites, overall = _summaries(rows, ref_scores, cfg.gates.min_score_ratio)
+    if cfg.reference == "fp32":
+        _answer_likelihoods(rows, examples, ids, tokenizer, runner, reference(), on_progress)
+    suites, overall = _summaries(rows, ref_scores, cfg.gates)
     fidelity = None
     if cfg.reference == "fp32" and cfg.fidelity_chunks:
         fidelity = _fidelity(runner, tokenizer, reference(), cfg.fidelity_chunks, on_progress)
@@ -181,7 +184,20 @@ def _reference_answers(
     return ref_scores
 
 
-def _summaries(rows: list[dict], ref_scores: list[float] | None, min_score_ratio: float) -> tuple[dict[str, dict], dict[str, Any]]:
+def _answer_likelihoods(rows: list[dict], examples: list[Example], ids: list[list[int]], tokenizer, runner, model, on_progress: Progress) -> None:
+    """Each prompt's reference answer's NLL under the program and the fp32 source model, into
+    `rows` (harness/answer_likelihood.py)."""
+    from edgespec.harness.answer_likelihood import answer_tokens, program_nll, reference_nll
+
+    for i, (row, ex, p) in enumerate(zip(rows, examples, ids)):
+        answer = answer_tokens(tokenizer, ex.reference)[: max(runner.max_seq_len - len(p) - 1, 0)]
+        if answer:
+            row["answer_nll"] = round(program_nll(runner.forward, p, answer), 5)
+            row["reference_answer_nll"] = round(reference_nll(model, p, answer), 5)
+        on_progress("answer likelihood", i + 1, len(rows))
+
+
+def _summaries(rows: list[dict], ref_scores: list[float] | None, gates: GatesConfig) -> tuple[dict[str, dict], dict[str, Any]]:
     """Per suite and overall: scores (and the fp32 model's), speed, losslessness."""
     from edgespec.runtime.speed import summarize
 
@@ -206,11 +222,25 @@ def _summaries(rows: list[dict], ref_scores: list[float] | None, min_score_ratio
         overall["accuracy_drop"] = round(overall["reference_score"] - overall["score"], 4)
         overall["score_ratio"] = round(overall["score"] / overall["reference_score"], 4) if overall["reference_score"] > 0 else None
         # how surely the prompts put the program below the score gate's bar (the gate's test)
-        p = shortfall_p_value([r["suite"] for r in rows], [r["score"] for r in rows], ref_scores, min_score_ratio)
+        p = shortfall_p_value([r["suite"] for r in rows], [r["score"] for r in rows], ref_scores, gates.min_score_ratio)
         overall["score_shortfall_p"] = round(p, 4)
-        power = detectable_ratio([r["suite"] for r in rows], ref_scores, min_score_ratio)  # the test's power at this size
+        power = detectable_ratio([r["suite"] for r in rows], ref_scores, gates.min_score_ratio)  # the test's power at this size
         overall["score_detectable_ratio"] = None if power is None else round(power, 4)
         overall["same_answers"] = f"{sum(r['prediction'] == r['reference_prediction'] for r in rows)}/{len(rows)}"  # paired: AR answer == fp32 answer
+    scored = [r for r in rows if "answer_nll" in r]
+    if scored:  # the reference answers' likelihood, paired per prompt (harness/answer_likelihood.py)
+        increases = [r["answer_nll"] - r["reference_answer_nll"] for r in scored]
+        for name, entry in suites.items():
+            mine = [r["answer_nll"] - r["reference_answer_nll"] for r in scored if r["suite"] == name]
+            if mine:
+                entry["answer_nll_increase"] = round(statistics.fmean(mine), 5)
+        overall["answer_nll"] = round(statistics.fmean(r["answer_nll"] for r in scored), 5)
+        overall["reference_answer_nll"] = round(statistics.fmean(r["reference_answer_nll"] for r in scored), 5)
+        overall["answer_nll_increase"] = round(statistics.fmean(increases), 5)
+        overall["answer_nll_prompts"] = len(scored)
+        overall["answer_nll_increase_p"] = round(increase_p_value(increases, gates.max_answer_nll_increase), 4)
+        power = detectable_increase(increases, gates.max_answer_nll_increase)
+        overall["answer_nll_detectable"] = None if power is None else round(power, 5)
     return suites, overall
 
 

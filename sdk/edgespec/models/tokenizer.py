@@ -90,6 +90,10 @@ class Tokenizer:
             ids = [self.bos_id, *ids]
         return ids
 
+    def encode_continuation(self, text: str) -> list[int]:
+        """Ids of text that continues a sequence already begun (never a BOS)."""
+        return self._tk.encode(text, add_special_tokens=False).ids
+
     def decode(self, ids: Sequence[int], skip_special: bool = True) -> str:
         return self._tk.decode(list(ids), skip_special_tokens=skip_special)
 
