@@ -385,3 +385,19 @@ def test_score_gate_states_its_power_and_never_passes_what_it_cannot_fail():
     report["overall"].update(score_shortfall_p=0.3, score_detectable_ratio=power)
     g = _by_name(check_gates(report, GatesConfig()))["min_score_ratio"]
     assert g.passed and f"finds at best a drop to {power:.2f}x" in g.message
+
+
+def test_a_quant_field_without_effect_is_named():
+    """`quant.head_bits` on the block kernel with the head carried from the file changes
+    nothing: the export's summary line says so (manifest.ineffective_quant_fields)."""
+    from edgespec.config import QuantConfig
+    from edgespec.manifest import QuantizationInfo, ineffective_quant_fields
+
+    carried = QuantizationInfo(carried=211)
+    assert ineffective_quant_fields(QuantConfig(head_bits=4), carried) == [
+        "quant.head_bits=4 had no effect: the lm head kept the file's blocks (quant.carry_blocks: true; false re-rounds it)"
+    ]
+    assert ineffective_quant_fields(QuantConfig(), carried) == []  # the default: nothing asked
+    assert ineffective_quant_fields(QuantConfig(head_bits=4), QuantizationInfo(carried=210, rounded=1, rounded_layers=("output",))) == []
+    assert ineffective_quant_fields(QuantConfig(head_bits=4, carry_blocks=False), QuantizationInfo(rounded=211)) == []
+    assert ineffective_quant_fields(QuantConfig(head_bits=4, kernel="xnnpack"), carried) == []  # XNNPACK rounds a 4-bit head

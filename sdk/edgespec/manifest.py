@@ -189,6 +189,19 @@ def rerounded(rounded_from: Mapping[str, int], rounding_error: Mapping[str, floa
     ]
 
 
+def ineffective_quant_fields(quant, info: QuantizationInfo | None) -> list[str]:
+    """Recipe `quant` fields set away from their default that changed nothing in this export,
+    each with why (the export's summary line names them): today `head_bits` on the block
+    kernel when the lm head kept the file's blocks (a carried head is computed as the file
+    stores it, whatever bits the field asks)."""
+    out = []
+    default_head_bits = type(quant)().head_bits
+    head_carried = info is not None and info.carried > 0 and not any(n == "output" or n.endswith(".output") for n in info.rounded_layers)
+    if quant.block_kernel and quant.carry_blocks and quant.head_bits != default_head_bits and head_carried:
+        out.append(f"quant.head_bits={quant.head_bits} had no effect: the lm head kept the file's blocks (quant.carry_blocks: true; false re-rounds it)")
+    return out
+
+
 @dataclass(frozen=True)
 class SpeculativeInfo(Record):
     """The speculative methods of a program: its drafter and draft tree."""

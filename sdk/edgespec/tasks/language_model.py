@@ -16,7 +16,18 @@ from pathlib import Path
 
 from edgespec.bundle import ExportResult, StageClock
 from edgespec.config import Recipe
-from edgespec.manifest import LAYOUT, GateResult, LmManifest, LmModelInfo, LmValidation, QuantizationInfo, SpeculativeInfo, TokenizerInfo, rerounded
+from edgespec.manifest import (
+    LAYOUT,
+    GateResult,
+    LmManifest,
+    LmModelInfo,
+    LmValidation,
+    QuantizationInfo,
+    SpeculativeInfo,
+    TokenizerInfo,
+    ineffective_quant_fields,
+    rerounded,
+)
 
 NAME = "generate"
 DESCRIPTION = (
@@ -177,6 +188,7 @@ def export_summary(result: ExportResult) -> str:
     q = m.quantization
     rounded = ", ".join(f"{n} layer{'' if n == 1 else 's'} {what}" for n, what in rerounded(q.rounded_from, q.rounding_error)) if q else ""
     rounded = f"; {rounded}" if rounded else ""
+    rounded += "".join(f"; {note}" for note in ineffective_quant_fields(m.recipe.quant, q))
     return f"wrote {result.bundle_dir} ({m.precision}, {LAYOUT.program} {size_mb:.1f} MB) in {total:.0f}s [{parts}]{rounded}{checked}"
 
 
