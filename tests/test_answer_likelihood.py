@@ -58,7 +58,7 @@ def test_the_gate_verdicts():
     noisy, _ = _verdict(_report(0.06, p=0.37))
     assert noisy.passed and "within the prompts' noise" in noisy.message
     bad, _ = _verdict(_report(0.62, p=0.00005))
-    assert not bad.passed and "beyond the prompts' noise" in bad.message and bad.measured == 0.62
+    assert not bad.passed and "beyond the prompts' noise (paired sign-flip test p < 0.0001)" in bad.message and bad.measured == 0.62
     none, why = _verdict(_report(0.3, p=0.06, power=None, n=4))
     assert none is None and "no power at 4 prompts" in why["max_answer_nll_increase"]
     missing, _ = _verdict(_report(None))

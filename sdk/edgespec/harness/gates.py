@@ -157,7 +157,7 @@ def _answer_nll(report: dict, g: GatesConfig) -> GateResult | GateNotJudged:
     ok = not above or p >= SHORTFALL_P
     says = f"{measured} {'>' if above else '<='} {bar}"
     if above:
-        says += (", within" if ok else ", beyond") + f" the prompts' noise (paired sign-flip test p = {p:.4f})"
+        says += (", within" if ok else ", beyond") + f" the prompts' noise (paired sign-flip test {f'p = {p:.4f}' if p >= 1e-4 else 'p < 0.0001'})"
     says += f"; at this size the test finds a mean increase of {power:.3f} or more"
     return GateResult("max_answer_nll_increase", ok, round(inc, 5), bar, says)
 

@@ -238,7 +238,7 @@ def _summaries(rows: list[dict], ref_scores: list[float] | None, gates: GatesCon
         overall["reference_answer_nll"] = round(statistics.fmean(r["reference_answer_nll"] for r in scored), 5)
         overall["answer_nll_increase"] = round(statistics.fmean(increases), 5)
         overall["answer_nll_prompts"] = len(scored)
-        overall["answer_nll_increase_p"] = round(increase_p_value(increases, gates.max_answer_nll_increase), 4)
+        overall["answer_nll_increase_p"] = round(increase_p_value(increases, gates.max_answer_nll_increase), 6)
         power = detectable_increase(increases, gates.max_answer_nll_increase)
         overall["answer_nll_detectable"] = None if power is None else round(power, 5)
     return suites, overall
