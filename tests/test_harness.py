@@ -145,6 +145,11 @@ def test_gates_pass_and_fail_with_the_measured_margin():
     g = _by_name(check_gates(_report(fidelity=bad, nll_increase=0.62), GatesConfig(min_speedup=2.0)))
     assert not g["max_answer_nll_increase"].passed and "+0.6200 > 0.05, beyond the prompts' noise" in g["max_answer_nll_increase"].message
     assert not g["min_speedup"].passed and "short by 0.500x" in g["min_speedup"].message
+    hybrid = _report()
+    hybrid["overall"]["spec"]["lookup"] = 2  # a bundle decoding with suffix matches: judged as it decodes
+    assert (
+        "as the bundle decodes: drafter + suffix matches of >= 2 tokens" in _by_name(check_gates(hybrid, GatesConfig(min_speedup=1.2)))["min_speedup"].message
+    )
     assert not g["min_score_ratio"].passed and "0.857x < 0.9x (short by 0.043)" in g["min_score_ratio"].message  # relative: 0.30 / 0.35
     assert not g["min_top1_agreement"].passed and "65.2% of 1024 held-out tokens < 90%" in g["min_top1_agreement"].message
     assert not g["max_perplexity_ratio"].passed and "1.7170x > 1.05x" in g["max_perplexity_ratio"].message

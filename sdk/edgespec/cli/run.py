@@ -25,11 +25,9 @@ def _prompt_ids(tokenizer, prompt: str, chat_template: bool) -> list[int]:
 
 def _decoder(runner, mode: str, lookup: int | None, manifest):
     """The decoder for `mode`; lookup None: the bundle's own hybrid draft (manifest speculative.lookup)."""
-    from edgespec.runtime.session import decoder
+    from edgespec.runtime.session import bundle_lookup, decoder
 
-    if lookup is None:
-        lookup = manifest.speculative.lookup if manifest.speculative is not None else 0
-    return decoder(runner, mode, lookup)
+    return decoder(runner, mode, bundle_lookup(manifest) if lookup is None else lookup)
 
 
 MODE = click.option(

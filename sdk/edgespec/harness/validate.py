@@ -83,13 +83,14 @@ def measure_bundle(bundle_dir: str | Path, cfg: ValidateConfig, *, on_progress: 
     on the same prompts and held-out text (`cfg.reference`), and each decoder in a fresh
     process for its peak RSS."""
     from edgespec.harness.reference import load_reference
-    from edgespec.runtime.session import decoder, open_bundle
+    from edgespec.runtime.session import bundle_lookup, decoder, open_bundle
 
     bundle_dir = Path(bundle_dir)
     manifest, tokenizer, runner = open_bundle(bundle_dir)
     examples = [ex for name in cfg.suites for ex in load_suite(name, cfg.prompts_per_suite, cfg.seed)]
     ids = _encode(examples, manifest, tokenizer, runner)
-    decoders = dict([decoder(runner, "ar")] + ([decoder(runner, "spec")] if runner.has_spec else []))
+    # speculative decoding as the bundle decodes by default (its hybrid draft's lookup): what min_speedup judges
+    decoders = dict([decoder(runner, "ar")] + ([decoder(runner, "spec", bundle_lookup(manifest))] if runner.has_spec else []))
     if cfg.lookup and runner.has_spec:
         decoders["lookup"] = decoder(runner, "spec", cfg.lookup)[1]
     rows = _run_suites(examples, ids, decoders, tokenizer, runner, cfg.runs, on_progress)
@@ -101,6 +102,8 @@ def measure_bundle(bundle_dir: str | Path, cfg: ValidateConfig, *, on_progress: 
     if cfg.reference == "fp32":
         _answer_likelihoods(rows, examples, ids, tokenizer, runner, reference(), on_progress)
     suites, overall = _summaries(rows, ref_scores, cfg.gates)
+    if isinstance(overall.get("spec"), dict):
+        overall["spec"] = {**overall["spec"], "lookup": bundle_lookup(manifest)}  # the draft it was measured with
     fidelity = None
     if cfg.reference == "fp32" and cfg.fidelity_chunks:
         fidelity = _fidelity(runner, tokenizer, reference(), cfg.fidelity_chunks, on_progress)

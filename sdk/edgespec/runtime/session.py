@@ -32,6 +32,13 @@ def open_bundle(bundle: str | Path, verify: bool = False) -> tuple[LmManifest, T
     return manifest, tokenizer, runner
 
 
+def bundle_lookup(manifest: LmManifest) -> int:
+    """The suffix-match length of the hybrid draft a bundle decodes with by default (manifest
+    speculative.lookup, what its validation measured; 0 = the drafter alone). The Android
+    app's Bundle.java follows the same rule."""
+    return manifest.speculative.lookup if manifest.speculative is not None else 0
+
+
 def decoder(runner: ProgramRunner, mode: str, lookup: int = 0):
     """(mode, decode function) for mode 'ar', 'spec' or 'auto' (spec when the program has it);
     the function takes (prompt_ids, max_new_tokens=, max_seq_len=, eos_ids=, ...)."""
