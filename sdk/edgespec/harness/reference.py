@@ -1,6 +1,7 @@
 """The fp32 base model's greedy answers on the suite prompts: the accuracy gate's yardstick.
 
-The unquantized model (no streams) runs eagerly with the same decode loop as the program.
+The source file's model dequantized to fp32 (for a GGUF, its own quantized blocks as floats:
+the model as downloaded; no streams) runs eagerly with the same decode loop as the program.
 Answers are cached on disk, keyed by the model files and the exact prompts and budgets, so
 validating several bundles of one model pays for the reference once.
 """

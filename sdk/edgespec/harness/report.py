@@ -79,14 +79,20 @@ def render_markdown(report: dict, plots: list[str]) -> str:
     if "accuracy_drop" in o:
         ratio = "n/a" if o.get("score_ratio") is None else f"{o['score_ratio']:.3f}x"
         lines += [
-            f"Mean task score {o['score']:.3f}; the fp32 base model on the same prompts {o['reference_score']:.3f} ({ratio}; "
-            f"the same answer on {o.get('same_answers', 'n/a')} prompts)."
+            f"Mean task score {o['score']:.3f}; the fp32 reference (the source file dequantized to fp32) on the same prompts "
+            f"{o['reference_score']:.3f} ({ratio}; the same answer on {o.get('same_answers', 'n/a')} prompts)."
         ]
+        if "answer_nll_increase" in o:
+            lines += [
+                "",
+                f"Reference answers, teacher-forced: {o['answer_nll']:.4f} nats/token under the program, {o['reference_answer_nll']:.4f} "
+                f"under the fp32 reference ({o['answer_nll_increase']:+.4f} on {o['answer_nll_prompts']} prompts).",
+            ]
     f = report.get("fidelity")
     if f:
         lines += [
             "",
-            f"## Fidelity (held-out text: {f['text']}, {f['tokens']} tokens, teacher-forced, against the fp32 source model)",
+            f"## Fidelity (held-out text: {f['text']}, {f['tokens']} tokens, teacher-forced, against the fp32 source model: the source file dequantized to fp32)",
             "",
             "| top-1 agreement | perplexity | fp32 perplexity | ratio | mean KL | p99 KL |",
             "|---:|---:|---:|---:|---:|---:|",
