@@ -29,3 +29,34 @@ def test_every_cited_repository_path_exists():
 def test_no_script_is_cited_outside_the_repository():
     outside = [f"{doc}:{n}: {path}" for doc, n, path in _cited(ABSOLUTE_SCRIPT)]
     assert not outside, "docs cite scripts by an absolute path (not in the repository):\n" + "\n".join(outside)
+
+
+# a ratio README states: "1.76x"
+RATIO = re.compile(r"(?<![\w.])(\d+\.\d+)x\b")
+
+
+def _numbers(x) -> list[float]:
+    if isinstance(x, dict):
+        return [v for item in x.values() for v in _numbers(item)]
+    if isinstance(x, list):
+        return [v for item in x for v in _numbers(item)]
+    return [float(x)] if isinstance(x, (int, float)) and not isinstance(x, bool) else []
+
+
+def test_every_ratio_readme_states_is_in_a_results_file_or_dated():
+    """Each "N.NNx" in README cites, on its line, the docs/results/*.json that holds it (at the
+    precision README prints it), or its line marks it as history: README's figures are the
+    current ones and say where they come from."""
+    import json
+
+    stated = [(n, m.group(1), line) for n, line in enumerate((ROOT / "README.md").read_text().splitlines(), 1) for m in RATIO.finditer(line)]
+    assert stated  # the pattern finds README's ratios
+    unbacked = []
+    for n, r, line in stated:
+        if "history" in line:
+            continue
+        cited = re.findall(r"docs/results/([\w.-]+\.json)", line)
+        values = [v for f in cited if (ROOT / "docs" / "results" / f).is_file() for v in _numbers(json.loads((ROOT / "docs" / "results" / f).read_text()))]
+        if not any(round(v, len(r.split(".")[1])) == float(r) for v in values):
+            unbacked.append(f"README.md:{n}: {r}x (cites {cited or 'no results file'})")
+    assert not unbacked, "README states ratios that the results file it cites does not hold (update them, or date them as history):\n" + "\n".join(unbacked)
