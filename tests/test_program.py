@@ -221,3 +221,21 @@ def test_ngram_blocking_on_the_speculative_program(fp32_bundle):
         seq = ids + ar
         for end in range(len(ids), len(seq)):
             assert tuple(seq[end - 2 : end + 1]) not in {tuple(seq[j : j + 3]) for j in range(end - 2)}
+
+
+def test_readmes_stock_runner_snippet_runs_a_block_kernel_bundle(q_bundle, tmp_path):
+    """README's snippet for ExecuTorch's own TextLLMRunner, exactly as written there (the bundle
+    path swapped for the test's block-kernel bundle), in a fresh process: it answers (without
+    ExecuTorch's LLM ops imported it stops at a missing `llama::update_cache.out`)."""
+    import re
+    import subprocess
+    import sys
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    snippet = re.search(r"<!-- stock-runner -->\n```python\n(.*?)```", readme, re.S).group(1)
+    assert "bundles/default/model.pte" in snippet
+    script = tmp_path / "stock.py"
+    script.write_text(snippet.replace("bundles/default", str(q_bundle)))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Paris" in done.stdout, done.stdout[-2000:] + done.stderr[-2000:]
