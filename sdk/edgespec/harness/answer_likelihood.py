@@ -23,6 +23,9 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 
+from edgespec.harness.fidelity import eager_logits, teacher_forced_logits
+from edgespec.harness.score_noise import sign_flip_p_below
+
 MAX_ANSWER_TOKENS = 48  # bounds a prompt's decode calls; the answers' first tokens carry most of the signal
 ALPHA = 0.05
 
@@ -35,37 +38,23 @@ def answer_tokens(tokenizer, reference: str) -> list[int]:
 def program_nll(forward: Callable[[torch.Tensor, int], torch.Tensor], prompt: Sequence[int], answer: Sequence[int]) -> float:
     """Mean NLL (nats per token) of `answer` after `prompt` under a program's
     `forward(tokens [1, T], start_pos) -> logits [V]`, teacher-forced."""
-    logits = [forward(torch.tensor([list(prompt)]), 0).double()]
-    for j, tok in enumerate(answer[:-1]):
-        logits.append(forward(torch.tensor([[tok]]), len(prompt) + j).double())
-    return _mean_nll(torch.stack(logits), answer)
+    return _mean_nll(teacher_forced_logits(forward, [*prompt, *answer], len(prompt)), answer)
 
 
 def reference_nll(model, prompt: Sequence[int], answer: Sequence[int]) -> float:
     """Mean NLL of `answer` after `prompt` under an eager `Transformer` (one pass)."""
-    seq = list(prompt) + list(answer)
-    with torch.no_grad():
-        model.reset_cache()
-        h = model.hidden(torch.tensor([seq]), torch.tensor([0]))
-        logits = model.output(h[0, len(prompt) - 1 : len(seq) - 1]).double()
-    model.reset_cache()
-    return _mean_nll(logits, answer)
+    return _mean_nll(eager_logits(model, [*prompt, *answer], len(prompt)), answer)
 
 
 def _mean_nll(logits: torch.Tensor, answer: Sequence[int]) -> float:
-    lp = logits.log_softmax(-1)
+    lp = logits.double().log_softmax(-1)
     return float(-lp.gather(-1, torch.tensor(list(answer))[:, None]).mean())
 
 
 def increase_p_value(increases: Sequence[float], bar: float, flips: int = 20000, seed: int = 0) -> float:
     """One-sided p-value that the mean per-prompt increase is above `bar` (paired sign-flip test
     of increase - bar; fixed seed). 1.0 when the mean is not above the bar at all."""
-    d = np.asarray(increases, float) - bar
-    observed = d.sum()
-    if observed <= 0:
-        return 1.0
-    signs = np.random.default_rng(seed).choice((-1.0, 1.0), size=(flips, len(d)))
-    return float((1 + np.count_nonzero(signs @ d >= observed - 1e-12)) / (1 + flips))
+    return sign_flip_p_below(bar - np.asarray(increases, float), flips, seed)
 
 
 def detectable_increase(increases: Sequence[float], bar: float, alpha: float = ALPHA) -> float | None:

@@ -64,31 +64,41 @@ def scored_targets(chunks: Sequence[Sequence[int]]) -> torch.Tensor:
     return torch.tensor([t for c in chunks for t in c[len(c) // 2 :]], dtype=torch.long)
 
 
+def eager_logits(model, seq: Sequence[int], start: int) -> torch.Tensor:
+    """An eager `Transformer`'s logits [len(seq) - start, V] predicting seq[start:], one pass
+    over the whole sequence (its cache reset before and after)."""
+    with torch.no_grad():
+        model.reset_cache()
+        h = model.hidden(torch.tensor([list(seq)]), torch.tensor([0]))  # [1, T, d]
+        out = model.output(h[0, start - 1 : len(seq) - 1]).float()
+    model.reset_cache()
+    return out
+
+
+def teacher_forced_logits(
+    forward: Callable[[torch.Tensor, int], torch.Tensor], seq: Sequence[int], start: int, on_token: Callable[[], None] = lambda: None
+) -> torch.Tensor:
+    """A program's logits [len(seq) - start, V] predicting seq[start:], teacher-forced:
+    seq[:start] in one call, then one token per call, the decode path (`forward(tokens [1, T],
+    start_pos) -> [V]`)."""
+    out = [forward(torch.tensor([list(seq[:start])]), 0).float().clone()]
+    for pos in range(start, len(seq) - 1):
+        out.append(forward(torch.tensor([[seq[pos]]]), pos).float().clone())
+        on_token()
+    return torch.stack(out)
+
+
 def reference_logits(model, chunks: Sequence[Sequence[int]]) -> torch.Tensor:
     """Source-model logits [N, V] predicting the scored tokens (each chunk in one eager pass)."""
-    out = []
-    with torch.no_grad():
-        for c in chunks:
-            model.reset_cache()
-            h = model.hidden(torch.tensor([c]), torch.tensor([0]))  # [1, ctx, d]
-            out.append(model.output(h[0, len(c) // 2 - 1 : len(c) - 1]).float())
-    model.reset_cache()
-    return torch.cat(out)
+    return torch.cat([eager_logits(model, c, len(c) // 2) for c in chunks])
 
 
 def program_logits(
     forward: Callable[[torch.Tensor, int], torch.Tensor], chunks: Sequence[Sequence[int]], on_token: Callable[[], None] = lambda: None
 ) -> torch.Tensor:
     """A program's logits [N, V] predicting the scored tokens, teacher-forced: each chunk's
-    first half in one call, then one token per call (`forward(tokens [1, T], start_pos) -> [V]`)."""
-    out = []
-    for c in chunks:
-        half = len(c) // 2
-        out.append(forward(torch.tensor([c[:half]]), 0).float().clone())
-        for pos in range(half, len(c) - 1):
-            out.append(forward(torch.tensor([[c[pos]]]), pos).float().clone())
-            on_token()
-    return torch.stack(out)
+    first half in one call, then one token per call."""
+    return torch.cat([teacher_forced_logits(forward, c, len(c) // 2, on_token) for c in chunks])
 
 
 def measure_fidelity(

@@ -36,7 +36,13 @@ def shortfall_p_value(
     names = np.asarray(suites)
     counts = {n: int((names == n).sum()) for n in dict.fromkeys(suites)}
     w = np.array([1.0 / (len(counts) * counts[n]) for n in suites])
-    d = w * (np.asarray(scores, float) - ratio * np.asarray(reference_scores, float))
+    return sign_flip_p_below(w * (np.asarray(scores, float) - ratio * np.asarray(reference_scores, float)), flips, seed)
+
+
+def sign_flip_p_below(d: np.ndarray, flips: int = 20000, seed: int = 0) -> float:
+    """The paired sign-flip (randomization) test of both gates: the one-sided p-value that the
+    per-prompt differences d sum this far below 0 when each one's sign is random (fixed seed:
+    the same differences give the same value). 1.0 when their sum is not below 0."""
     observed = d.sum()
     if observed >= 0:
         return 1.0

@@ -99,7 +99,6 @@ def measure_bundle(bundle_dir: str | Path, cfg: ValidateConfig, *, on_progress: 
     ref_scores = None
     if cfg.reference == "fp32":
         ref_scores = _reference_answers(rows, examples, ids, tokenizer, runner, manifest.recipe.model.source, reference, on_progress)
-    if cfg.reference == "fp32":
         _answer_likelihoods(rows, examples, ids, tokenizer, runner, reference(), on_progress)
     suites, overall = _summaries(rows, ref_scores, cfg.gates)
     if isinstance(overall.get("spec"), dict):

@@ -104,13 +104,6 @@ void linear_rows(const B::Choice& choice, const Input& in, int64_t M, int64_t K,
   });
 }
 
-bool same_sizes(const Tensor& a, const Tensor& b) {
-  if (a.dim() != b.dim()) return false;
-  for (int64_t i = 0; i < a.dim(); ++i)
-    if (a.size(i) != b.size(i)) return false;
-  return true;
-}
-
 Tensor& block_linear_out(KernelRuntimeContext& ctx, const Tensor& x, const Tensor& weight, int64_t format, int64_t n, int64_t prologue,
                          const executorch::aten::optional<Tensor>& norm_weight, double eps, const executorch::aten::optional<Tensor>& residual,
                          Tensor& out) {
@@ -135,7 +128,7 @@ Tensor& block_linear_out(KernelRuntimeContext& ctx, const Tensor& x, const Tenso
   sizes[x.dim() - 1] = static_cast<SizesType>(n);
   ET_KERNEL_CHECK(ctx, executorch::runtime::resize_tensor(out, {sizes, static_cast<size_t>(x.dim())}) == executorch::runtime::Error::Ok,
                   InvalidArgument, out);
-  ET_KERNEL_CHECK_MSG(ctx, !residual.has_value() || (residual.value().scalar_type() == ScalarType::Float && same_sizes(residual.value(), out)),
+  ET_KERNEL_CHECK_MSG(ctx, !residual.has_value() || (residual.value().scalar_type() == ScalarType::Float && executorch::runtime::tensors_have_same_shape(residual.value(), out)),
                       InvalidArgument, out, "edgespec::block_linear: the residual must be fp32 of the output's sizes");
   const int64_t M = x.numel() / X;
   if (g_recording) {
