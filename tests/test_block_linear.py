@@ -110,7 +110,7 @@ def _selftest(compiler: list[str], run: list[str], tmp_path: Path, codegen: tupl
 
 def test_kernel_paths_agree_natively(tmp_path):
     """Every SIMD path this CPU runs gives the portable path's bits, for every format,
-    M = 1..8 and 70 rows, and any split of the tile rows among threads; the fastest is
+    M = 1..16 and 70 rows, and any split of the tile rows among threads; the fastest is
     dispatched to."""
     out = _selftest([shutil.which("g++") or "c++"], [], tmp_path).split()
     assert out[:2] == ["ok", SELFTEST_FORMATS] and out[-1] == "portable", out

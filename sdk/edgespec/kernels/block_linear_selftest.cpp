@@ -1,6 +1,6 @@
 // Self-test of block_linear.h with no ExecuTorch: on random tiles of every format, every SIMD
 // path this CPU runs gives the portable path's bits, and a row's result does not depend
-// on how many rows the call carries (M = 1..8, and 70 for the prefill chunks) or on how the
+// on how many rows the call carries (M = 1..16, and 70 for the prefill chunks) or on how the
 // tile rows are split among threads. Built and run by tests/test_block_linear.py, natively
 // and cross-compiled for aarch64 under qemu. Prints the formats tested (their tile bytes, by
 // Format id from 1) and the paths tested, the one dispatched to first; exit 1 on a mismatch.
@@ -92,7 +92,7 @@ int main() {
         }
         return a;
       }();
-      for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 70}) {
+      for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 70}) {
         for (B::Path path : paths) {
           const auto got = run(path, format, w, x.data(), m, k, n, nt / 2);
           if (std::memcmp(got.data(), alone.data(), m * n * sizeof(float)) != 0) {
