@@ -1,5 +1,5 @@
 """edgespec's block kernel alone: every linear layer of one token of the default model, for
-M = 1..8 activation rows per call, through every path this CPU runs.
+M = 1..16 activation rows per call (--rows), through every path this CPU runs.
 
 Builds a small C++ driver over `sdk/edgespec/kernels/block_linear.h` (no ExecuTorch, one
 thread) that calls the kernel on the embedded SmolLM2-135M's 211 linear shapes (30 blocks of
@@ -42,6 +42,9 @@ struct Layer { int64_t n, k, format; std::vector<uint8_t> w; };
 int main(int argc, char** argv) {
   const int reps = std::atoi(argv[1]);
   const int64_t dim = std::atoll(argv[2]), kv = std::atoll(argv[3]), hidden = std::atoll(argv[4]), vocab = std::atoll(argv[5]), layers = std::atoll(argv[6]);
+  std::vector<int> row_counts;  // argv[7..]: the M to time
+  for (int a = 7; a < argc; ++a) row_counts.push_back(std::atoi(argv[a]));
+  const int64_t mmax = *std::max_element(row_counts.begin(), row_counts.end());
   std::mt19937 rng(1);
   std::vector<Layer> ls;
   auto add = [&](int64_t n, int64_t k, int64_t f) {
@@ -58,25 +61,26 @@ int main(int argc, char** argv) {
   }
   add(vocab, dim, B::kS8H);
   const int64_t kmax = std::max(dim, hidden), nmax = std::max(vocab, hidden);
-  std::vector<float> x(8 * kmax), out(8 * nmax);
+  std::vector<float> x(mmax * kmax), out(mmax * nmax);
   std::normal_distribution<float> normal(0.f, 1.f);
   for (auto& v : x) v = normal(rng);
-  std::vector<int8_t> q(8 * kmax);
-  std::vector<float> d(8 * kmax / 32), s(8 * kmax / 32);
+  std::vector<int8_t> q(mmax * kmax);
+  std::vector<float> d(mmax * kmax / 32), s(mmax * kmax / 32);
   std::vector<B::Path> paths;
   for (B::Path p : {B::Path::kAvx512Vnni, B::Path::kAvxVnni, B::Path::kAvx2, B::Path::kDotprod, B::Path::kPortable})
     if (B::path_supported(p)) paths.push_back(p);
-  std::vector<std::vector<std::vector<double>>> ms(paths.size(), std::vector<std::vector<double>>(8));
+  std::vector<std::vector<std::vector<double>>> ms(paths.size(), std::vector<std::vector<double>>(row_counts.size()));
   for (int rep = 0; rep < reps + 1; ++rep)  // the first pass warms up
     for (size_t pi = 0; pi < paths.size(); ++pi)
-      for (int m = 1; m <= 8; ++m) {
+      for (size_t mi = 0; mi < row_counts.size(); ++mi) {
+        const int m = row_counts[mi];
         const double t0 = cpu_ms();
         for (const Layer& l : ls) {
           B::quantize_rows(x.data(), m, l.k, q.data(), d.data(), s.data());
           const B::QuantizedRows rows{q.data(), d.data(), s.data(), l.k, l.k / 32};
           B::linear_tile_rows(paths[pi], l.format, l.w.data(), rows, m, l.n, 0, B::tile_rows(l.n), out.data());
         }
-        if (rep > 0) ms[pi][m - 1].push_back(cpu_ms() - t0);
+        if (rep > 0) ms[pi][mi].push_back(cpu_ms() - t0);
       }
   for (size_t pi = 0; pi < paths.size(); ++pi) {
     std::printf("%s%s", pi ? " " : "", B::path_name(paths[pi]));
@@ -90,6 +94,7 @@ int main(int argc, char** argv) {
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--rows", type=int, nargs="+", default=[1, 2, 4, 8, 16], help="activation rows per call to time (the first is the ratios' base; 1 unless you mean otherwise)")
     ap.add_argument("--dim", type=int, default=576)
     ap.add_argument("--kv-dim", type=int, default=192)
     ap.add_argument("--hidden", type=int, default=1536)
@@ -103,11 +108,13 @@ def main() -> None:
         # the library's own code generation: -O3, no contraction, built for this CPU
         subprocess.run([cxx, *library.CODEGEN, f"-I{KERNELS}", str(src), "-o", str(exe)], check=True)
         shape = [args.dim, args.kv_dim, args.hidden, args.vocab, args.layers]
-        line = subprocess.run([str(exe), str(args.reps), *map(str, shape)], check=True, capture_output=True, text=True).stdout.split()
+        cmd = [str(exe), str(args.reps), *map(str, shape), *map(str, args.rows)]
+        line = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.split()
     report = {"shape": dict(zip(("dim", "kv_dim", "hidden", "vocab", "layers"), shape)), "reps": args.reps, "ms_per_token_all_linears": {}}
-    for i in range(0, len(line), 9):
-        path, ms = line[i], [float(v) for v in line[i + 1 : i + 9]]
-        report["ms_per_token_all_linears"][path] = {str(m): {"ms": ms[m - 1], "ratio_to_one_row": round(ms[m - 1] / ms[0], 3)} for m in range(1, 9)}
+    width = 1 + len(args.rows)
+    for i in range(0, len(line), width):
+        path, ms = line[i], [float(v) for v in line[i + 1 : i + width]]
+        report["ms_per_token_all_linears"][path] = {str(m): {"ms": t, "ratio_to_one_row": round(t / ms[0], 3)} for m, t in zip(args.rows, ms)}
     print(json.dumps(report, indent=1))
 
 

@@ -44,17 +44,20 @@ using namespace edgespec::vec;
 constexpr int kRowBlock = 8;   // query rows that share key/value loads
 constexpr int kKeyChunk = 64;  // keys whose K (V) rows stay in L1 while a row block uses them
 
-// Dot products of q with K key rows (D = 8 * D8): K independent chains that overlap in the
-// pipeline, each reduced exactly as a single one would be.
-template <int D8, int K>
+// Dot products of q with K key rows (D = 16 * D16): K independent chains that overlap in the
+// pipeline, each reduced exactly as a single one would be: element d in lane d % 16, the
+// lanes folded to 8 (fold16) and summed by lane_total's tree.
+template <int D16, int K>
 inline void dots(const float* q, const float* const* k, float* out) {
-  v8f acc[K];
-  for (int j = 0; j < K; ++j) acc[j] = splat(0.f);
-  for (int i = 0; i < D8; ++i) {
-    const v8f qi = load8(q + 8 * i);
-    for (int j = 0; j < K; ++j) acc[j] = acc[j] + qi * load8(k[j] + 8 * i);
+  v16f acc[K];
+  for (int j = 0; j < K; ++j) acc[j] = splat16(0.f);
+  for (int i = 0; i < D16; ++i) {
+    const v16f qi = load16(q + 16 * i);
+    for (int j = 0; j < K; ++j) acc[j] = acc[j] + qi * load16(k[j] + 16 * i);
   }
-  for (int j = 0; j < K; ++j) out[j] = lane_total(acc[j]);
+  if constexpr (K == 4) lane_totals4(fold16(acc[0]), fold16(acc[1]), fold16(acc[2]), fold16(acc[3]), out);
+  else
+    for (int j = 0; j < K; ++j) out[j] = lane_total(fold16(acc[j]));
 }
 
 struct Rows {
@@ -69,7 +72,8 @@ struct Rows {
 
 // One head, a block of rows: out_r = softmax(q_r . K^T * scale + mask_r) V over row r's keys.
 // w: scratch, [rows][w_stride] with w_stride >= the longest key list rounded up to 8.
-template <int D8>
+// D = 16 * D16.
+template <int D16>
 void attend_rows(const Rows& rows, const float* k, const float* v, int64_t row_stride, float scale, float* w, int64_t w_stride) {
   int64_t slot_end = 0;
   for (int64_t r = 0; r < rows.n; ++r)
@@ -85,11 +89,11 @@ void attend_rows(const Rows& rows, const float* k, const float* v, int64_t row_s
       int64_t i = at[r];
       for (; i + 4 <= n && keys[i + 3] < c1; i += 4) {
         const float* kb[4] = {k + keys[i] * row_stride, k + keys[i + 1] * row_stride, k + keys[i + 2] * row_stride, k + keys[i + 3] * row_stride};
-        dots<D8, 4>(q, kb, wr + i);
+        dots<D16, 4>(q, kb, wr + i);
       }
       for (; i < n && keys[i] < c1; ++i) {
         const float* kb[1] = {k + keys[i] * row_stride};
-        dots<D8, 1>(q, kb, wr + i);
+        dots<D16, 1>(q, kb, wr + i);
       }
       at[r] = i;
     }
@@ -100,14 +104,24 @@ void attend_rows(const Rows& rows, const float* k, const float* v, int64_t row_s
     const int64_t n = rows.n_keys[r];
     float* wr = w + r * w_stride;
     float m = -std::numeric_limits<float>::infinity();
-    for (int64_t i = 0; i < n; ++i) {
+    int64_t i = 0;
+    if (rows.mask[r] == nullptr) {  // 8 scores at a time (the max is exact in any order)
+      v8f mv = splat(m);
+      for (; i + kLanes <= n; i += kLanes) {
+        const v8f s = load8(wr + i) * splat(scale);
+        store8(wr + i, s);
+        mv = s > mv ? s : mv;
+      }
+      for (int j = 0; j < kLanes; ++j) m = mv[j] > m ? mv[j] : m;
+    }
+    for (; i < n; ++i) {
       float s = wr[i] * scale;
       if (rows.mask[r] != nullptr) s = s + rows.mask[r][rows.keys[r][i]];
       wr[i] = s;
       m = s > m ? s : m;
     }
     v8f lanes = splat(0.f);
-    int64_t i = 0;
+    i = 0;
     for (; i + kLanes <= n; i += kLanes) {
       const v8f e = exp_nonpositive(load8(wr + i) - splat(m));
       store8(wr + i, e);
@@ -125,30 +139,30 @@ void attend_rows(const Rows& rows, const float* k, const float* v, int64_t row_s
     inv_denom[r] = n > 0 ? 1.0f / lane_total(lanes) : 0.0f;
   }
   // weighted values: out_r[d] accumulates over row r's keys in order
-  v8f acc[kRowBlock][D8];
+  v16f acc[kRowBlock][D16];
   for (int64_t r = 0; r < rows.n; ++r) {
-    for (int d = 0; d < D8; ++d) acc[r][d] = splat(0.f);
+    for (int d = 0; d < D16; ++d) acc[r][d] = splat16(0.f);
     at[r] = 0;
   }
   for (int64_t c1 = kKeyChunk; c1 - kKeyChunk < slot_end; c1 += kKeyChunk) {
     for (int64_t r = 0; r < rows.n; ++r) {
       const int32_t* keys = rows.keys[r];
       const float* wr = w + r * w_stride;
-      v8f o[D8];
-      for (int d = 0; d < D8; ++d) o[d] = acc[r][d];
+      v16f o[D16];
+      for (int d = 0; d < D16; ++d) o[d] = acc[r][d];
       int64_t i = at[r];
       for (; i < rows.n_keys[r] && keys[i] < c1; ++i) {
         const float* vi = v + keys[i] * row_stride;
-        const v8f wi = splat(wr[i]);
-        for (int d = 0; d < D8; ++d) o[d] = o[d] + wi * load8(vi + 8 * d);
+        const v16f wi = splat16(wr[i]);
+        for (int d = 0; d < D16; ++d) o[d] = o[d] + wi * load16(vi + 16 * d);
       }
       at[r] = i;
-      for (int d = 0; d < D8; ++d) acc[r][d] = o[d];
+      for (int d = 0; d < D16; ++d) acc[r][d] = o[d];
     }
   }
   for (int64_t r = 0; r < rows.n; ++r) {
     float* out = rows.out + r * rows.stride;
-    for (int d = 0; d < D8; ++d) store8(out + 8 * d, acc[r][d] * splat(inv_denom[r]));
+    for (int d = 0; d < D16; ++d) store16(out + 16 * d, acc[r][d] * splat16(inv_denom[r]));
   }
 }
 
@@ -156,13 +170,13 @@ using AttendRows = void (*)(const Rows&, const float*, const float*, int64_t, fl
 
 AttendRows attend_rows_for(int64_t D) {
   switch (D) {
-    case 16: return attend_rows<2>;
-    case 32: return attend_rows<4>;
-    case 48: return attend_rows<6>;
-    case 64: return attend_rows<8>;
-    case 96: return attend_rows<12>;
-    case 128: return attend_rows<16>;
-    case 256: return attend_rows<32>;
+    case 16: return attend_rows<1>;
+    case 32: return attend_rows<2>;
+    case 48: return attend_rows<3>;
+    case 64: return attend_rows<4>;
+    case 96: return attend_rows<6>;
+    case 128: return attend_rows<8>;
+    case 256: return attend_rows<16>;
     default: return nullptr;
   }
 }

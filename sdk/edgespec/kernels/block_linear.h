@@ -43,6 +43,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "vec8.h"
 
@@ -75,7 +76,8 @@ constexpr int64_t kPrefetchBlocks = 16;
 constexpr int64_t tile_rows(int64_t n) { return 2 * ((n + kPairRows - 1) / kPairRows); }
 // The first block of tile row rg, G blocks per row; block g is 2 g tiles further on.
 inline const uint8_t* tile_row_start(const uint8_t* packed, int64_t rg, int64_t G, int64_t tb) { return packed + ((rg / 2) * G * 2 + rg % 2) * tb; }
-constexpr int64_t kRowChunk = 8;  // activation rows that share one read of a tile
+constexpr int64_t kRowChunk = 8;  // activation rows that share one read of a tile (256-bit and Arm paths)
+constexpr int64_t kRowChunkWide = 16;  // the same for AVX-512: 32 vector registers hold 16 rows' accumulators
 
 enum Format : int64_t { kU4H = 1, kU4F = 2, kS8H = 3, kS8F = 4, kS8M = 5 };
 
@@ -98,6 +100,7 @@ struct QuantizedRows {
   int64_t k;
   int64_t g;
   int64_t prefetch = kPrefetchBlocks;  // how far ahead the weight stream is prefetched (pair blocks)
+  const uint8_t* qu = nullptr;  // q + 128 as unsigned bytes, row i at qu + i * k (AVX-512's 8-bit formats over rows), or null
 };
 
 // The one activation quantizer (every path reads its output). x [m, k], k a multiple of 32.
@@ -374,12 +377,20 @@ __attribute__((target(EDGESPEC_AVX512))) inline __m512 scales16(const uint8_t* a
   return _mm512_cvtph_ps(h);
 }
 
-template <int64_t F, int64_t M>
+// Unsigned (8-bit formats, x.qu set): `vpdpbusd` of the activation as unsigned bytes x + 128
+// (x.qu) by the signed codes, from an accumulator that starts at -128 * sum(w) (one
+// `vpdpbusd` of 128s per code vector, once per block for all rows): the same exact integer
+// dot, without negating the activation per row where w < 0 (8 fewer instructions per row and
+// block; worth it from two rows on).
+template <int64_t F, int64_t M, bool Unsigned = false>
 __attribute__((target(EDGESPEC_AVX512))) inline void tile_pair_avx512(const uint8_t* w, const QuantizedRows& x, int64_t, float* acc) {
+  static_assert(!Unsigned || is_s8(F), "the unsigned activation is for the 8-bit formats");
   constexpr int64_t tb = tile_bytes(F), cb = code_bytes(F), cb2 = second_scales(F);
   constexpr bool fp32 = fp32_scales(F);
   const __m512i low4 = _mm512_set1_epi8(0x0f);
+  const __m512i u128 = _mm512_set1_epi8(static_cast<char>(0x80));
   __m512 a[M];
+#pragma GCC unroll 16
   for (int64_t i = 0; i < M; ++i) a[i] = _mm512_loadu_ps(acc + 16 * i);
   for (int64_t g = 0; g < x.g; ++g) {
     const uint8_t* t0 = w + 2 * g * tb;
@@ -388,7 +399,17 @@ __attribute__((target(EDGESPEC_AVX512))) inline void tile_pair_avx512(const uint
     const __m512 d16 = scales16<fp32>(t0 + cb, t1 + cb);
     __m512i wv[8];
     __mmask64 neg[8];
-    if constexpr (is_s8(F)) {
+    __m512i start[2];  // Unsigned: -128 * the sum of each half's codes, per output row
+    if constexpr (Unsigned) {
+      for (int h = 0; h < 2; ++h) {
+        __m512i sum = _mm512_setzero_si512();
+        for (int c = 4 * h; c < 4 * h + 4; ++c) {
+          wv[c] = cat256(t0 + 32 * c, t1 + 32 * c);
+          sum = _mm512_dpbusd_epi32(sum, u128, wv[c]);
+        }
+        start[h] = _mm512_sub_epi32(_mm512_setzero_si512(), sum);
+      }
+    } else if constexpr (is_s8(F)) {
       for (int c = 0; c < 8; ++c) {
         const __m512i v = cat256(t0 + 32 * c, t1 + 32 * c);
         neg[c] = _mm512_movepi8_mask(v);  // w < 0: x is negated, |w| multiplies it
@@ -401,8 +422,10 @@ __attribute__((target(EDGESPEC_AVX512))) inline void tile_pair_avx512(const uint
         wv[c + 4] = _mm512_and_si512(_mm512_srli_epi16(b, 4), low4);
       }
     }
+    // every row unrolled: the accumulators stay in registers across the blocks
+#pragma GCC unroll 16
     for (int64_t i = 0; i < M; ++i) {
-      const int8_t* xq = x.q + i * x.k + g * kBlock;
+      const uint8_t* xq = Unsigned ? x.qu + i * x.k + g * kBlock : reinterpret_cast<const uint8_t*>(x.q + i * x.k + g * kBlock);
       __m512i xb[8];
       for (int c = 0; c < 8; ++c) {
         int32_t four;
@@ -412,7 +435,20 @@ __attribute__((target(EDGESPEC_AVX512))) inline void tile_pair_avx512(const uint
       const __m512 dx = _mm512_set1_ps(x.d[i * x.g + g]);
       __m512i dot;
       __m512 tt;
-      if constexpr (is_s8(F)) {
+      if constexpr (Unsigned) {
+        __m512i half[2];
+        for (int h = 0; h < 2; ++h) {
+          __m512i s = start[h];
+          for (int c = 4 * h; c < 4 * h + 4; ++c) s = _mm512_dpbusd_epi32(s, xb[c], wv[c]);
+          half[h] = s;
+        }
+        if constexpr (F == kS8F) {
+          const __m512 dh16 = scales16<true>(t0 + cb2, t1 + cb2);
+          tt = _mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(d16, dx), _mm512_cvtepi32_ps(half[0])), _mm512_mul_ps(_mm512_mul_ps(dh16, dx), _mm512_cvtepi32_ps(half[1])));
+        } else {
+          dot = _mm512_add_epi32(half[0], half[1]);
+        }
+      } else if constexpr (is_s8(F)) {
         __m512i half[2];
         for (int h = 0; h < 2; ++h) {
           __m512i s = _mm512_setzero_si512();
@@ -437,20 +473,38 @@ __attribute__((target(EDGESPEC_AVX512))) inline void tile_pair_avx512(const uint
       a[i] = _mm512_add_ps(a[i], tt);
     }
   }
+#pragma GCC unroll 16
   for (int64_t i = 0; i < M; ++i) _mm512_storeu_ps(acc + 16 * i, a[i]);
 }
 
+// tile_pair_avx512 for M rows: the unsigned activation where x.qu is given (8-bit formats, M >= 2)
+template <int64_t F, int64_t M>
+inline void tile_pair_avx512_m(const uint8_t* w, const QuantizedRows& x, int64_t m, float* acc) {
+  if constexpr (is_s8(F) && M >= 2)
+    if (x.qu != nullptr) return tile_pair_avx512<F, M, true>(w, x, m, acc);
+  tile_pair_avx512<F, M>(w, x, m, acc);
+}
+
+// tile_pair_avx512 with the row count (1..kRowChunkWide) as its template argument
 template <int64_t F>
 inline void tile_pair_avx512_rows(const uint8_t* w, const QuantizedRows& x, int64_t m, float* acc) {
   switch (m) {
-    case 1: return tile_pair_avx512<F, 1>(w, x, m, acc);
-    case 2: return tile_pair_avx512<F, 2>(w, x, m, acc);
-    case 3: return tile_pair_avx512<F, 3>(w, x, m, acc);
-    case 4: return tile_pair_avx512<F, 4>(w, x, m, acc);
-    case 5: return tile_pair_avx512<F, 5>(w, x, m, acc);
-    case 6: return tile_pair_avx512<F, 6>(w, x, m, acc);
-    case 7: return tile_pair_avx512<F, 7>(w, x, m, acc);
-    default: return tile_pair_avx512<F, kRowChunk>(w, x, m, acc);
+    case 1: return tile_pair_avx512_m<F, 1>(w, x, m, acc);
+    case 2: return tile_pair_avx512_m<F, 2>(w, x, m, acc);
+    case 3: return tile_pair_avx512_m<F, 3>(w, x, m, acc);
+    case 4: return tile_pair_avx512_m<F, 4>(w, x, m, acc);
+    case 5: return tile_pair_avx512_m<F, 5>(w, x, m, acc);
+    case 6: return tile_pair_avx512_m<F, 6>(w, x, m, acc);
+    case 7: return tile_pair_avx512_m<F, 7>(w, x, m, acc);
+    case 8: return tile_pair_avx512_m<F, 8>(w, x, m, acc);
+    case 9: return tile_pair_avx512_m<F, 9>(w, x, m, acc);
+    case 10: return tile_pair_avx512_m<F, 10>(w, x, m, acc);
+    case 11: return tile_pair_avx512_m<F, 11>(w, x, m, acc);
+    case 12: return tile_pair_avx512_m<F, 12>(w, x, m, acc);
+    case 13: return tile_pair_avx512_m<F, 13>(w, x, m, acc);
+    case 14: return tile_pair_avx512_m<F, 14>(w, x, m, acc);
+    case 15: return tile_pair_avx512_m<F, 15>(w, x, m, acc);
+    default: return tile_pair_avx512_m<F, kRowChunkWide>(w, x, m, acc);
   }
 }
 
@@ -707,20 +761,21 @@ inline Choice default_choice() { return {best_path(), kPrefetchBlocks, 128 << 10
 // Tile rows [rg0, rg1) through `tile_row(w, x, m, acc)`, Tiles tile rows per call (w the
 // first's block 0; acc row i's Tiles * 8 outputs at acc + i * Tiles * 8), all m activation
 // rows, kRowChunk at a time: out [m, n] (row stride n). With Tiles = 2, rg0 and rg1 are even.
-template <int64_t Tiles = 1, typename TileRow>
+template <int64_t Tiles = 1, int64_t Chunk = kRowChunk, typename TileRow>
 inline void for_tile_rows(int64_t format, const uint8_t* packed, const QuantizedRows& x, int64_t m, int64_t n, int64_t rg0, int64_t rg1,
                           float* out, TileRow tile_row) {
   constexpr int64_t W = Tiles * kTileRows;
   const int64_t tb = tile_bytes(format);
-  float acc[kRowChunk * W];
+  float acc[Chunk * W];
   for (int64_t rg = rg0; rg < rg1; rg += Tiles) {
     const uint8_t* w = tile_row_start(packed, rg, x.g, tb);
     const int64_t rows = std::min(n - rg * kTileRows, W);
     if (rows <= 0) break;  // tiles wholly past n (padding): no outputs
-    for (int64_t i0 = 0; i0 < m; i0 += kRowChunk) {
-      const int64_t mm = m - i0 < kRowChunk ? m - i0 : kRowChunk;
+    for (int64_t i0 = 0; i0 < m; i0 += Chunk) {
+      const int64_t mm = m - i0 < Chunk ? m - i0 : Chunk;
       QuantizedRows xi = x;
       xi.q += i0 * x.k;
+      if (xi.qu != nullptr) xi.qu += i0 * x.k;
       xi.d += i0 * x.g;
       xi.s += i0 * x.g;
       for (int64_t j = 0; j < W * mm; ++j) acc[j] = 0.f;
@@ -731,13 +786,14 @@ inline void for_tile_rows(int64_t format, const uint8_t* packed, const Quantized
 }
 
 // Tile rows [rg0, rg1): whole pairs of tiles through `pair` (one stream of reads), a tile
-// outside a whole pair (a range split inside a pair) through `single`.
-template <typename Pair, typename Single>
+// outside a whole pair (a range split inside a pair) through `single`; `pair` takes up to
+// PairChunk activation rows per call, `single` kRowChunk.
+template <int64_t PairChunk = kRowChunk, typename Pair, typename Single>
 inline void by_pairs(int64_t format, const uint8_t* packed, const QuantizedRows& x, int64_t m, int64_t n, int64_t rg0, int64_t rg1, float* out,
                      Pair pair, Single single) {
   const int64_t p0 = std::min((rg0 + 1) / 2 * 2, rg1), p1 = std::max(p0, rg1 / 2 * 2);
   if (rg0 < p0) for_tile_rows(format, packed, x, m, n, rg0, p0, out, single);
-  if (p0 < p1) for_tile_rows<2>(format, packed, x, m, n, p0, p1, out, pair);
+  if (p0 < p1) for_tile_rows<2, PairChunk>(format, packed, x, m, n, p0, p1, out, pair);
   if (p1 < rg1) for_tile_rows(format, packed, x, m, n, p1, rg1, out, single);
 }
 
@@ -748,7 +804,16 @@ inline void linear_tile_rows_as(Path path, const uint8_t* packed, const Quantize
   if (path == Path::kAvxVnni) return by_pairs(F, packed, x, m, n, rg0, rg1, out, tile_row_x86_rows<F, Dot::kVnni, 2>, tile_row_x86_rows<F, Dot::kVnni, 1>);
   // a pair of tiles per 512-bit vector; a lone tile (a range split inside a pair: never by the
   // op, whose threads take whole pairs) through the AVX2 path every AVX-512 CPU has
-  if (path == Path::kAvx512Vnni) return by_pairs(F, packed, x, m, n, rg0, rg1, out, tile_pair_avx512_rows<F>, tile_row_x86_rows<F, Dot::kMaddubs, 1>);
+  if (path == Path::kAvx512Vnni) {
+    QuantizedRows xu = x;
+    if (is_s8(F) && m >= 2) {  // the 8-bit codes' unsigned activation (tile_pair_avx512), per call
+      static thread_local std::vector<uint8_t> shifted;
+      shifted.resize(m * x.k);
+      for (int64_t j = 0; j < m * x.k; ++j) shifted[j] = static_cast<uint8_t>(x.q[j]) ^ 0x80u;
+      xu.qu = shifted.data();
+    }
+    return by_pairs<kRowChunkWide>(F, packed, xu, m, n, rg0, rg1, out, tile_pair_avx512_rows<F>, tile_row_x86_rows<F, Dot::kMaddubs, 1>);
+  }
 #endif
 #if EDGESPEC_ARM
   if (path == Path::kDotprod) return by_pairs(F, packed, x, m, n, rg0, rg1, out, tile_row_dotprod<F, 2>, tile_row_dotprod<F, 1>);
