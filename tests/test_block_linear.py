@@ -17,6 +17,7 @@ from edgespec.kernels import library
 from edgespec.kernels.block_linear import BLOCK, FORMAT_IDS, TILE_BYTES, BlockCodes, BlockLinear, pack, reference_block_linear, unpack
 
 KERNELS = Path(__file__).resolve().parent.parent / "sdk" / "edgespec" / "kernels"
+SELFTEST = Path(__file__).parent / "kernels" / "block_linear_selftest.cpp"  # block_linear.h's self-test, built with the shipped flags
 
 
 FORMATS = list(FORMAT_IDS)
@@ -101,7 +102,7 @@ def _selftest(compiler: list[str], run: list[str], tmp_path: Path, codegen: tupl
     """Build the self-test with `codegen` (by default the flags the kernel library ships with:
     the code it checks is the code that runs) and run it."""
     exe = tmp_path / "selftest"
-    build = subprocess.run([*compiler, *codegen, str(KERNELS / "block_linear_selftest.cpp"), "-o", str(exe)], capture_output=True, text=True)
+    build = subprocess.run([*compiler, *codegen, f"-I{KERNELS}", str(SELFTEST), "-o", str(exe)], capture_output=True, text=True)
     assert build.returncode == 0, build.stderr[-2000:]
     done = subprocess.run([*run, str(exe)], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr

@@ -27,7 +27,13 @@ from edgespec.host import process_alive
 from edgespec.packages import package_dir
 
 SOURCES = ("attention.cpp", "block_linear.cpp", "glue.cpp", "threadpool.cpp")  # compiled into one library
-HEADERS = ("block_linear.h", "glue.h", "threadpool.h", "vec8.h")  # included by them (part of the cache key)
+HEADERS = (  # included by them (part of the cache key)
+    "block_linear.h",
+    *(f"block_linear/{h}.h" for h in ("contract", "portable", "x86_avx2", "x86_avx512", "neon", "dispatch")),
+    "glue.h",
+    "threadpool.h",
+    "vec8.h",
+)
 CODEGEN = (
     "-O3",
     "-march=native",
