@@ -29,6 +29,9 @@ import tempfile
 import time
 from pathlib import Path
 
+import edgespec  # noqa: F401  (before torch: its OpenMP workers sleep instead of spinning, edgespec.host.passive_openmp)
+
+# isort: split
 import torch
 from torch import nn
 

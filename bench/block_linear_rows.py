@@ -94,7 +94,13 @@ int main(int argc, char** argv) {
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", type=int, default=15)
-    ap.add_argument("--rows", type=int, nargs="+", default=[1, 2, 4, 8, 16], help="activation rows per call to time (the first is the ratios' base; 1 unless you mean otherwise)")
+    ap.add_argument(
+        "--rows",
+        type=int,
+        nargs="+",
+        default=[1, 2, 4, 8, 16],
+        help="activation rows per call to time (the first is the ratios' base; 1 unless you mean otherwise)",
+    )
     ap.add_argument("--dim", type=int, default=576)
     ap.add_argument("--kv-dim", type=int, default=192)
     ap.add_argument("--hidden", type=int, default=1536)

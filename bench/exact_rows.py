@@ -16,6 +16,9 @@ from __future__ import annotations
 import argparse
 import json
 
+import edgespec  # noqa: F401  (before torch: its OpenMP workers sleep instead of spinning, edgespec.host.passive_openmp)
+
+# isort: split
 import torch
 
 from edgespec.corpus.prompts import mixed_prompts

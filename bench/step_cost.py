@@ -26,6 +26,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+import edgespec  # noqa: F401  (before torch: its OpenMP workers sleep instead of spinning, edgespec.host.passive_openmp)
+
+# isort: split
 import torch
 
 from edgespec.runtime.runner import ProgramRunner, load_runtime_kernels

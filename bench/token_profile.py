@@ -29,13 +29,12 @@ import tempfile
 import time
 from pathlib import Path
 
+import edgespec  # noqa: F401  (before torch: its OpenMP workers sleep instead of spinning, edgespec.host.passive_openmp)
+
 PARALLEL_OPS = ("edgespec::attention.out",)
 
 
 def child(bundle: Path, threads: int, new_tokens: int, runs: int, calls: int, context: int) -> dict:
-    from edgespec.host import passive_openmp
-
-    passive_openmp()  # as the CLI does, before torch is imported
     from executorch.extension.pybindings.portable_lib import _unsafe_reset_threadpool
 
     _unsafe_reset_threadpool(threads)

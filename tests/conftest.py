@@ -6,6 +6,7 @@ import pytest
 warnings.filterwarnings("ignore", category=FutureWarning)
 warnings.filterwarnings("ignore", category=UserWarning)
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # test modules import torch before edgespec (edgespec.host.passive_openmp)
 
 
 @pytest.fixture(scope="session")

@@ -16,3 +16,20 @@ def test_cli_help_lists_the_contract_commands():
     out = subprocess.run([sys.executable, "-m", "edgespec.cli", "--help"], capture_output=True, text=True, check=True)
     for cmd in ("export", "generate", "bench", "info"):
         assert cmd in out.stdout
+
+
+def test_importing_edgespec_first_keeps_torchs_openmp_workers_asleep():
+    """`import edgespec` sets OMP_WAIT_POLICY=PASSIVE before torch loads OpenMP; torch imported
+    first cannot be fixed, and a program runner says so (edgespec.host.openmp_spins)."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    show = "import os; from edgespec import host; print(os.environ.get('OMP_WAIT_POLICY'), host.openmp_spins())"
+    first = subprocess.run([sys.executable, "-c", f"import edgespec, torch; {show}"], capture_output=True, text=True, check=True, env=env)
+    assert first.stdout.split() == ["PASSIVE", "False"]
+    late = subprocess.run([sys.executable, "-c", f"import torch, edgespec; {show}"], capture_output=True, text=True, check=True, env=env)
+    assert late.stdout.split() == ["PASSIVE", "True"]
+    chosen = subprocess.run(
+        [sys.executable, "-c", f"import torch, edgespec; {show}"], capture_output=True, text=True, check=True, env={**env, "OMP_WAIT_POLICY": "passive"}
+    )
+    assert chosen.stdout.split() == ["passive", "False"]

@@ -5,6 +5,9 @@ the modules that need them (`edgespec.models`, `edgespec.export`, `edgespec.runt
 """
 
 from edgespec.errors import EdgespecError
+from edgespec.host import passive_openmp
+
+passive_openmp()  # before torch loads OpenMP: its workers sleep instead of spinning beside the kernels' threads
 
 __version__ = "0.1.0"
 __all__ = ["EdgespecError", "__version__"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from pathlib import Path
 
 
@@ -55,11 +56,24 @@ def process_alive(pid: int) -> bool:
     return True
 
 
+_openmp_spins = False  # torch's OpenMP runtime was loaded before its workers could be told to sleep
+
+
 def passive_openmp() -> None:
     """Ask torch's OpenMP workers to sleep at once after a parallel region instead of spinning
-    (`OMP_WAIT_POLICY=PASSIVE`, unless the environment says otherwise). Call it before torch is
-    imported. A program's call copies its outputs through torch, which wakes an OpenMP worker
-    that then spins for milliseconds: a third busy thread beside edgespec's two kernel threads
-    on a 2-core machine, which made a 2-thread forward 2.5x slower (median 10.1 vs 3.1-3.4 ms
-    on a 2-core AMD EPYC, 2026-12-04)."""
+    (`OMP_WAIT_POLICY=PASSIVE`, unless the environment says otherwise). `import edgespec` calls
+    it; it takes effect only if torch is imported after (OpenMP reads the variable once, when
+    torch loads it). A program's call copies its outputs through torch, and a torch op on a
+    vocabulary's logits runs an OpenMP region whose worker then spins for milliseconds: a third
+    busy thread beside edgespec's two kernel threads on a 2-core machine, which made a 2-thread
+    forward 2.5-3x slower (median 10.1-10.6 vs 3.1-3.5 ms on a 2-core AMD EPYC, 2026-12-04)."""
+    global _openmp_spins
+    if "torch" in sys.modules and os.environ.get("OMP_WAIT_POLICY", "").upper() != "PASSIVE":
+        _openmp_spins = True
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
+def openmp_spins() -> bool:
+    """Whether torch was imported before edgespec without `OMP_WAIT_POLICY=PASSIVE`, so its
+    OpenMP workers spin after each parallel region (see passive_openmp)."""
+    return _openmp_spins

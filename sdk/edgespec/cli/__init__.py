@@ -19,7 +19,6 @@ from __future__ import annotations
 import click
 
 from edgespec.cli import bundles, recipes, run
-from edgespec.host import passive_openmp
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -28,7 +27,6 @@ from edgespec.host import passive_openmp
 def main(verbose: bool) -> None:
     """edgespec: export a pretrained LM (or the Conformer speech recognizer of
     recipes/conformer-hama.yaml) to a fast, verified ExecuTorch bundle for phones."""
-    passive_openmp()  # before any command imports torch
 
 
 for _command in (*recipes.COMMANDS, *run.COMMANDS, *bundles.COMMANDS):

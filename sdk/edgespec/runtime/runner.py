@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import torch
 
+from edgespec import host
 from edgespec.errors import EdgespecError
 from edgespec.export import constants as C
 
@@ -84,11 +86,29 @@ class Program:
         return list(self._forward.execute(list(inputs)))
 
 
+_said_openmp_spins = False
+
+
+def _say_openmp_spins() -> None:
+    """Warn once when torch's OpenMP workers spin beside the program's threads (torch imported
+    before edgespec: edgespec.host.passive_openmp)."""
+    global _said_openmp_spins
+    if host.openmp_spins() and not _said_openmp_spins:
+        _said_openmp_spins = True
+        warnings.warn(
+            "torch was imported before edgespec, so torch's OpenMP workers spin after each torch op and take cores from the "
+            "program's threads (2-3x slower 2-thread decoding on a 2-core machine): import edgespec before torch, or set OMP_WAIT_POLICY=PASSIVE",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+
+
 class ProgramRunner(Program):
     """A language-model program: `forward` plus its metadata methods."""
 
     def __init__(self, path: str | Path):
         super().__init__(path)
+        _say_openmp_spins()
         self.max_seq_len = int(self.constant(C.GET_MAX_SEQ_LEN))
         self.vocab_size = int(self.constant(C.GET_VOCAB_SIZE))
         self.eos_ids = tuple(int(x) for x in self.constant(C.GET_EOS_IDS, many=True))
