@@ -31,7 +31,7 @@ import edgespec  # noqa: F401  (before torch: its OpenMP workers sleep instead o
 # isort: split
 import torch
 
-from edgespec.runtime.runner import ProgramRunner, load_runtime_kernels
+from edgespec.runtime.runner import ProgramRunner, execute, load_runtime_kernels
 from edgespec.speculative.tree import placeholder_draft
 from edgespec.speculative.tree_tuning import time_call
 
@@ -67,9 +67,9 @@ def time_program(pte: Path, threads: int, contexts: list[int], rows: list[int], 
         res = {}
         for name, (method, inputs) in _shapes(runner, c, rows).items():
             if method == "forward":
-                res[name] = _median_ms(lambda inputs=inputs: runner._forward.execute(inputs), reps)
+                res[name] = _median_ms(lambda inputs=inputs: execute(runner._forward, inputs), reps)
             else:
-                res[name] = _median_ms(lambda inputs=inputs: runner._step.execute(inputs), reps)
+                res[name] = _median_ms(lambda inputs=inputs: execute(runner._step, inputs), reps)
         t1 = res["forward_T1"]
         res["forward_ratio"] = {T: round(res[f"forward_T{T}"] / t1, 3) for T in rows}
         if "spec_step" in res:
@@ -109,15 +109,20 @@ def profile_program(pte: Path, threads: int, context: int, rows: list[int], reps
     runner = ProgramRunner(pte)  # metadata and inputs
     shapes = _shapes(runner, context, rows)
     out = {}
-    for name, (method, inputs) in shapes.items():
-        m = pl._load_for_executorch(str(pte), enable_etdump=True)
-        m.run_method("forward", (torch.zeros((1, context), dtype=torch.long), torch.tensor([0])))
-        for _ in range(reps):
-            m.run_method(method, tuple(inputs))
-        with tempfile.TemporaryDirectory() as d:
-            path = Path(d) / "run.etdp"
-            m.write_etdump_result_to_file(str(path))
-            out[name] = _split(path)
+    torch_threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as edgespec.runtime.runner.execute does around every call (this calls the program directly)
+    try:
+        for name, (method, inputs) in shapes.items():
+            m = pl._load_for_executorch(str(pte), enable_etdump=True)
+            m.run_method("forward", (torch.zeros((1, context), dtype=torch.long), torch.tensor([0])))
+            for _ in range(reps):
+                m.run_method(method, tuple(inputs))
+            with tempfile.TemporaryDirectory() as d:
+                path = Path(d) / "run.etdp"
+                m.write_etdump_result_to_file(str(path))
+                out[name] = _split(path)
+    finally:
+        torch.set_num_threads(torch_threads)
     return out
 
 

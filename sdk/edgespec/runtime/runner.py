@@ -56,6 +56,23 @@ def set_threads(n: int) -> None:
         _unsafe_reset_threadpool(n)
 
 
+def execute(method, inputs: list) -> list:
+    """Run a loaded ExecuTorch method with torch's own OpenMP pool at one thread for the call.
+    ExecuTorch's kernels that reach torch's parallel_for (llama::custom_sdpa in XNNPACK
+    programs, from two rows on) would otherwise wake torch's workers beside ExecuTorch's own
+    threads: the XNNPACK program's 2-row forward took 54.6 ms instead of 8.5 at one thread and
+    29.8 instead of 12.8 at two (2-core AMD EPYC, 2026-12-04). Restored after, so eager torch
+    code in the same process keeps its threads."""
+    n = torch.get_num_threads()
+    if n == 1:
+        return method.execute(inputs)
+    torch.set_num_threads(1)
+    try:
+        return method.execute(inputs)
+    finally:
+        torch.set_num_threads(n)
+
+
 class Program:
     """A loaded `.pte`: its methods by name and its metadata (constant) methods."""
 
@@ -78,12 +95,12 @@ class Program:
         """The value a metadata method returns."""
         if name not in self.program.method_names:
             raise EdgespecError(f"program '{self.path}' has no metadata method '{name}'")
-        out = self.program.load_method(name).execute([])
+        out = execute(self.program.load_method(name), [])
         return list(out) if many else out[0]
 
     def call_forward(self, *inputs: torch.Tensor) -> list[torch.Tensor]:
         """`forward`'s outputs for these inputs."""
-        return list(self._forward.execute(list(inputs)))
+        return list(execute(self._forward, list(inputs)))
 
 
 _said_openmp_spins = False
@@ -135,7 +152,7 @@ class ProgramRunner(Program):
 
     def forward(self, tokens: torch.Tensor, start_pos: int) -> torch.Tensor:
         """Logits of the last position, [V], after feeding tokens [1, T] at start_pos."""
-        out = self._forward.execute([tokens, torch.tensor([start_pos], dtype=torch.long)])
+        out = execute(self._forward, [tokens, torch.tensor([start_pos], dtype=torch.long)])
         return out[0].reshape(-1, self.vocab_size)[-1]
 
     def spec_step(
@@ -144,7 +161,8 @@ class ProgramRunner(Program):
         """One verify-and-draft call: (emitted tokens, next draft [D, K])."""
         if self._step is None:
             self._step = self.program.load_method(C.SPEC_STEP)
-        toks, n, nxt = self._step.execute(
+        toks, n, nxt = execute(
+            self._step,
             [
                 torch.tensor([last], dtype=torch.long),
                 draft,
@@ -152,6 +170,6 @@ class ProgramRunner(Program):
                 torch.tensor([temperature], dtype=torch.float32),
                 uniforms,
                 gumbel,
-            ]
+            ],
         )
         return toks[: int(n[0])].tolist(), nxt
