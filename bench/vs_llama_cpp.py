@@ -4,8 +4,9 @@ For --rounds rounds, at each thread count in turn: `edgespec bench --mode ar` on
 (128 new tokens, its own warm-up and median of --runs), the same with the CPU's flags' kernel
 choice (`EDGESPEC_KERNEL_PLAN=default`, what the kernel ran before it was chosen by
 measurement), then llama.cpp's `llama-bench -p 0 -n 128 -r --runs` on the GGUF the bundle came
-from. Each program in a fresh process. Medians over rounds of decode tokens/s, and the ratios
-to llama.cpp and 2 threads over 1. llama.cpp is built outside the project (from the
+from. With --prefill N (64 by default), also a prompt of N tokens: one `forward` call of the
+bundle beside `llama-bench -p N`. Each program in a fresh process. Medians over rounds of
+tokens/s, and the ratios to llama.cpp and 2 threads over 1. llama.cpp is built outside the project (from the
 `llama-cpp-python` sdist's vendored source, `cmake -DGGML_NATIVE=ON`, target llama-bench).
 
     python bench/vs_llama_cpp.py --bundle bundles/default --llama-bench /path/llama-bench \\
@@ -33,9 +34,43 @@ def edgespec_tok_s(bundle: Path, threads: int, runs: int, new_tokens: int, flags
     return json.loads(done.stdout)["ar"]["tokens_per_s"]
 
 
-def llama_tok_s(llama_bench: Path, gguf: Path, threads: int, runs: int, new_tokens: int) -> float:
-    cmd = [str(llama_bench), "-m", str(gguf), "-p", "0", "-n", str(new_tokens), "-t", str(threads), "-r", str(runs), "-o", "json"]
-    done = subprocess.run(cmd, capture_output=True, text=True)
+# A prompt of N tokens through the bundle's `forward` in one call, in a fresh process: the
+# median of `runs` calls after two warm-up calls, as tokens/s (the ids are arbitrary, as
+# llama-bench's are).
+PREFILL_CHILD = """
+import statistics, sys, time
+import edgespec
+import torch
+from executorch.extension.pybindings.portable_lib import _unsafe_reset_threadpool
+from edgespec.runtime.runner import ProgramRunner
+pte, threads, tokens, runs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+_unsafe_reset_threadpool(threads)
+runner = ProgramRunner(pte)
+ids = torch.arange(1000, 1000 + tokens, dtype=torch.long).reshape(1, tokens)
+times = []
+for i in range(runs + 2):
+    t0 = time.perf_counter()
+    runner.forward(ids, 0)
+    times.append(time.perf_counter() - t0)
+print(tokens / statistics.median(times[2:]))
+"""
+
+
+def edgespec_prefill_tok_s(bundle: Path, threads: int, runs: int, tokens: int) -> float:
+    done = subprocess.run(
+        [sys.executable, "-c", PREFILL_CHILD, str(bundle / "model.pte"), str(threads), str(tokens), str(runs)], capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        sys.exit(done.stderr[-3000:])
+    return float(done.stdout.split()[-1])
+
+
+def llama_tok_s(llama_bench: Path, gguf: Path, threads: int, runs: int, new_tokens: int, prompt: int = 0) -> float:
+    """llama-bench's tokens/s: decoding `new_tokens`, or (prompt > 0) a prompt of that many tokens."""
+    cmd = [str(llama_bench), "-m", str(gguf), "-p", str(prompt), "-n", str(0 if prompt else new_tokens), "-t", str(threads), "-r", str(runs), "-o", "json"]
+    from edgespec.host import foreign_environ
+
+    done = subprocess.run(cmd, capture_output=True, text=True, env=foreign_environ())  # llama.cpp's OpenMP workers spin as it intends
     if done.returncode != 0:
         sys.exit(done.stderr[-3000:])
     return json.loads(done.stdout)[0]["avg_ts"]
@@ -50,6 +85,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--new-tokens", type=int, default=128)
+    ap.add_argument("--prefill", type=int, default=64, help="also a prompt of this many tokens in one call beside llama-bench -p (0: skip)")
     a = ap.parse_args()
     gguf = a.gguf
     if gguf is None:
@@ -57,12 +93,16 @@ def main() -> None:
 
         source = json.loads((a.bundle / "manifest.json").read_text())["recipe"]["model"]["source"]
         gguf = embedded_path(source) if source in EMBEDDED else Path(source)
-    samples: dict[str, dict[int, list[float]]] = {k: {t: [] for t in a.threads} for k in ("edgespec", "edgespec_flags", "llama_cpp")}
+    kinds = ("edgespec", "edgespec_flags", "llama_cpp") + (("edgespec_prefill", "llama_cpp_prefill") if a.prefill else ())
+    samples: dict[str, dict[int, list[float]]] = {k: {t: [] for t in a.threads} for k in kinds}
     for _ in range(a.rounds):
         for t in a.threads:
             samples["edgespec"][t].append(edgespec_tok_s(a.bundle, t, a.runs, a.new_tokens, False))
             samples["edgespec_flags"][t].append(edgespec_tok_s(a.bundle, t, a.runs, a.new_tokens, True))
             samples["llama_cpp"][t].append(llama_tok_s(a.llama_bench, gguf, t, a.runs, a.new_tokens))
+            if a.prefill:
+                samples["edgespec_prefill"][t].append(edgespec_prefill_tok_s(a.bundle, t, a.runs, a.prefill))
+                samples["llama_cpp_prefill"][t].append(llama_tok_s(a.llama_bench, gguf, t, a.runs, a.new_tokens, prompt=a.prefill))
     med = {k: {t: round(statistics.median(v), 2) for t, v in per.items()} for k, per in samples.items()}
     cpu = next(
         (line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")), platform.processor()
@@ -77,6 +117,9 @@ def main() -> None:
         "vs_llama_cpp": {t: round(med["edgespec"][t] / med["llama_cpp"][t], 3) for t in a.threads},
         "flags_vs_llama_cpp": {t: round(med["edgespec_flags"][t] / med["llama_cpp"][t], 3) for t in a.threads},
     }
+    if a.prefill:
+        out["prefill_tokens"] = a.prefill
+        out["prefill_vs_llama_cpp"] = {t: round(med["edgespec_prefill"][t] / med["llama_cpp_prefill"][t], 3) for t in a.threads}
     if 1 in a.threads and 2 in a.threads:
         out["two_over_one"] = {k: round(v[2] / v[1], 3) for k, v in med.items()}
     print(json.dumps(out, indent=1))

@@ -33,3 +33,14 @@ def test_importing_edgespec_first_keeps_torchs_openmp_workers_asleep():
         [sys.executable, "-c", f"import torch, edgespec; {show}"], capture_output=True, text=True, check=True, env={**env, "OMP_WAIT_POLICY": "passive"}
     )
     assert chosen.stdout.split() == ["passive", "False"]
+
+
+def test_a_foreign_child_process_gets_the_environment_without_edgespecs_openmp_policy():
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    code = "import os; from edgespec import host; print(os.environ.get('OMP_WAIT_POLICY'), host.foreign_environ().get('OMP_WAIT_POLICY'))"
+    ours = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    assert ours.stdout.split() == ["PASSIVE", "None"]
+    users = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env={**env, "OMP_WAIT_POLICY": "PASSIVE"})
+    assert users.stdout.split() == ["PASSIVE", "PASSIVE"]  # the user's own setting is passed on

@@ -57,6 +57,7 @@ def process_alive(pid: int) -> bool:
 
 
 _openmp_spins = False  # torch's OpenMP runtime was loaded before its workers could be told to sleep
+_set_openmp_policy = False  # OMP_WAIT_POLICY=PASSIVE was set here, not by the user
 
 
 def passive_openmp() -> None:
@@ -67,10 +68,23 @@ def passive_openmp() -> None:
     vocabulary's logits runs an OpenMP region whose worker then spins for milliseconds: a third
     busy thread beside edgespec's two kernel threads on a 2-core machine, which made a 2-thread
     forward 2.5-3x slower (median 10.1-10.6 vs 3.1-3.5 ms on a 2-core AMD EPYC, 2026-12-04)."""
-    global _openmp_spins
+    global _openmp_spins, _set_openmp_policy
     if "torch" in sys.modules and os.environ.get("OMP_WAIT_POLICY", "").upper() != "PASSIVE":
         _openmp_spins = True
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    if "OMP_WAIT_POLICY" not in os.environ:
+        _set_openmp_policy = True
+        os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+
+
+def foreign_environ() -> dict[str, str]:
+    """The environment for a child process that is not edgespec: os.environ without the
+    OMP_WAIT_POLICY that passive_openmp added. An OpenMP program that waits for its own workers
+    between operations needs them spinning: llama.cpp's llama-bench decoded at 42 instead of 159
+    tokens/s on two threads under PASSIVE (2-core AMD EPYC, 2026-12-04)."""
+    env = dict(os.environ)
+    if _set_openmp_policy and env.get("OMP_WAIT_POLICY") == "PASSIVE":
+        del env["OMP_WAIT_POLICY"]
+    return env
 
 
 def openmp_spins() -> bool:
