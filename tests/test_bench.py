@@ -134,13 +134,14 @@ class FakeRunner:
 def _bench_cli(tmp_path, monkeypatch, *args):
     import edgespec.cli as cli
     import edgespec.cli.run as run
+    import edgespec.runtime.session as session
 
     pte = tmp_path / "model.pte"
     pte.write_bytes(b"\0" * 1000)
     log: list = []
     monkeypatch.setattr(run, "_load_bundle", lambda bundle: ({}, None, FakeRunner(pte)))
     monkeypatch.setattr(run, "_prompt_ids", lambda tok, prompt, chat: [ord(c) for c in prompt])
-    monkeypatch.setattr(run, "_decoder", lambda runner, mode, lookup, manifest: (mode, fake_decoder(mode, log, per_call=2 if mode == "spec" else 1)))
+    monkeypatch.setattr(session, "decoder", lambda runner, mode, lookup, manifest: (mode, fake_decoder(mode, log, per_call=2 if mode == "spec" else 1)))
     res = CliRunner().invoke(cli.main, ["bench", "--bundle", str(tmp_path), *args])
     return res, log
 

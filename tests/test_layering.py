@@ -15,7 +15,7 @@ LAYERS = (
     ("models", "corpus"),  # the decoder, loaders, tokenizer; prompt suites and training data
     ("speculative", "quant", "numerics"),  # model transforms: streams and drafting, torchao, normalizers
     ("export",),  # torch.export and lowering to an ExecuTorch program
-    ("manifest", "bundle"),  # the bundle format on disk: its typed records; writing, reading, exporting into one
+    ("manifest", "bundle"),  # the bundle format on disk: its typed records; writing and reading one
     ("runtime",),  # running a program on the host
     ("harness",),  # measuring bundles: suites, metrics, speed, gates, tuning
     ("speech",),  # speech recognition: audio, CTC, recognizer, its suite

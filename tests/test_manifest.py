@@ -121,17 +121,19 @@ def test_the_language_model_task_records_the_drafter_it_built():
 def test_generate_and_bench_decode_with_the_bundles_own_lookup_unless_told(monkeypatch):
     from types import SimpleNamespace
 
-    import edgespec.cli.run as run
-    import edgespec.runtime.session as session
+    from edgespec.runtime.session import decoder
 
-    seen = []
-    monkeypatch.setattr(session, "decoder", lambda runner, mode, lookup: seen.append(lookup) or (mode, None))
+    runner = SimpleNamespace(has_spec=True, forward=None, path="p.pte")
     spec = SimpleNamespace(speculative=SimpleNamespace(lookup=2))
-    run._decoder(None, "spec", None, spec)
-    run._decoder(None, "spec", 0, spec)  # --lookup 0: the drafter only
-    run._decoder(None, "spec", 3, spec)
-    run._decoder(None, "ar", None, SimpleNamespace(speculative=None))  # an autoregressive-only bundle
-    assert seen == [2, 0, 3, 0]
+
+    def lookup_of(*args):
+        return decoder(runner, "spec", *args)[1].keywords["lookup"]
+
+    assert lookup_of(None, spec) == 2  # the bundle's own (generate, bench, validate)
+    assert lookup_of(0, spec) == 0  # --lookup 0: the drafter only
+    assert lookup_of(3, spec) == 3
+    assert lookup_of(None, SimpleNamespace(speculative=None)) == 0  # a bundle without speculative settings
+    assert lookup_of() == 0  # no bundle: the drafter alone
 
 
 def test_a_manifest_before_the_lookup_field_decodes_with_the_drafter_only(tmp_path):

@@ -110,8 +110,8 @@ def test_cli_bad_override_exits_2_with_one_line(tmp_path, cmd, args, text):
 def test_cli_export_passes_overrides_through(tmp_path, monkeypatch):
     """Without running an export: the recipe the export would get."""
     import edgespec.tasks as T
-    from edgespec.bundle import ExportResult
     from edgespec.manifest import FileEntry
+    from edgespec.tasks.export import ExportResult
     from manifests import tiny_manifest
 
     seen = {}

@@ -1,4 +1,4 @@
-"""`bundle.run_export`, the one export path of every task: staging, stage timing and the
+"""`tasks.export.run_export`, the one export path of every task: staging, stage timing and the
 rejection policy, with a task that writes a file instead of a program."""
 
 from pathlib import Path
@@ -10,6 +10,7 @@ from edgespec import bundle as B
 from edgespec.config import Recipe
 from edgespec.errors import GateFailure
 from edgespec.manifest import GateResult
+from edgespec.tasks import export as E
 from manifests import tiny_manifest
 
 
@@ -45,7 +46,7 @@ def test_a_passing_export_writes_the_bundle_with_its_report(tmp_path):
     seen, stages = [], []
     out = tmp_path / "b"
     (tmp_path / "b.rejected").mkdir()  # an earlier rejection: gone once this export passes
-    res = B.run_export(_task(True, seen), Recipe(), out, on_stage=stages.append)
+    res = E.run_export(_task(True, seen), Recipe(), out, on_stage=stages.append)
     assert stages == ["load", "lower", "validate", "package"] and set(res.stage_seconds) == set(stages)
     assert seen == [7] and (out / "report.md").read_text() == str(out.resolve())
     m = B.read_manifest(out)
@@ -57,7 +58,7 @@ def test_a_passing_export_writes_the_bundle_with_its_report(tmp_path):
 def test_a_failed_gate_writes_no_bundle_and_leaves_the_report_beside_it(tmp_path):
     out = tmp_path / "b"
     with pytest.raises(GateFailure, match=r"lossless: 1 differs \(report: .*b\.rejected/report\.md\)") as e:
-        B.run_export(_task(False, []), Recipe(), out)
+        E.run_export(_task(False, []), Recipe(), out)
     assert e.value.exit_code == 1 and [g.name for g in e.value.failed] == ["lossless"]
     assert (tmp_path / "b.rejected" / "report.md").read_text() == f"(not written: {out.resolve()})"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["b.rejected"]  # no bundle, no staging leftovers
@@ -65,5 +66,5 @@ def test_a_failed_gate_writes_no_bundle_and_leaves_the_report_beside_it(tmp_path
 
 def test_validation_off_skips_the_task_validation(tmp_path):
     seen = []
-    B.run_export(_task(False, seen), Recipe().replace(validate={"enabled": False}), tmp_path / "b")
+    E.run_export(_task(False, seen), Recipe().replace(validate={"enabled": False}), tmp_path / "b")
     assert seen == [] and B.read_manifest(tmp_path / "b").validation is None

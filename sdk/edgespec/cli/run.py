@@ -23,13 +23,6 @@ def _prompt_ids(tokenizer, prompt: str, chat_template: bool) -> list[int]:
     return encode_prompt(tokenizer, prompt, chat_template)
 
 
-def _decoder(runner, mode: str, lookup: int | None, manifest):
-    """The decoder for `mode`; lookup None: the bundle's own hybrid draft (manifest speculative.lookup)."""
-    from edgespec.runtime.session import bundle_lookup, decoder
-
-    return decoder(runner, mode, bundle_lookup(manifest) if lookup is None else lookup)
-
-
 MODE = click.option(
     "--mode",
     type=click.Choice(["auto", "spec", "ar"]),
@@ -99,9 +92,10 @@ def generate(
     quiet_runtime_logs()
     set_thread_count(threads)
     from edgespec.models.tokenizer import StreamDecoder
+    from edgespec.runtime.session import decoder
 
     manifest, tokenizer, runner = _load_bundle(bundle, verify)
-    mode, run = _decoder(runner, mode, lookup, manifest)
+    mode, run = decoder(runner, mode, lookup, manifest)
     kwargs = dict(
         max_new_tokens=max_new_tokens,
         max_seq_len=runner.max_seq_len,
@@ -207,13 +201,14 @@ def bench(
     quiet_runtime_logs()
     set_thread_count(threads)
     from edgespec.runtime.bench import bench_generation
+    from edgespec.runtime.session import decoder
 
     manifest, tokenizer, runner = _load_bundle(bundle)
     ids = [_prompt_ids(tokenizer, p, True) for p in prompts]
     modes = ("ar", "spec") if mode == "both" else (mode,)
     if mode == "both" and not runner.has_spec:
         modes = ("ar",)
-    decoders = dict(_decoder(runner, m, lookup, manifest) for m in modes)
+    decoders = dict(decoder(runner, m, lookup, manifest) for m in modes)
     stats = bench_generation(runner, ids, decoders, max_new_tokens=max_new_tokens, warmup=warmup, runs=runs)
     if as_json:
         click.echo(json.dumps(stats, indent=2))

@@ -90,7 +90,7 @@ def measure_bundle(bundle_dir: str | Path, cfg: ValidateConfig, *, on_progress: 
     examples = [ex for name in cfg.suites for ex in load_suite(name, cfg.prompts_per_suite, cfg.seed)]
     ids = _encode(examples, manifest, tokenizer, runner)
     # speculative decoding as the bundle decodes by default (its hybrid draft's lookup): what min_speedup judges
-    decoders = dict([decoder(runner, "ar")] + ([decoder(runner, "spec", bundle_lookup(manifest))] if runner.has_spec else []))
+    decoders = dict([decoder(runner, "ar")] + ([decoder(runner, "spec", manifest=manifest)] if runner.has_spec else []))
     if cfg.lookup and runner.has_spec:
         decoders["lookup"] = decoder(runner, "spec", cfg.lookup)[1]
     rows = _run_suites(examples, ids, decoders, tokenizer, runner, cfg.runs, on_progress)

@@ -39,9 +39,13 @@ def bundle_lookup(manifest: LmManifest) -> int:
     return manifest.speculative.lookup if manifest.speculative is not None else 0
 
 
-def decoder(runner: ProgramRunner, mode: str, lookup: int = 0):
+def decoder(runner: ProgramRunner, mode: str, lookup: int | None = None, manifest: LmManifest | None = None):
     """(mode, decode function) for mode 'ar', 'spec' or 'auto' (spec when the program has it);
-    the function takes (prompt_ids, max_new_tokens=, max_seq_len=, eos_ids=, ...)."""
+    the function takes (prompt_ids, max_new_tokens=, max_seq_len=, eos_ids=, ...). lookup: the
+    hybrid draft's suffix-match length; None: the bundle's own (`bundle_lookup(manifest)`; 0, the
+    drafter alone, without a manifest)."""
+    if lookup is None:
+        lookup = bundle_lookup(manifest) if manifest is not None else 0
     if mode == "auto":
         mode = "spec" if runner.has_spec else "ar"
     if mode == "spec":
