@@ -189,7 +189,7 @@ def main() -> None:
     if args.llama_cpp:
         tokens = sum(len(c) for c in heldout_chunks(tokenizer, args.chunks, CHUNK))
         report["llama_cpp"] = {
-            **llama_cpp(args.llama_cpp, gguf_path, heldout_text(), args.chunks, CHUNK),
+            **llama_cpp(args.llama_cpp, gguf_path, heldout_text(tokenizer), args.chunks, CHUNK),
             **{f"decode_tokens_per_s_{t}t": tg for t, tg in llama_tg.items()},
             "bench_new_tokens": args.max_new_tokens,
             "edgespec_tokens_in_chunks": tokens,

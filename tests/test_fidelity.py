@@ -66,3 +66,32 @@ def test_default_gates_fail_a_re_rounded_8da4w_and_pass_the_carried_blocks():
     assert results["carried"][0] == dict.fromkeys(gates, True), results["carried"][1]
     assert results["block kernel"][0] == dict.fromkeys(gates, True), results["block kernel"][1]
     assert results["block kernel"][1]["top1_agreement"] > results["carried"][1]["top1_agreement"]  # per-block activations: llama.cpp's fidelity
+
+
+class _WordTokenizer:
+    """Words as ids, with or without a chat template (what heldout_chunks reads of a tokenizer)."""
+
+    def __init__(self, chat_template: str | None):
+        self.chat_template = chat_template
+
+    def encode(self, text: str) -> list[int]:
+        return [len(w) for w in text.split()]
+
+    def render_chat(self, messages) -> str:
+        return "".join(f"<turn {m['role']}> {m['content']} </turn>\n" for m in messages)
+
+
+def test_the_heldout_text_takes_prose_and_chat_in_turn_and_names_them():
+    from edgespec.errors import EdgespecError
+    from edgespec.harness.fidelity import heldout_domains, heldout_source
+
+    templated = _WordTokenizer("{{ messages }}")
+    prose, chat = (templated.encode(t) for t, _ in heldout_domains(templated).values())
+    chunks = heldout_chunks(templated, 4, 64)
+    assert chunks == [prose[:64], chat[:64], prose[64:128], chat[64:128]]
+    assert "<turn" in heldout_domains(templated)["chat"][0]  # the model's own template
+    assert heldout_source(templated).startswith("prose: ") and "chat: 12 conversations in the model's chat template" in heldout_source(templated)
+    plain = _WordTokenizer(None)
+    assert "User: " in heldout_domains(plain)["chat"][0] and "no chat template" in heldout_source(plain)
+    with pytest.raises(EdgespecError, match="held-out prose text has .* fewer than"):
+        heldout_chunks(plain, 2 * (len(prose) // 512 + 1) + 1, 512)

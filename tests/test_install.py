@@ -41,6 +41,7 @@ def test_a_wheel_install_builds_the_kernel_and_runs_a_block_kernel_bundle(tmp_pa
 
     missing = [name for name in library.SOURCES + library.HEADERS if not (kernels / name).is_file()]
     assert not missing, f"the wheel lacks kernel files the library build needs: {missing}"
+    assert {p.name for p in (site / "edgespec" / "corpus" / "heldout").iterdir()} >= {"prose.txt", "chat.json"}  # the fidelity text
 
     write_hf_dir(tmp_path / "hf", "llama", hidden_size=64, intermediate_size=96, num_attention_heads=4, head_dim=16, max_position_embeddings=1024)
     env = {**os.environ, "PYTHONPATH": str(site), "EDGESPEC_CACHE": str(tmp_path / "cache")}

@@ -312,8 +312,9 @@ class ValidateConfig(Record):
     on disk) for the accuracy gate; ``none`` skips it. runs: repetitions per prompt (median).
     lookup > 0: also measure context drafting through `spec_step` (a suffix match of at least
     this many tokens; see edgespec.runtime.generate). fidelity_chunks: chunks of 512 held-out
-    tokens on which the program is compared with the fp32 source model (each scores its
-    second half; needs reference fp32); 0 skips it.
+    tokens (edgespec.harness.fidelity: prose and chat-formatted text, taken in turn; at most 8)
+    on which the program is compared with the fp32 source model (each scores its second half;
+    needs reference fp32); 0 skips it.
     """
 
     PATH: ClassVar[str] = "validate"
@@ -334,7 +335,11 @@ class ValidateConfig(Record):
         require(1 <= self.prompts_per_suite <= 10000, self._at("prompts_per_suite"), f"must be in [1, 10000], got {self.prompts_per_suite}")
         require(1 <= self.runs <= 100, self._at("runs"), f"must be in [1, 100], got {self.runs}")
         require(0 <= self.lookup <= 8, self._at("lookup"), f"must be in [0, 8], got {self.lookup}")
-        require(0 <= self.fidelity_chunks <= 200, self._at("fidelity_chunks"), f"must be in [0, 200], got {self.fidelity_chunks}")
+        require(
+            0 <= self.fidelity_chunks <= 8,
+            self._at("fidelity_chunks"),
+            f"must be in [0, 8] (the held-out text holds 8 chunks of 512 tokens), got {self.fidelity_chunks}",
+        )
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,15 @@
 """Fidelity: how close a program's next-token distributions are to the source model's.
 
 Measured the way llama.cpp's `llama-perplexity --kl-divergence` does, on held-out text that no
-edgespec calibration, training or suite reads: Python's language reference as CPython ships
-it (`pydoc_data.topics`). The text is tokenized once (no BOS, no template) and cut into
-chunks of `ctx` tokens; each chunk's first half is context, and the prediction of every token
-of its second half is scored. The program is teacher-forced: the first half in one `forward` call, then one
-token per call (the decode path), its last-row logits kept. The reference is the source model
-in fp32, run eagerly over each whole chunk.
+edgespec calibration, training or suite reads, written for this purpose and shipped with
+edgespec (`edgespec/corpus/heldout/`), in two domains: expository prose, and conversations
+in the model's own chat template (the way an instruct model is used; a model without a
+template reads them as plain "User:" / "Assistant:" turns, and the report says so). Each
+domain is tokenized once and cut into chunks of `ctx` tokens, the chunks taken from the
+domains in turn; each chunk's first half is context, and the prediction of every token of
+its second half is scored. The program is teacher-forced: the first half in one `forward`
+call, then one token per call (the decode path), its last-row logits kept. The reference is
+the source model in fp32, run eagerly over each whole chunk.
 
 Per scored token i, with p the reference's and q the program's softmax:
   KL_i = sum_v p_v (log p_v - log q_v), top-1 agreement = [argmax q == argmax p],
@@ -15,33 +18,72 @@ Per scored token i, with p the reference's and q the program's softmax:
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import torch
 
+from edgespec.errors import EdgespecError
 from edgespec.manifest import Fidelity
 
-HELDOUT_SOURCE = "Python language reference (pydoc_data.topics, shipped with CPython)"
+HELDOUT_DIR = Path(__file__).resolve().parents[1] / "corpus" / "heldout"
 CHUNK = 512  # tokens per chunk (llama-perplexity's default context): 256 scored each
 
 
-def heldout_text() -> str:
-    """The held-out text: every topic of CPython's `pydoc_data.topics`, in name order."""
-    from pydoc_data.topics import topics
+def _prose(tokenizer) -> tuple[str, str]:
+    return (HELDOUT_DIR / "prose.txt").read_text(), "expository prose on everyday topics (17 paragraphs)"
 
-    return "\n\n".join(topics[k] for k in sorted(topics))
+
+def _chat(tokenizer) -> tuple[str, str]:
+    conversations = json.loads((HELDOUT_DIR / "chat.json").read_text())
+    if tokenizer.chat_template:
+        return "".join(tokenizer.render_chat(c) for c in conversations), f"{len(conversations)} conversations in the model's chat template"
+    plain = "\n\n".join("\n".join(f"{m['role'].capitalize()}: {m['content']}" for m in c) for c in conversations)
+    return plain, f"{len(conversations)} conversations as plain User:/Assistant: turns (the model has no chat template)"
+
+
+DOMAINS: dict[str, Callable] = {"prose": _prose, "chat": _chat}  # name -> tokenizer -> (text, what it is)
+
+
+def heldout_domains(tokenizer) -> dict[str, tuple[str, str]]:
+    """Each held-out domain's text for this tokenizer (chat: rendered in its template) and what it is."""
+    return {name: text_of(tokenizer) for name, text_of in DOMAINS.items()}
+
+
+def heldout_source(tokenizer) -> str:
+    """The held-out text's domains as the report names them."""
+    return "; ".join(f"{name}: {what}" for name, (_, what) in heldout_domains(tokenizer).items())
+
+
+def heldout_text(tokenizer) -> str:
+    """Every domain's text, one after the other (for tools that cut their own chunks, such as
+    llama-perplexity: its chunks are not edgespec's, so compare ratios, not tokens)."""
+    return "\n\n".join(text for text, _ in heldout_domains(tokenizer).values())
 
 
 def heldout_chunks(tokenizer, n_chunks: int, ctx: int) -> list[list[int]]:
-    """The first `n_chunks` chunks of `ctx` tokens of the held-out text."""
-    ids = tokenizer.encode(heldout_text())
-    if len(ids) < n_chunks * ctx:
-        raise ValueError(f"the held-out text has {len(ids)} tokens, fewer than {n_chunks} chunks of {ctx}")
-    return [ids[i * ctx : (i + 1) * ctx] for i in range(n_chunks)]
+    """`n_chunks` chunks of `ctx` tokens, taken from the domains in turn (prose, chat, prose,
+    ...), each domain's chunks consecutive from its start."""
+    streams = {name: tokenizer.encode(text) for name, (text, _) in heldout_domains(tokenizer).items()}
+    names = list(streams)
+    chunks, taken = [], dict.fromkeys(names, 0)
+    for i in range(n_chunks):
+        name = names[i % len(names)]
+        ids, j = streams[name], taken[name]
+        if len(ids) < (j + 1) * ctx:
+            raise EdgespecError(
+                f"the held-out {name} text has {len(ids)} tokens with this tokenizer, fewer than {j + 1} chunks of {ctx}: "
+                f"{n_chunks} fidelity chunks is too many (validate.fidelity_chunks; 8 fit the embedded model's tokenizer)"
+            )
+        chunks.append(ids[j * ctx : (j + 1) * ctx])
+        taken[name] = j + 1
+    return chunks
 
 
-def compare(reference: torch.Tensor, logits: torch.Tensor, targets: torch.Tensor) -> Fidelity:
-    """Fidelity of logits [N, V] against reference logits [N, V]; targets [N] the next tokens."""
+def compare(reference: torch.Tensor, logits: torch.Tensor, targets: torch.Tensor, text: str = "") -> Fidelity:
+    """Fidelity of logits [N, V] against reference logits [N, V]; targets [N] the next tokens;
+    `text` names what they were measured on."""
     lp, lq = reference.double().log_softmax(-1), logits.double().log_softmax(-1)
     kl = (lp.exp() * (lp - lq)).sum(-1)  # [N]
     nll_q = -lq.gather(-1, targets[:, None]).squeeze(-1)
@@ -55,7 +97,7 @@ def compare(reference: torch.Tensor, logits: torch.Tensor, targets: torch.Tensor
         kl_mean=round(float(kl.mean()), 6),
         kl_p99=round(float(kl.float().quantile(0.99)), 6),
         top1_agreement=round(float((lq.argmax(-1) == lp.argmax(-1)).double().mean()), 5),
-        text=HELDOUT_SOURCE,
+        text=text,
     )
 
 
@@ -113,4 +155,4 @@ def measure_fidelity(
     (edgespec.harness.reference.load_reference) on `n_chunks` held-out chunks."""
     chunks = heldout_chunks(tokenizer, n_chunks, ctx)
     logits = program_logits(forward, chunks, on_token)
-    return compare(reference_logits(reference, chunks), logits, scored_targets(chunks))
+    return compare(reference_logits(reference, chunks), logits, scored_targets(chunks), heldout_source(tokenizer))

@@ -99,18 +99,18 @@ class Tokenizer:
 
     def apply_chat_template(self, user_text: str) -> str:
         """The prompt text for one user turn, ending where the assistant's answer starts."""
+        return self.render_chat([{"role": "user", "content": user_text}], add_generation_prompt=True)
+
+    def render_chat(self, messages: Sequence[dict], add_generation_prompt: bool = False) -> str:
+        """A conversation (dicts of `role` and `content`) in the model's chat template; with
+        add_generation_prompt, ending where the assistant's next answer starts."""
         if not self.chat_template:
             raise EdgespecError("this model has no chat template; use --no-chat-template")
         from jinja2.sandbox import ImmutableSandboxedEnvironment
 
         env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
         tmpl = env.from_string(self.chat_template)
-        return tmpl.render(
-            messages=[{"role": "user", "content": user_text}],
-            add_generation_prompt=True,
-            bos_token="",
-            eos_token="",
-        )
+        return tmpl.render(messages=list(messages), add_generation_prompt=add_generation_prompt, bos_token="", eos_token="")
 
 
 def encode_prompt(tokenizer: Tokenizer, text: str, chat_template: bool) -> list[int]:

@@ -235,6 +235,8 @@ def render_validation(report: dict) -> str:
             f"fidelity vs fp32 source ({f['tokens']} held-out tokens): top-1 {f['top1_agreement']:.1%}, perplexity {f['perplexity']:.3f} vs {f['reference_perplexity']:.3f}"
             f" ({f['perplexity_ratio']:.4f}x), KL mean {f['kl_mean']:.4f} p99 {f['kl_p99']:.4f}"
         )
+        if f.get("text"):
+            lines.append(f"  held-out text: {f['text']}")
     for g in report["gates"]:
         lines.append(f"gate {'pass' if g['passed'] else 'FAIL'}: {g['message']}")
     for g in report.get("gates_not_judged", ()):
