@@ -87,24 +87,16 @@ __attribute__((target(EDGESPEC_AVX512))) inline void tile_pair_avx512(const uint
       const __m512 dx = _mm512_set1_ps(x.d[i * x.g + g]);
       __m512i dot;
       __m512 tt;
-      if constexpr (Unsigned) {
-        __m512i half[2];
+      if constexpr (is_s8(F)) {
+        __m512i half[2];  // the exact dots of elements 0..15 and 16..31
         for (int h = 0; h < 2; ++h) {
-          __m512i s = start[h];
-          for (int c = 4 * h; c < 4 * h + 4; ++c) s = _mm512_dpbusd_epi32(s, xb[c], wv[c]);
-          half[h] = s;
-        }
-        if constexpr (F == kS8F) {
-          const __m512 dh16 = scales16<true>(t0 + cb2, t1 + cb2);
-          tt = _mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(d16, dx), _mm512_cvtepi32_ps(half[0])), _mm512_mul_ps(_mm512_mul_ps(dh16, dx), _mm512_cvtepi32_ps(half[1])));
-        } else {
-          dot = _mm512_add_epi32(half[0], half[1]);
-        }
-      } else if constexpr (is_s8(F)) {
-        __m512i half[2];
-        for (int h = 0; h < 2; ++h) {
-          __m512i s = _mm512_setzero_si512();
-          for (int c = 4 * h; c < 4 * h + 4; ++c) s = _mm512_dpbusd_epi32(s, wv[c], _mm512_mask_sub_epi8(xb[c], neg[c], _mm512_setzero_si512(), xb[c]));
+          __m512i s;
+          if constexpr (Unsigned) s = start[h];
+          else s = _mm512_setzero_si512();
+          for (int c = 4 * h; c < 4 * h + 4; ++c) {
+            if constexpr (Unsigned) s = _mm512_dpbusd_epi32(s, xb[c], wv[c]);  // (x + 128) w, from -128 sum(w)
+            else s = _mm512_dpbusd_epi32(s, wv[c], _mm512_mask_sub_epi8(xb[c], neg[c], _mm512_setzero_si512(), xb[c]));  // |w| (x with w's sign)
+          }
           half[h] = s;
         }
         if constexpr (F == kS8F) {
