@@ -111,7 +111,7 @@ def test_cli_export_passes_overrides_through(tmp_path, monkeypatch):
     """Without running an export: the recipe the export would get."""
     import edgespec.tasks as T
     from edgespec.manifest import FileEntry
-    from edgespec.tasks.export import ExportResult
+    from edgespec.tasks.pipeline import ExportResult
     from manifests import tiny_manifest
 
     seen = {}

@@ -1,4 +1,4 @@
-"""`tasks.export.run_export`, the one export path of every task: staging, stage timing and the
+"""`tasks.pipeline.run_export`, the one export path of every task: staging, stage timing and the
 rejection policy, with a task that writes a file instead of a program."""
 
 from pathlib import Path
@@ -10,7 +10,7 @@ from edgespec import bundle as B
 from edgespec.config import Recipe
 from edgespec.errors import GateFailure
 from edgespec.manifest import GateResult
-from edgespec.tasks import export as E
+from edgespec.tasks import pipeline as E
 from manifests import tiny_manifest
 
 

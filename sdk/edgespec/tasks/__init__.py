@@ -7,7 +7,7 @@ A task module supplies:
 - ``build_bundle_files(recipe, stage_dir, stage) -> Manifest``, ``run_validation(bundle_dir,
   recipe, on_progress) -> report``, ``summarize_validation(report) -> validation record`` and
   ``write_validation_report(report, dir, bundle=None) -> files``: what
-  `edgespec.tasks.export.run_export` needs (`edgespec validate` uses ``run_validation`` and
+  `edgespec.tasks.pipeline.run_export` needs (`edgespec validate` uses ``run_validation`` and
   ``write_validation_report`` too, with ``render_validation(report)``);
 - ``export_summary(result) -> str``, ``describe(manifest) -> lines``, ``verify(bundle_dir,
   manifest) -> (metadata, line)``: what the CLI prints for `export`, `info` and `verify`.
@@ -23,7 +23,7 @@ from types import ModuleType
 
 from edgespec.manifest import Manifest
 from edgespec.tasks import asr, language_model
-from edgespec.tasks.export import ExportResult, run_export
+from edgespec.tasks.pipeline import ExportResult, run_export
 
 TASKS: dict[str, ModuleType] = {t.NAME: t for t in (language_model, asr)}
 """Every recipe kind of edgespec.config.RECIPE_KINDS and manifest kind of edgespec.manifest has its task here."""
@@ -38,7 +38,7 @@ def task_of_manifest(manifest: Manifest) -> ModuleType:
 
 
 def export_recipe(recipe, outdir: str | Path, on_stage=lambda s: None, on_progress=lambda *a: None) -> ExportResult:
-    """`edgespec export`: the recipe's task run into the bundle `outdir` (edgespec.tasks.export.run_export)."""
+    """`edgespec export`: the recipe's task run into the bundle `outdir` (edgespec.tasks.pipeline.run_export)."""
     return run_export(task_of_recipe(recipe), recipe, outdir, on_stage=on_stage, on_progress=on_progress)
 
 

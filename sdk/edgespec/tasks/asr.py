@@ -2,7 +2,7 @@
 bundle validated on LibriVox sentences.
 
 Stages: load -> normsearch -> quantize -> export -> lower (here), then validate and package
-(edgespec.tasks.export.run_export).
+(edgespec.tasks.pipeline.run_export).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import torch
 from edgespec.config import AsrRecipe
 from edgespec.errors import EdgespecError
 from edgespec.manifest import LAYOUT, AsrManifest, AsrModelInfo, AsrValidation, GateResult
-from edgespec.tasks.export import ExportResult, StageClock
+from edgespec.tasks.pipeline import ExportResult, StageClock
 
 NAME = "asr"
 DESCRIPTION = "a Conformer CTC speech recognizer (hama's phoneme model) for 16 kHz audio"

@@ -1,7 +1,7 @@
 """The language-model task: recipe -> program (+ speculative methods) -> validated bundle.
 
 Stages: load -> drafter -> normsearch -> quantize -> export -> lower (here), then validate and
-package (edgespec.tasks.export.run_export). With trained drafter weights (recipe `drafter.weights`)
+package (edgespec.tasks.pipeline.run_export). With trained drafter weights (recipe `drafter.weights`)
 the program gets the speculative methods next to `forward` and the bundle carries the
 weights; without, it is autoregressive only. The normalizer search report always goes into
 the bundle; its choices are swapped into the model when the program runs in the searched
@@ -27,7 +27,7 @@ from edgespec.manifest import (
     ineffective_quant_fields,
     rerounded,
 )
-from edgespec.tasks.export import ExportResult, StageClock
+from edgespec.tasks.pipeline import ExportResult, StageClock
 
 NAME = "generate"
 DESCRIPTION = (
