@@ -51,9 +51,9 @@ def heldout_domains(tokenizer) -> dict[str, tuple[str, str]]:
     return {name: text_of(tokenizer) for name, text_of in DOMAINS.items()}
 
 
-def heldout_source(tokenizer) -> str:
-    """The held-out text's domains as the report names them."""
-    return "; ".join(f"{name}: {what}" for name, (_, what) in heldout_domains(tokenizer).items())
+def heldout_source(tokenizer, domains: dict[str, tuple[str, str]] | None = None) -> str:
+    """The held-out text's domains as the report names them (`domains`: heldout_domains' answer, if at hand)."""
+    return "; ".join(f"{name}: {what}" for name, (_, what) in (domains or heldout_domains(tokenizer)).items())
 
 
 def heldout_text(tokenizer) -> str:
@@ -62,10 +62,10 @@ def heldout_text(tokenizer) -> str:
     return "\n\n".join(text for text, _ in heldout_domains(tokenizer).values())
 
 
-def heldout_chunks(tokenizer, n_chunks: int, ctx: int) -> list[list[int]]:
+def heldout_chunks(tokenizer, n_chunks: int, ctx: int, domains: dict[str, tuple[str, str]] | None = None) -> list[list[int]]:
     """`n_chunks` chunks of `ctx` tokens, taken from the domains in turn (prose, chat, prose,
-    ...), each domain's chunks consecutive from its start."""
-    streams = {name: tokenizer.encode(text) for name, (text, _) in heldout_domains(tokenizer).items()}
+    ...), each domain's chunks consecutive from its start (`domains`: heldout_domains' answer, if at hand)."""
+    streams = {name: tokenizer.encode(text) for name, (text, _) in (domains or heldout_domains(tokenizer)).items()}
     names = list(streams)
     chunks, taken = [], dict.fromkeys(names, 0)
     for i in range(n_chunks):
@@ -153,6 +153,7 @@ def measure_fidelity(
 ) -> Fidelity:
     """A program (its `forward`) against the fp32 source model `reference`
     (edgespec.harness.reference.load_reference) on `n_chunks` held-out chunks."""
-    chunks = heldout_chunks(tokenizer, n_chunks, ctx)
+    domains = heldout_domains(tokenizer)  # read and rendered once
+    chunks = heldout_chunks(tokenizer, n_chunks, ctx, domains)
     logits = program_logits(forward, chunks, on_token)
-    return compare(reference_logits(reference, chunks), logits, scored_targets(chunks), heldout_source(tokenizer))
+    return compare(reference_logits(reference, chunks), logits, scored_targets(chunks), heldout_source(tokenizer, domains))

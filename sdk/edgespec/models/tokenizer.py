@@ -6,6 +6,7 @@ The same file is read by the `tokenizers` library here and by ExecuTorch's
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -106,11 +107,15 @@ class Tokenizer:
         add_generation_prompt, ending where the assistant's next answer starts."""
         if not self.chat_template:
             raise EdgespecError("this model has no chat template; use --no-chat-template")
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
+        return _compiled_template(self.chat_template).render(messages=list(messages), add_generation_prompt=add_generation_prompt, bos_token="", eos_token="")
 
-        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-        tmpl = env.from_string(self.chat_template)
-        return tmpl.render(messages=list(messages), add_generation_prompt=add_generation_prompt, bos_token="", eos_token="")
+
+@functools.lru_cache(maxsize=4)
+def _compiled_template(source: str):
+    """A chat template compiled once (Jinja, sandboxed), not once per prompt."""
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    return ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True).from_string(source)
 
 
 def encode_prompt(tokenizer: Tokenizer, text: str, chat_template: bool) -> list[int]:
