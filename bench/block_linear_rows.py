@@ -112,7 +112,7 @@ def main() -> None:
         src, exe = Path(tmp) / "driver.cpp", Path(tmp) / "driver"
         src.write_text(DRIVER)
         # the library's own code generation: -O3, no contraction, built for this CPU
-        subprocess.run([cxx, *library.CODEGEN, f"-I{KERNELS}", str(src), "-o", str(exe)], check=True)
+        subprocess.run([cxx, *library.codegen(), f"-I{KERNELS}", str(src), "-o", str(exe)], check=True)
         shape = [args.dim, args.kv_dim, args.hidden, args.vocab, args.layers]
         cmd = [str(exe), str(args.reps), *map(str, shape), *map(str, args.rows)]
         line = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.split()

@@ -34,21 +34,37 @@ HEADERS = (  # included by them (part of the cache key)
     "threadpool.h",
     "vec8.h",
 )
-CODEGEN = (
-    "-O3",
-    "-march=native",
-    "-ffp-contract=off",  # every expression rounds as written (attention.cpp's invariance)
-    "-std=c++17",
-)
-FLAGS = (
-    *CODEGEN,
-    "-shared",
-    "-fPIC",
-    "-pthread",
-    "-DC10_USING_CUSTOM_GENERATED_MACROS",
-    "-DET_EVENT_TRACER_ENABLED",
-    "-DET_USE_THREADPOOL",
-)
+
+
+def codegen(machine: str | None = None) -> tuple[str, ...]:
+    """The code-generation flags for a CPU architecture (`machine`: platform.machine(), by
+    default this one's). x86 compiles for this CPU (`-march=native`); aarch64 for the Armv8.0
+    baseline, the dot-product and i8mm paths being chosen at run time from the CPU's hwcaps
+    (kernels/block_linear/neon.h), so a build runs on any Arm core, natively built or cross-built,
+    and is the code the self-test checks."""
+    arm = (machine or platform.machine()).lower() in ("aarch64", "arm64")
+    return (
+        "-O3",
+        "-march=armv8-a" if arm else "-march=native",
+        "-ffp-contract=off",  # every expression rounds as written (attention.cpp's invariance)
+        "-std=c++17",
+    )
+
+
+def flags(machine: str | None = None) -> tuple[str, ...]:
+    """Every flag of the library's build but the paths (`codegen` plus linking and ExecuTorch's
+    configuration)."""
+    return (
+        *codegen(machine),
+        "-shared",
+        "-fPIC",
+        "-pthread",
+        "-DC10_USING_CUSTOM_GENERATED_MACROS",
+        "-DET_EVENT_TRACER_ENABLED",
+        "-DET_USE_THREADPOOL",
+    )
+
+
 _HERE = Path(__file__).parent
 _TEMP = ".build-"  # temporaries: .build-PID-*.so
 
@@ -91,7 +107,7 @@ def library_path() -> Path:
     for name in SOURCES + HEADERS:
         h.update((_HERE / name).read_bytes())
     h.update(version("executorch").encode())
-    h.update(" ".join(FLAGS).encode())
+    h.update(" ".join(flags()).encode())
     h.update(cpu_key().encode())
     return kernels_dir() / f"libedgespec_kernels-{h.hexdigest()[:16]}.so"
 
@@ -109,7 +125,7 @@ def compile_command(out: Path) -> list[str]:
     lib = root / "lib"
     return [
         compiler(),
-        *FLAGS,
+        *flags(),
         f"-I{root / 'include'}",
         f"-I{root / 'include/executorch/runtime/core/portable_type/c10'}",
         *[str(_HERE / s) for s in SOURCES],

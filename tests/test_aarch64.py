@@ -1,0 +1,74 @@
+"""The whole bundle decoding on aarch64, here: the README's default bundle and the speculative
+recipe's bundle, exported on this x86 host, decoded under qemu-user by ExecuTorch's aarch64
+wheels and edgespec's kernel library cross-built for aarch64 (tests/aarch64_env.py), on three
+emulated CPUs, one per SIMD path of the block kernel; every completion's token ids equal the
+x86 ones.
+
+The Armv8.0 cores (qemu's cortex-a53/a72) cannot run a whole bundle from these wheels:
+ExecuTorch's LLM custom-ops library (`llama::update_cache`) uses Armv8.1 atomics (`ldaddal`).
+The portable path runs on qemu's a64fx (Armv8.2, no dot product); the kernel self-test covers
+it on a Cortex-A53 (test_block_linear.py).
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+import aarch64_env  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+DECODE = str(Path(__file__).parent / "decode_ids.py")
+PROMPTS = ("Write a haiku about the sea.", "List three uses of a paperclip.")
+NEW_TOKENS = 16
+CPUS = {"max": "neon-i8mm", "cortex-a76": "neon-dotprod", "a64fx": "portable"}  # qemu -cpu: the path it dispatches to
+
+
+def _export(tmp_path_factory, name: str, *args: str) -> Path:
+    from click.testing import CliRunner
+
+    from edgespec.cli import main
+
+    out = tmp_path_factory.mktemp(name) / "bundle"
+    res = CliRunner().invoke(main, ["export", *args, "validate.enabled=false", "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    return out
+
+
+@pytest.fixture(scope="module")
+def bundles(tmp_path_factory) -> dict[str, Path]:
+    return {
+        "default": _export(tmp_path_factory, "default"),  # the README's: embedded SmolLM2, block kernel
+        "spec": _export(tmp_path_factory, "spec", "recipes/smollm2-135m-spec.yaml"),  # Hydra heads + suffix match
+    }
+
+
+@pytest.fixture(scope="module")
+def arm() -> aarch64_env.Aarch64Env:
+    return aarch64_env.prepare()
+
+
+def _decode(cmd: list[str], env: dict[str, str] | None = None) -> tuple[dict, list[dict]]:
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    return lines[0], lines[1:]
+
+
+@pytest.mark.parametrize("name", ["default", "spec"])
+def test_bundle_decodes_the_same_tokens_on_aarch64(bundles, arm, name):
+    args = [DECODE, str(bundles[name]), "auto", str(NEW_TOKENS), *PROMPTS]
+    _, x86 = _decode([sys.executable, *args], {**os.environ})
+    assert [r["mode"] for r in x86] == ["spec" if name == "spec" else "ar"] * len(PROMPTS)
+    assert all(len(r["ids"]) == NEW_TOKENS for r in x86), x86
+    for cpu, path in CPUS.items():
+        # the flags' choice (the widest path this CPU runs), not a plan timed under emulation
+        kernels, runs = _decode(arm.command(args, cpu, {"EDGESPEC_KERNEL_PLAN": "default"}))
+        assert set(kernels["used"].values()) == {path}, (cpu, kernels)
+        assert [r["mode"] for r in runs] == [r["mode"] for r in x86], (cpu, runs)
+        assert [r["ids"] for r in runs] == [r["ids"] for r in x86], (cpu, runs, x86)
