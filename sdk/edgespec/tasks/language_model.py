@@ -90,7 +90,7 @@ def build_bundle_files(recipe: Recipe, stage_dir: Path, stage: StageClock) -> Lm
         # where the kernel is compiled for the model's head size
         from edgespec.kernels.ops import HEAD_SIZES
 
-        attention = "exact" if recipe.quant.block_kernel and src.args.head_dim in HEAD_SIZES else "block"
+        attention = "exact" if recipe.quant.block_kernel and src.args.head_dim in HEAD_SIZES else "custom_sdpa"
         programs = {"forward": export_forward(model, recipe.model.max_seq_len, attention)}
 
     stage("lower")
