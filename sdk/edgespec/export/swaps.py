@@ -8,16 +8,20 @@ the model only; eager code and training never run custom ops.
   (ExecuTorch's `llama::custom_sdpa`, or edgespec's exact kernel), and where the linears are
   edgespec's block kernel, the glue between them is edgespec's fused ops
   (`fuse_projections`: q/k/v and gate/up as one op call each).
+- `program_ops(quant, ...)`: what the recipe's `quant.kernel` implies for a program's
+  attention and XNNPACK delegation, decided here only.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
+from edgespec.config import QuantConfig
 from edgespec.kernels.block_linear import BlockLinear, stacked
 from edgespec.models.llama import SDPA, Attention, FeedForward, KVCache, RMSNorm
 
@@ -87,6 +91,34 @@ EXPORT_ATTENTION: dict[str, Callable[[], SDPA]] = {
     "rows": lambda: ExecuTorchSDPA(rows_per_call=True),
     "exact": lambda: ExactSDPA(),
 }
+
+
+@dataclass(frozen=True)
+class ProgramOps:
+    """What a language-model program computes with besides its linears (`program_ops`).
+
+    attention: a key of `EXPORT_ATTENTION`, for every method of the program; xnnpack: the
+    program is XNNPACK-delegated (`edgespec.export.lowering.lower_to_executorch`). The glue
+    between linears follows the linears `quant` made: edgespec's fused ops where they are
+    edgespec's block kernel (`executorch_ops`)."""
+
+    attention: str
+    xnnpack: bool
+
+
+def program_ops(quant: QuantConfig, step_attention: str, head_dim: int, speculative: bool) -> ProgramOps:
+    """What `quant.kernel` implies for a program of a decoder with heads of `head_dim`, with
+    speculative methods (attending by `export.step_attention`) or without."""
+    if speculative:
+        return ProgramOps(step_attention, xnnpack=True)
+    # a program of edgespec's block kernel needs edgespec's library anyway: its attention
+    # is edgespec's too (one row: ~4x faster than llama::custom_sdpa here, bench/attention_paths.py),
+    # where the kernel is compiled for the model's head size
+    from edgespec.kernels.ops import HEAD_SIZES
+
+    attention = "exact" if quant.block_kernel and head_dim in HEAD_SIZES else "custom_sdpa"
+    # an autoregressive block-kernel program is edgespec's ops end to end: nothing to delegate
+    return ProgramOps(attention, xnnpack=not quant.block_kernel)
 
 
 @contextmanager
