@@ -3,12 +3,12 @@
 Probe programs of 30 attention layers shaped like SmolLM2-135M (9 query heads, 3 KV heads,
 head size 64, a 1024-slot cache per layer), R query rows at cache position c:
 
-  rows   one `llama::custom_sdpa` call per row (the kernel path of one-token decoding)
-  block  one `llama::custom_sdpa` call for all R rows, causal from c
-  ops    plain tensor ops (bmm, softmax) over the cache slice [0, c + R), grouped-query
-         reshaped, lowered to XNNPACK where it takes them
-  exact  one `edgespec::attention` call for all R rows (edgespec's kernel: each row's
-         arithmetic independent of R)
+  rows         one `llama::custom_sdpa` call per row (the kernel path of one-token decoding)
+  custom_sdpa  one `llama::custom_sdpa` call for all R rows, causal from c
+  ops          plain tensor ops (bmm, softmax) over the cache slice [0, c + R), grouped-query
+               reshaped, lowered to XNNPACK where it takes them
+  exact        one `edgespec::attention` call for all R rows (edgespec's kernel: each row's
+               arithmetic independent of R)
 
 Each probe is exported and lowered here (about a minute each), then timed by ExecuTorch's
 runtime: median ms per layer over 35 calls after 5 warm-ups, 1 and 2 threads, c = 8, 200,
@@ -58,7 +58,7 @@ class Probe(nn.Module):
         return out.reshape(HKV, R, G, DH).permute(1, 0, 2, 3).reshape(1, R, H, DH)
 
     def forward(self, q: torch.Tensor, input_pos: torch.Tensor) -> torch.Tensor:
-        from edgespec.models.llama import EXPORT_ATTENTION
+        from edgespec.export.swaps import EXPORT_ATTENTION
 
         pos = input_pos[0].item()
         torch._check(pos >= 0)
@@ -81,8 +81,8 @@ def worker(variant: str, R: int, contexts: list[int], threads: list[int]) -> dic
     from executorch.runtime import Runtime
 
     import edgespec.kernels.ops  # noqa: F401
+    from edgespec.export.swaps import load_executorch_llm_ops
     from edgespec.kernels import library
-    from edgespec.models.llama import load_executorch_llm_ops
 
     load_executorch_llm_ops()
     library.load()
@@ -120,7 +120,7 @@ def main() -> None:
     if args.worker:
         print(json.dumps(worker(args.worker[0], int(args.worker[1]), args.contexts, args.threads)))
         return
-    cases = [("rows", 1), ("exact", 1)] + [(v, R) for R in args.rows for v in ("rows", "block", "ops", "exact")]
+    cases = [("rows", 1), ("exact", 1)] + [(v, R) for R in args.rows for v in ("rows", "custom_sdpa", "ops", "exact")]
     result: dict = {"unit": "ms per layer (one attention call site, all rows)", "layers": L, "results": {}}
     for variant, R in cases:
         print(f"[attention_paths] {variant} R={R}", file=sys.stderr)

@@ -228,7 +228,8 @@ def test_stacked_linears_compute_each_ones_bits():
 
 def test_exporting_a_block_kernel_model_stacks_its_projections_and_restores_them():
     from edgespec.config import QuantConfig
-    from edgespec.models.llama import LlamaArgs, executorch_ops
+    from edgespec.export.swaps import executorch_ops
+    from edgespec.models.llama import LlamaArgs
     from edgespec.quant import plan_quantization, quantize_
     from tiny_models import random_transformer
 

@@ -80,7 +80,7 @@ def _program(tmp_path, attention: str):
 def test_only_programs_that_call_edgespec_ops_load_the_library(tmp_path, monkeypatch):
     from edgespec.runtime.runner import ProgramRunner, uses_edgespec_ops
 
-    ar, exact = _program(tmp_path, "block"), _program(tmp_path, "exact")  # XNNPACK + ExecuTorch's SDPA; edgespec::attention
+    ar, exact = _program(tmp_path, "custom_sdpa"), _program(tmp_path, "exact")  # XNNPACK + ExecuTorch's SDPA; edgespec::attention
     assert not uses_edgespec_ops(ar) and uses_edgespec_ops(exact)
 
     def refuse():

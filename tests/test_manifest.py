@@ -22,16 +22,19 @@ def test_manifest_round_trips_through_json(tmp_path):
 
 
 def test_a_manifest_written_before_the_records_still_opens():
-    """Schema 1 as earlier versions wrote it: no task, losslessness as "k/n", export.backend."""
+    """Schema 1 as earlier versions wrote it: no task, losslessness as "k/n", export.backend,
+    step attention `block` (now `custom_sdpa`)."""
     old = tiny_manifest_data()
     del old["task"]
     old["recipe"]["export"]["backend"] = "xnnpack"
+    old["recipe"]["export"]["step_attention"] = "block"
     gate = {"name": "lossless", "passed": True, "measured": "3/3", "threshold": "all", "message": "ok"}
     old["validation"] = {"passed": True, "gates": [gate], "prompts": 3, "score": 0.5, "ar_tokens_per_s": 100.0, "lossless": "3/3", "peak_rss_mb": {"ar": 90}}
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # reading a bundle says nothing about its recipe's form
         m = parse_manifest(old, "old")
     assert m.task == "generate" and m.validation.lossless == Lossless(3, 3) and str(m.validation.lossless) == "3/3"
+    assert m.recipe.export.step_attention == "custom_sdpa"
 
 
 def test_schema_and_task_errors_name_what_is_off():
@@ -49,6 +52,9 @@ def test_an_old_recipe_loads_with_one_note(tmp_path):
     p.write_text("export:\n  backend: xnnpack\n")
     with pytest.warns(RecipeDeprecation, match="export.backend was never read"):
         assert load_recipe(p) == Recipe()
+    p.write_text("export:\n  step_attention: block\n")
+    with pytest.warns(RecipeDeprecation, match="export.step_attention: block is now custom_sdpa"):
+        assert load_recipe(p).export.step_attention == "custom_sdpa"
 
 
 def test_cli_prints_the_note_on_one_line(tmp_path):

@@ -72,7 +72,7 @@ def test_plan_gives_each_part_what_it_declares(kind):
     # XNNPACK: the lm head int8 per output channel, the draft head 4-bit in blocks of 32
     plan = plan_quantization(program, QuantConfig(kernel="xnnpack", embedding_bits=8), base=program.base)
     assert plan.rules["base.output"] == Rounded(8, 64, "xnnpack") and plan.rules["draft_head.output"] == Rounded(4, 32, "xnnpack")
-    assert plan.rules["base.tok_embeddings"] == Rounded(8, 32, "weight_only")
+    assert plan.rules["base.tok_embeddings"] == Rounded(8, 32, "lookup")
     assert ("streams.fuse" in plan.rules) == (kind == "eagle")
     # fp16: no weight rule; every part cast, the base model first
     plan = plan_quantization(program, QuantConfig(scheme="fp16"), base=program.base)

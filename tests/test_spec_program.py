@@ -114,7 +114,7 @@ def _eagle_model(model, gamma: int):
     return eagle
 
 
-@pytest.fixture(scope="module", params=["block+draft_vocab", "rows", "hydra", "exact", "eagle"])
+@pytest.fixture(scope="module", params=["custom_sdpa+draft_vocab", "rows", "hydra", "exact", "eagle"])
 def spec_pte(tmp_path_factory, request):
     """A tiny two-method program (forward, spec_step) run by ExecuTorch: streams with the
     step's attention in one call and a 40-token draft vocabulary, or one row per call with the
@@ -131,7 +131,7 @@ def spec_pte(tmp_path_factory, request):
     with torch.no_grad():
         for p in model.parameters():
             p.normal_(0, 0.2)
-    attention = {"block+draft_vocab": "block", "exact": "exact", "eagle": "exact"}.get(request.param, "rows")
+    attention = {"custom_sdpa+draft_vocab": "custom_sdpa", "exact": "exact", "eagle": "exact"}.get(request.param, "rows")
     draft_ids = None if request.param in ("rows", "exact") else torch.arange(0, 97, 2)[:40]
     if request.param == "hydra":
         program = SpecProgram(_hydra_model(model.eval(), 3), Tree((1, 1, 1)), draft_ids).eval()

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from edgespec.config import AsrRecipe, Recipe, Record, from_dict, parsing, require, upgrade_recipe_data
+from edgespec.config.migrations import RENAMED_VALUES
 from edgespec.errors import EdgespecError
 from edgespec.numerics import SEARCH_REPORT_JSON
 
@@ -299,6 +300,10 @@ def _upgrade(data: dict) -> dict:
     data = dict(data)
     if isinstance(data.get("recipe"), dict):
         data["recipe"] = upgrade_recipe_data(data["recipe"], note=False)
+    s = data.get("speculative")
+    renamed = RENAMED_VALUES[("export", "step_attention")]
+    if isinstance(s, dict) and s.get("step_attention") in renamed:  # the recipe's value, as it was written
+        data["speculative"] = {**s, "step_attention": renamed[s["step_attention"]]}
     v = data.get("validation")
     if isinstance(v, dict) and isinstance(v.get("lossless"), str) and v["lossless"].count("/") == 1:
         ok, n = v["lossless"].split("/")

@@ -51,7 +51,7 @@ from edgespec.config import QuantConfig
 from edgespec.kernels.block_linear import BlockCodes, BlockLinear
 from edgespec.models.blocks import BLOCK, BlockWeights
 
-Kernel = Literal["edgespec", "xnnpack", "weight_only"]  # weight_only: an embedding's lookup (no activations to quantize)
+Kernel = Literal["edgespec", "xnnpack", "lookup"]  # lookup: an embedding's rows are looked up (no activations to quantize)
 XNNPACK_CARRIED = ("Q4_0", "Q4_1")  # the file's block types an XNNPACK program carries (4-bit, symmetric codes + offsets)
 
 
@@ -262,7 +262,7 @@ class Rounded:
             raise ValueError(f"Rounded: unknown kernel {self.kernel!r} or rounding {self.rounding!r}")
         if self.kernel == "edgespec" and self.block != BLOCK:
             raise ValueError(f"Rounded: edgespec's kernel rounds blocks of {BLOCK}, not {self.block}")
-        if self.rounding == "mse" and (self.kernel == "weight_only" or (self.kernel == "edgespec" and self.bits == 8)):
+        if self.rounding == "mse" and (self.kernel == "lookup" or (self.kernel == "edgespec" and self.bits == 8)):
             raise ValueError(f"Rounded: no mse rounding for {self.bits}-bit {self.kernel} weights")
 
     def apply(self, module: nn.Module) -> nn.Module:
@@ -285,7 +285,7 @@ def _round_edgespec(linear: nn.Linear, r: Rounded) -> nn.Module:
     return BlockLinear(asymmetric_blocks(w, r.rounding) if r.bits == 4 else symmetric8_blocks(w), linear.bias)
 
 
-def _round_weight_only(embedding: nn.Embedding, r: Rounded) -> nn.Module:
+def _round_lookup(embedding: nn.Embedding, r: Rounded) -> nn.Module:
     """torchao's weight-only int tensor, max-abs per block (what `quantize_` of torchao's
     `IntxWeightOnlyConfig` makes)."""
     intx, _ = _torchao_intx()
@@ -293,7 +293,7 @@ def _round_weight_only(embedding: nn.Embedding, r: Rounded) -> nn.Module:
     return embedding
 
 
-_ROUNDERS: dict[str, Callable[[nn.Module, Rounded], nn.Module]] = {"xnnpack": _round_xnnpack, "edgespec": _round_edgespec, "weight_only": _round_weight_only}
+_ROUNDERS: dict[str, Callable[[nn.Module, Rounded], nn.Module]] = {"xnnpack": _round_xnnpack, "edgespec": _round_edgespec, "lookup": _round_lookup}
 
 
 @dataclass(frozen=True)
@@ -332,7 +332,7 @@ class QuantPlan:
         the manifest records."""
         s, prefix = QuantSummary(), f"{self.base}." if self.base else ""
         for name, rule in self.rules.items():
-            if not name.startswith(prefix) or (isinstance(rule, Rounded) and rule.kernel == "weight_only"):
+            if not name.startswith(prefix) or (isinstance(rule, Rounded) and rule.kernel == "lookup"):
                 continue  # another part's, or the embedding (not a linear)
             local = name[len(prefix) :]
             if isinstance(rule, Carried):
@@ -422,7 +422,7 @@ def plan_quantization(
         if isinstance(m, nn.Linear):
             rule = _linear_rule(name, m, cfg, policy.head_bits or cfg.head_bits, blocks.get(key) if key is not None else None, source)
         elif isinstance(m, nn.Embedding) and cfg.embedding_bits:
-            rule = Rounded(cfg.embedding_bits, cfg.group_size, "weight_only", "maxabs", source)
+            rule = Rounded(cfg.embedding_bits, cfg.group_size, "lookup", "maxabs", source)
         if rule is not None:
             rules[name] = rule
     half = tuple(sorted(parts, key=len)) if cfg.scheme == "fp16" else ()  # outer parts first

@@ -250,12 +250,12 @@ class ExportConfig(Record):
     arithmetic independent of the row count, so speculative greedy output equals
     autoregressive greedy output bitwise by construction; built with the system C++
     compiler on first use), ``rows`` (ExecuTorch's `llama::custom_sdpa`, one call per step
-    row) or ``block`` (`custom_sdpa`, one call for all rows). Programs without speculative
-    methods always use `custom_sdpa`, which ExecuTorch's stock runner has.
+    row) or ``custom_sdpa`` (`llama::custom_sdpa`, one call for all rows). Programs without
+    speculative methods always use `custom_sdpa`, which ExecuTorch's stock runner has.
     docs/speculative-program.md."""
 
     PATH: ClassVar[str] = "export"
-    step_attention: Literal["exact", "rows", "block"] = "exact"
+    step_attention: Literal["exact", "rows", "custom_sdpa"] = "exact"
 
 
 @dataclass(frozen=True)

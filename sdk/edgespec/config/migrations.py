@@ -11,6 +11,9 @@ class RecipeDeprecation(UserWarning):
 _RENAMED_SECTIONS: dict[str, tuple[str, dict[str, str]]] = {"streams": ("drafter", {"drafter": "kind"})}
 """old section -> (new section, {old field: new field}) for recipes of earlier versions."""
 _REMOVED_FIELDS = {("export", "backend"): "export.backend was never read (programs are always XNNPACK-delegated); remove it"}
+RENAMED_VALUES: dict[tuple[str, str], dict[str, str]] = {("export", "step_attention"): {"block": "custom_sdpa"}}
+"""(section, field) -> {old value: new value} for recipes of earlier versions (`block` attention
+is ExecuTorch's `llama::custom_sdpa` for all rows, not edgespec's block kernel)."""
 
 
 def renamed_path(path: list[str]) -> list[str]:
@@ -45,6 +48,11 @@ def upgrade_recipe_data(data: dict, note: bool = True) -> dict:
         if isinstance(data.get(section), dict) and name in data[section]:
             del data[section][name]
             notes.append(why)
+    for (section, name), values in RENAMED_VALUES.items():
+        old = data[section].get(name) if isinstance(data.get(section), dict) else None
+        if isinstance(old, str) and old in values:
+            data[section][name] = values[old]
+            notes.append(f"{section}.{name}: {old} is now {values[old]}")
     if notes and note:
         warnings.warn("recipe in an older form: " + "; ".join(notes), RecipeDeprecation, stacklevel=3)
     return data

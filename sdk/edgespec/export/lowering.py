@@ -60,12 +60,12 @@ class ProgramMeta:
         }
 
 
-def export_forward(model: torch.nn.Module, max_seq_len: int, attention: str = "block") -> torch.export.ExportedProgram:
+def export_forward(model: torch.nn.Module, max_seq_len: int, attention: str = "custom_sdpa") -> torch.export.ExportedProgram:
     """`torch.export` of forward with a dynamic token count in [1, max_seq_len - 1], with
     custom attention and cache ops swapped in for the export only (`attention`: a key of
-    `edgespec.models.llama.EXPORT_ATTENTION`; "block", ExecuTorch's `llama::custom_sdpa`,
+    `edgespec.export.swaps.EXPORT_ATTENTION`; "custom_sdpa", ExecuTorch's `llama::custom_sdpa`,
     keeps the program runnable by ExecuTorch's stock LLM runner)."""
-    from edgespec.models.llama import executorch_ops
+    from edgespec.export.swaps import executorch_ops
 
     tokens = torch.zeros((1, 4), dtype=torch.long)
     input_pos = torch.zeros((1,), dtype=torch.long)

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from edgespec.export import constants as C
-from edgespec.models.llama import executorch_ops
+from edgespec.export.swaps import executorch_ops
 from edgespec.speculative.step import SpecProgram
 from edgespec.speculative.tree import placeholder_draft
 
@@ -44,9 +44,9 @@ def example_step_inputs(program: SpecProgram) -> tuple[torch.Tensor, ...]:
     )
 
 
-def export_spec_methods(program: SpecProgram, attention: str = "block") -> dict[str, torch.export.ExportedProgram]:
+def export_spec_methods(program: SpecProgram, attention: str = "custom_sdpa") -> dict[str, torch.export.ExportedProgram]:
     """`torch.export` of forward (autoregressive, dynamic length) and spec_step, attending
-    with `edgespec.models.llama.EXPORT_ATTENTION[attention]` (`export.step_attention`)."""
+    with `edgespec.export.swaps.EXPORT_ATTENTION[attention]` (`export.step_attention`)."""
     seq = torch.export.Dim("seq_len", min=1, max=program.max_seq_len - 1)
     tokens, pos = torch.zeros((1, 4), dtype=torch.long), torch.zeros((1,), dtype=torch.long)
     out = {}

@@ -2,8 +2,8 @@
 
 - The KV cache lives in buffers of shape [1, max_seq_len, n_kv_heads, head_dim], written in
   place. Cache and attention are modules: plain PyTorch in eager code and training,
-  ExecuTorch's `llama::update_cache` / `llama::custom_sdpa` inside `executorch_ops(model)`,
-  the context every export runs in.
+  ExecuTorch's `llama::update_cache` / `llama::custom_sdpa` inside
+  `edgespec.export.swaps.executorch_ops(model)`, the context every export runs in.
 - Positions come in as an input: `forward(tokens [1, T], input_pos [1])`, `input_pos[0]`
   being the position of `tokens[:, 0]`. This is the calling convention of ExecuTorch's
   LLM runner with dynamic shapes, so the whole prompt is prefilled in one call.
@@ -20,13 +20,6 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
-
-from edgespec.kernels.block_linear import BlockLinear, stacked
-
-
-def load_executorch_llm_ops() -> None:
-    """Register ExecuTorch's LLM custom ops (`llama::custom_sdpa`, `llama::update_cache`)."""
-    from executorch.extension.llm.custom_ops import custom_ops  # noqa: F401
 
 
 @dataclass(frozen=True)
@@ -131,7 +124,7 @@ class KVCache(nn.Module):
     """Static cache, [1, max_seq_len, n_kv_heads, head_dim] per k and v, written in place.
 
     Eager code writes with plain tensor ops; `ExecuTorchKVCache` (swapped in by
-    `executorch_ops`) writes with ExecuTorch's `llama::update_cache` for export."""
+    `edgespec.export.swaps.executorch_ops`) writes with ExecuTorch's `llama::update_cache` for export."""
 
     def __init__(self, k_cache: torch.Tensor, v_cache: torch.Tensor):
         super().__init__()
@@ -161,13 +154,6 @@ class KVCache(nn.Module):
         """Move the rows at absolute `slots` [n] to start_pos, start_pos + 1, ... (accepted tree path)."""
         for buf in (self.k_cache, self.v_cache):
             self.write_(buf, start_pos, buf.index_select(1, slots))
-
-
-class ExecuTorchKVCache(KVCache):
-    """The same cache written by ExecuTorch's `llama::update_cache` (export only)."""
-
-    def write_(self, buf: torch.Tensor, start_pos, rows: torch.Tensor) -> None:
-        torch.ops.llama.update_cache(rows, buf, start_pos)
 
 
 class GrowingKV:
@@ -211,61 +197,6 @@ class SDPA(nn.Module):
         return y.transpose(1, 2)  # [B, T, H, D]
 
 
-class ExecuTorchSDPA(SDPA):
-    """ExecuTorch's `llama::custom_sdpa` (GQA-aware), same contract as `SDPA` (export only).
-
-    rows_per_call: a call with a static row count (a speculative step, not the
-    dynamic-length prefill) attends one query row per op call, the kernel path one-token
-    decoding takes; otherwise all rows go in one call: with 1 thread ~2.3x one row for 4 rows
-    instead of ~7x, with 2 threads inside a full program far slower (bench/step_cost.py,
-    docs/speculative-program.md). With a mask the op reads every key it is given, so only
-    [0, S') is passed."""
-
-    def __init__(self, rows_per_call: bool = False):
-        super().__init__()
-        self.rows_per_call = rows_per_call
-
-    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start_pos, mask: torch.Tensor | None) -> torch.Tensor:
-        if mask is not None:
-            n = mask.shape[1]
-            k, v, mask = k.narrow(1, 0, n), v.narrow(1, 0, n), mask.to(k.dtype)
-        T = q.shape[1]
-        if self.rows_per_call and isinstance(T, int):
-            return torch.cat([self._op(q[:, i : i + 1], k, v, start_pos + i, None if mask is None else mask[i : i + 1]) for i in range(T)], 1)
-        return self._op(q, k, v, start_pos, mask)
-
-    @staticmethod
-    def _op(q, k, v, start_pos, mask):
-        if mask is None:
-            return torch.ops.llama.custom_sdpa(q, k, v, start_pos, None, 0.0, True)
-        return torch.ops.llama.custom_sdpa(q, k, v, 0, mask, 0.0, False)
-
-
-class ExactSDPA(SDPA):
-    """edgespec's attention kernel (`edgespec::attention`, sdk/edgespec/kernels), same contract
-    as `SDPA` (export only): one call for all rows, each row's arithmetic independent of the
-    number of rows in the call, so R rows verified together give the bits R one-row calls give.
-    Programs using it need `edgespec.kernels.library.load()` in the process that runs them."""
-
-    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start_pos, mask: torch.Tensor | None) -> torch.Tensor:
-        from edgespec.errors import EdgespecError
-        from edgespec.kernels.ops import HEAD_SIZES
-
-        if q.shape[-1] not in HEAD_SIZES:
-            raise EdgespecError(f"edgespec's exact attention supports head sizes {HEAD_SIZES}, not {q.shape[-1]}; export with export.step_attention=rows")
-        if mask is not None and mask.dtype == torch.bool:
-            mask = torch.zeros(mask.shape).masked_fill(~mask, float("-inf"))
-        return torch.ops.edgespec.attention(q, k, v, start_pos, mask)
-
-
-# how an exported program attends (`export.step_attention`): the module executorch_ops swaps in
-EXPORT_ATTENTION: dict[str, Callable[[], SDPA]] = {
-    "block": lambda: ExecuTorchSDPA(rows_per_call=False),
-    "rows": lambda: ExecuTorchSDPA(rows_per_call=True),
-    "exact": lambda: ExactSDPA(),
-}
-
-
 def adapted(linear: nn.Linear, adapters, name: str, x: torch.Tensor) -> torch.Tensor:
     """linear(x) plus the additive adapter registered under `name`, if any (LoRA)."""
     y = linear(x)
@@ -276,49 +207,16 @@ def adapted(linear: nn.Linear, adapters, name: str, x: torch.Tensor) -> torch.Te
 
 def projections(fused: nn.Module | None, linears: Sequence[nn.Linear], names: Sequence[str], adapters, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """The outputs of `linears` on x, each plus its adapter (`adapted`): one call of `fused`
-    (their rows stacked, `fuse_projections`) split back, else one call each."""
+    (their rows stacked, `edgespec.export.swaps.fuse_projections`) split back, else one call each."""
     if fused is None:
         return tuple(adapted(lin, adapters, n, x) for lin, n in zip(linears, names))
     ys = fused(x).split([lin.out_features for lin in linears], -1)
     return tuple(y if adapters is None or n not in adapters else y + adapters[n](x) for y, n in zip(ys, names))
 
 
-@contextmanager
-def fuse_projections(model: nn.Module):
-    """Within the block, each attention's q/k/v and each feed-forward's gate/up that are block
-    linears of one format run as one block linear (`stacked`): their shared input is quantized
-    once, in one op call. The separate modules are set aside meanwhile (an exported program
-    holds only the stacked weights); on exit they are back."""
-    swapped = []
-    for m in model.modules():
-        names = ("wq", "wk", "wv") if isinstance(m, Attention) else ("w1", "w3") if isinstance(m, FeedForward) else ()
-        fused = stacked([getattr(m, n) for n in names]) if names else None
-        if fused is not None:
-            fused.use_kernel = getattr(m, names[0]).use_kernel  # the op in a program, the reference in eager code
-            swapped.append((m, names, [getattr(m, n) for n in names]))
-            for n in names:
-                setattr(m, n, _Shape(getattr(m, n).out_features))
-            m.fused = fused
-    try:
-        yield model
-    finally:
-        for m, names, linears in swapped:
-            m.fused = None
-            for n, lin in zip(names, linears):
-                setattr(m, n, lin)
-
-
-class _Shape(nn.Module):
-    """Where a linear stacked into `fused` stood: its output size, no weights."""
-
-    def __init__(self, out_features: int):
-        super().__init__()
-        self.out_features = out_features
-
-
 class Attention(nn.Module):
     """GQA attention with RoPE. The cache (`kv_cache`) and the attention op (`sdpa`) are
-    modules: `executorch_ops` swaps both for ExecuTorch's custom ops at export."""
+    modules: `edgespec.export.swaps.executorch_ops` swaps both for ExecuTorch's custom ops at export."""
 
     def __init__(self, args: LlamaArgs):
         super().__init__()
@@ -506,41 +404,3 @@ def attention_op(model: nn.Module, sdpa: SDPA):
     finally:
         for m, own in swapped:
             m.sdpa = own
-
-
-@contextmanager
-def executorch_ops(model: nn.Module, attention: str = "block"):
-    """Within the block, every attention of `model` uses custom ops (`EXPORT_ATTENTION[attention]`:
-    ExecuTorch's `llama::custom_sdpa` or edgespec's exact kernel) and every `KVCache` (an
-    attention's, or a drafter's per-position store) is an `ExecuTorchKVCache` over the same
-    buffers, as `torch.export` of a program needs; on exit the plain PyTorch
-    modules are back. Eager code never runs custom ops (ExecuTorch's
-    `replace_sdpa_with_custom_op` idea, undone after export)."""
-    load_executorch_llm_ops()
-    import edgespec.kernels.ops  # noqa: F401  (the edgespec::attention schema)
-
-    make_sdpa = EXPORT_ATTENTION[attention]
-    # a program with edgespec's block kernel needs edgespec's library anyway: its glue between
-    # linears is edgespec's fused ops too (no XNNPACK delegate call per norm, rotation, gate)
-    block_linears = [m for m in model.modules() if isinstance(m, BlockLinear)]
-    glue = [m for m in model.modules() if isinstance(m, (RMSNorm, Attention, FeedForward))] if block_linears else []
-    caches = [(m, name, c) for m in model.modules() for name, c in m.named_children() if type(c) is KVCache]  # attention's and any other
-    attentions = [(m, m.sdpa) for m in model.modules() if isinstance(m, Attention)]
-    for m, name, c in caches:
-        setattr(m, name, ExecuTorchKVCache(c.k_cache, c.v_cache))
-    for m, _ in attentions:
-        m.sdpa = make_sdpa()
-    for m in block_linears + glue:
-        m.use_kernel = True
-    try:
-        with fuse_projections(model):  # q/k/v and gate/up: one op call, one quantization of their input
-            yield model
-    finally:
-        for m in block_linears + glue:
-            m.use_kernel = False
-        for m, name, c in caches:
-            swapped = getattr(m, name)
-            c.k_cache, c.v_cache = swapped.k_cache, swapped.v_cache  # (to_half_ may have replaced them)
-            setattr(m, name, c)
-        for m, sdpa in attentions:
-            m.sdpa = sdpa

@@ -79,26 +79,20 @@ def build_bundle_files(recipe: Recipe, stage_dir: Path, stage: StageClock) -> Lm
 
     stage("export")
     from edgespec.export.lowering import ProgramMeta, export_forward, lower_to_executorch
+    from edgespec.export.swaps import program_ops
 
+    ops = program_ops(recipe.quant, recipe.export.step_attention, src.args.head_dim, speculative=spec is not None)
     if spec is not None:
         from edgespec.export.spec_program import export_spec_methods, spec_meta
 
-        programs = export_spec_methods(spec, recipe.export.step_attention)
+        programs = export_spec_methods(spec, ops.attention)
     else:
-        # a program of edgespec's block kernel needs edgespec's library anyway: its attention
-        # is edgespec's too (one row: ~4x faster than llama::custom_sdpa here, bench/attention_paths.py),
-        # where the kernel is compiled for the model's head size
-        from edgespec.kernels.ops import HEAD_SIZES
-
-        attention = "exact" if recipe.quant.block_kernel and src.args.head_dim in HEAD_SIZES else "block"
-        programs = {"forward": export_forward(model, recipe.model.max_seq_len, attention)}
+        programs = {"forward": export_forward(model, recipe.model.max_seq_len, ops.attention)}
 
     stage("lower")
     bos = src.bos_id if src.bos_id is not None else src.eos_ids[0]
     meta = ProgramMeta(recipe.model.max_seq_len, src.args.vocab_size, src.args.n_layers, bos, src.eos_ids, spec_meta(spec) if spec is not None else None)
-    # an autoregressive block-kernel program is edgespec's ops end to end: nothing to delegate
-    xnnpack = not recipe.quant.block_kernel or spec is not None
-    (stage_dir / LAYOUT.program).write_bytes(lower_to_executorch(programs, meta, xnnpack=xnnpack))
+    (stage_dir / LAYOUT.program).write_bytes(lower_to_executorch(programs, meta, xnnpack=ops.xnnpack))
     (stage_dir / LAYOUT.tokenizer).write_text(src.tokenizer_json)
     return LmManifest(
         model=LmModelInfo(name=src.name, source=recipe.model.source, **asdict(src.args)),
