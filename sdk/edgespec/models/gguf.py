@@ -16,7 +16,7 @@ from edgespec.errors import EdgespecError
 from edgespec.models.blocks import BLOCK_FORMATS, BlockWeights, read_blocks
 from edgespec.models.llama import ROPE_ROWS, LlamaArgs, interleave_rope_rows
 from edgespec.models.source import ModelSource
-from edgespec.models.tokenizer import build_bpe_tokenizer_json
+from edgespec.models.tokenizer import build_bpe_tokenizer_json, build_spm_tokenizer_json
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,36 @@ def _meta_name(gguf_name: str) -> str | None:
 def _field(reader, key: str, default=None):
     f = reader.fields.get(key)
     return default if f is None else f.contents()
+
+
+def _byte_level_bpe(reader) -> str:
+    return build_bpe_tokenizer_json(
+        list(_field(reader, "tokenizer.ggml.tokens")),
+        list(_field(reader, "tokenizer.ggml.merges", [])),  # a byte-level vocabulary may have none
+        list(_field(reader, "tokenizer.ggml.token_type")),
+        pre=str(_field(reader, "tokenizer.ggml.pre", "default")),
+    )
+
+
+def _sentencepiece_bpe(reader) -> str:
+    return build_spm_tokenizer_json(
+        list(_field(reader, "tokenizer.ggml.tokens")),
+        list(_field(reader, "tokenizer.ggml.scores")),
+        list(_field(reader, "tokenizer.ggml.token_type")),
+        add_space_prefix=bool(_field(reader, "tokenizer.ggml.add_space_prefix", True)),  # llama.cpp's default
+    )
+
+
+# GGUF `tokenizer.ggml.model` -> the tokenizer.json it makes
+TOKENIZERS = {"gpt2": _byte_level_bpe, "llama": _sentencepiece_bpe}
+
+
+def tokenizer_json(reader, path: str | Path = "") -> str:
+    """The `tokenizer.json` text of a GGUF file's tokenizer (`reader`: its GGUFReader)."""
+    kind = _field(reader, "tokenizer.ggml.model")
+    if kind not in TOKENIZERS:
+        raise EdgespecError(f"'{path}': unsupported tokenizer '{kind}' (supported: {', '.join(TOKENIZERS)})")
+    return TOKENIZERS[kind](reader)
 
 
 def load_gguf(path: str | Path, max_seq_len: int) -> ModelSource:
@@ -159,12 +189,8 @@ def load_gguf(path: str | Path, max_seq_len: int) -> ModelSource:
         if "tok_embeddings.weight" in blocks:
             blocks["output.weight"] = blocks["tok_embeddings.weight"]
 
-    if _field(reader, "tokenizer.ggml.model") != "gpt2":
-        raise EdgespecError(f"'{p}': only byte-level BPE ('gpt2') tokenizers are supported, got '{_field(reader, 'tokenizer.ggml.model')}'")
+    tok_json = tokenizer_json(reader, p)
     tokens = list(_field(reader, "tokenizer.ggml.tokens"))
-    token_types = list(_field(reader, "tokenizer.ggml.token_type"))
-    merges = list(_field(reader, "tokenizer.ggml.merges", []))  # a byte-level vocabulary may have none
-    tok_json = build_bpe_tokenizer_json(tokens, merges, token_types, pre=str(_field(reader, "tokenizer.ggml.pre", "default")))
     eos = _field(reader, "tokenizer.ggml.eos_token_id")
     bos = _field(reader, "tokenizer.ggml.bos_token_id")
     # instruct models stop at the end-of-turn token as well

@@ -1,4 +1,5 @@
-"""Byte-level BPE tokenizer built from model files, saved as a standard `tokenizer.json`.
+"""Tokenizers built from model files (GPT-2 style byte-level BPE, and SentencePiece BPE as
+GGUF's `llama` model stores it), saved as a standard `tokenizer.json`.
 
 The same file is read by the `tokenizers` library here and by ExecuTorch's
 `pytorch-tokenizers` in the stock runner (and by the Java core in the app).
@@ -56,6 +57,44 @@ def build_bpe_tokenizer_json(tokens: Sequence[str], merges: Iterable[str], token
     tk.post_processor = processors.ByteLevel(trim_offsets=False)
     specials = [tokens[i] for i, t in enumerate(token_types) if t in _SPECIAL_TYPES]
     tk.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in specials])
+    return tk.to_str()
+
+
+SPACE = "\u2581"  # SentencePiece's visible space
+
+
+def spm_merges(tokens: Sequence[str], scores: Sequence[float]) -> list[tuple[str, str]]:
+    """The BPE merges equivalent to SentencePiece's BPE by scores: llama.cpp's `llm_tokenizer_spm`
+    repeatedly joins the adjacent pair whose concatenation is the best-scoring piece (the
+    leftmost pair on a tie). As merges: every split of every piece into two pieces, ranked by
+    the joined piece's score (best first), splits of one piece by their parts' ids."""
+    index = {tok: i for i, tok in enumerate(tokens)}
+    ranked = []
+    for i, tok in enumerate(tokens):
+        splits = [(tok[:c], tok[c:]) for c in range(1, len(tok)) if tok[:c] in index and tok[c:] in index]
+        ranked += [(-scores[i], index[a], index[b], a, b) for a, b in splits]
+    ranked.sort()
+    return [(a, b) for *_, a, b in ranked]
+
+
+def build_spm_tokenizer_json(tokens: Sequence[str], scores: Sequence[float], token_types: Sequence[int], add_space_prefix: bool) -> str:
+    """A `tokenizer.json` text for a SentencePiece BPE vocabulary (GGUF `tokenizer.ggml.model`
+    llama: Llama 2, Mistral, Gemma), tokenizing as llama.cpp does: control and user-defined
+    pieces matched in the raw text first, spaces written as U+2581 (one prepended when
+    `add_space_prefix`), pieces merged by score, characters outside the vocabulary as their
+    UTF-8 bytes (`<0xNN>` pieces)."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers
+
+    vocab = {tok: i for i, tok in enumerate(tokens)}
+    unk = next((tokens[i] for i, t in enumerate(token_types) if t == 2), None)
+    tk = Tokenizer(models.BPE(vocab=vocab, merges=spm_merges(tokens, scores), unk_token=unk, fuse_unk=True, byte_fallback=True))
+    tk.normalizer = normalizers.Sequence([*([normalizers.Prepend(SPACE)] if add_space_prefix else []), normalizers.Replace(" ", SPACE)])
+    tk.decoder = decoders.Sequence(
+        [decoders.Replace(SPACE, " "), decoders.ByteFallback(), decoders.Fuse(), *([decoders.Strip(" ", 1, 0)] if add_space_prefix else [])]
+    )
+    # control pieces are special (skipped when decoding); user-defined ones (Gemma's HTML tags,
+    # runs of spaces, tabs and newlines) are text
+    tk.add_tokens([AddedToken(tokens[i], special=t == 3, normalized=False) for i, t in enumerate(token_types) if t in _SPECIAL_TYPES])
     return tk.to_str()
 
 
