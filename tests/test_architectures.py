@@ -1,8 +1,9 @@
 """Every family the loaders accept computes what transformers computes: tiny random models
 written by transformers itself (Llama tied and untied, Llama 3.1 rope scaling, Qwen2 with q/k/v
-biases, Qwen3 with q/k norms and a head size of its own), read from the HF directory and from
-the GGUF file llama.cpp's converter would write, in eager code and in an fp32 program; and
-what edgespec does not compute is refused by name."""
+biases, Qwen3 with q/k norms and a head size of its own, Gemma 3 with its sliding windows
+shorter than the prompt), read from the HF directory and from the GGUF file llama.cpp's
+converter would write, in eager code and in an fp32 program; and what edgespec does not
+compute is refused by name."""
 
 import dataclasses
 import json
@@ -13,7 +14,7 @@ import torch
 
 from edgespec.errors import EdgespecError
 from edgespec.models.load import build_model, read_source
-from tiny_models import HF_FAMILIES, write_gguf_of_hf, write_hf_dir
+from tiny_models import GEMMA3_LAYERS, HF_FAMILIES, write_gguf_of_hf, write_hf_dir
 
 PROMPT, STEPS = 24, 8  # prefill rows, then one-token decoding steps
 TOL = 1e-4  # fp32: observed differences are ~5e-6 on logits of magnitude ~5
@@ -133,7 +134,8 @@ def test_quantization_keeps_biases_and_head_norms(tmp_path, name, kernel):
         ("llama", {"partial_rotary_factor": 0.5}, "partial rotary"),
         ("qwen2", {"use_sliding_window": True, "sliding_window": 16}, "sliding-window"),
         ("qwen3", {"layer_types": ["full_attention", "sliding_attention"]}, "sliding-window"),
-        ("llama", {"model_type": "gemma3"}, "unsupported architecture 'gemma3'.*lacks its pre- and post-sublayer norms"),
+        ("llama", {"model_type": "gemma3"}, "unsupported architecture 'gemma3'.*lacks its the multimodal model's vision tower"),
+        ("llama", {"model_type": "gemma2"}, "unsupported architecture 'gemma2'.*logit soft-capping"),
         ("mistral", {"sliding_window": 16}, r"window 16.*model.max_seq_len <= 16"),
     ],
 )
@@ -194,12 +196,72 @@ def test_gguf_tensors_and_rope_scaling_it_does_not_implement_are_refused(tmp_pat
         return str(path)
 
     read_source(rewrite(tmp_path / "same.gguf"), 64)  # the rewrite itself loads
-    with pytest.raises(EdgespecError, match="unsupported architecture 'gemma3'"):
-        read_source(rewrite(tmp_path / "gemma.gguf", arch="gemma3"), 64)
+    with pytest.raises(EdgespecError, match="unsupported architecture 'gemma2'"):
+        read_source(rewrite(tmp_path / "gemma.gguf", arch="gemma2"), 64)
     with pytest.raises(EdgespecError, match="rope scaling 'yarn'"):
         read_source(rewrite(tmp_path / "yarn.gguf", extra_kv=[("llama.rope.scaling.type", "yarn")]), 64)
     with pytest.raises(EdgespecError, match="no place for.*blk.0.post_attention_norm.weight"):
         read_source(rewrite(tmp_path / "sandwich.gguf", extra_tensor="blk.0.post_attention_norm.weight"), 64)
+
+
+# ---- Gemma 3: sandwich norms, (1 + w) RMSNorm, GeGLU, scaled embeddings, q/k norms, local
+# layers with a window of 5 (the prompt is 24 rows) and a rope base of their own
+
+
+def _gemma3(tmp_path, tied: bool, **config):
+    hf = write_hf_dir(tmp_path / "hf", "gemma3", tie_word_embeddings=tied, **config)
+    ids = torch.randint(3, hf.config.vocab_size, (1, PROMPT + STEPS), generator=torch.Generator().manual_seed(11))
+    with torch.no_grad():
+        return hf, ids, hf(ids).logits[0]
+
+
+@pytest.mark.parametrize("tied", [True, False], ids=["tied", "untied"])
+def test_gemma3_equals_transformers_from_the_hf_directory_and_gguf(tmp_path, tied):
+    hf, ids, ref = _gemma3(tmp_path, tied)
+    args = read_source(str(tmp_path / "hf"), 64).args
+    assert (args.sliding_window, args.local_layers, args.local_rope_theta, args.activation) == (5, (0, 1, 2, 3, 4), 10000.0, "gelu_tanh")
+    assert args.attn_scale == 24**-0.5 and args.sandwich_norms and args.embed_scale and args.tie_embeddings == tied
+    diff = (_eager_logits(str(tmp_path / "hf"), ids) - ref).abs().max().item()
+    assert diff < TOL, f"gemma3 ({'tied' if tied else 'untied'}): max |logit difference| {diff:.2e}"
+    # llama.cpp's gemma3 scales queries by head_dim^-0.5 (a GGUF holds no query_pre_attn_scalar):
+    # the GGUF check is of a model whose scalar is its head size, as Gemma 3 270M's is
+    hf, ids, ref = _gemma3(tmp_path / "g", tied, query_pre_attn_scalar=16)
+    path = tmp_path / "gemma3.gguf"
+    write_gguf_of_hf(path, hf)
+    from_gguf, from_dir = read_source(str(path), 64), read_source(str(tmp_path / "g" / "hf"), 64)
+    assert from_gguf.args == dataclasses.replace(from_dir.args, norm_eps=np.float32(from_dir.args.norm_eps).item(), attn_scale=0.0)
+    for k, v in from_dir.state_dict.items():
+        assert torch.allclose(from_gguf.state_dict[k], v, rtol=0, atol=1e-6), k  # norms: (1 + w) rounded once in fp32 either way
+    diff = (_eager_logits(str(path), ids) - ref).abs().max().item()
+    assert diff < TOL, f"gemma3 from GGUF: max |logit difference| {diff:.2e}"
+
+
+def test_gemma3_window_is_not_exported_beyond_itself(tmp_path):
+    """A program's attention ops have no window yet: a context longer than it is refused at
+    export, by name, with the context that works."""
+    from edgespec.export.lowering import export_forward
+
+    write_hf_dir(tmp_path, "gemma3")
+    with pytest.raises(EdgespecError, match=r"5 sliding-window attention layers \(window 5\).*model.max_seq_len <= 5"):
+        export_forward(build_model(read_source(str(tmp_path), 64)), 64)
+
+
+@pytest.mark.slow
+def test_gemma3_fp32_program_equals_transformers_within_its_window(tmp_path):
+    """With a window covering the program's context (64), an fp32 program of Gemma 3 (local
+    rope base, sandwich norms, GeGLU, scaled embeddings, query scale) equals transformers."""
+    from edgespec.export.lowering import ProgramMeta, export_forward, lower_to_executorch
+    from edgespec.runtime.runner import ProgramRunner
+
+    hf, ids, ref = _gemma3(tmp_path, True, sliding_window=64)
+    src = read_source(str(tmp_path / "hf"), 64)
+    assert src.args.local_layers == tuple(i for i, t in enumerate(GEMMA3_LAYERS) if t == "sliding_attention")
+    path = tmp_path / "model.pte"
+    path.write_bytes(lower_to_executorch({"forward": export_forward(build_model(src), 64)}, ProgramMeta(64, src.args.vocab_size, src.args.n_layers, 1, (2,))))
+    runner = ProgramRunner(path)
+    rows = [runner.forward(ids[:, :PROMPT], 0)] + [runner.forward(ids[:, p : p + 1], p) for p in range(PROMPT, PROMPT + STEPS)]
+    diff = (torch.stack(rows) - ref[PROMPT - 1 :]).abs().max().item()
+    assert diff < TOL, f"gemma3 program: max |logit difference| {diff:.2e}"
 
 
 # ---- the fp32 program

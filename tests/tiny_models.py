@@ -90,14 +90,29 @@ HF_FAMILIES = {
 }
 
 
+# Gemma 3's text model, tested on its own (its windows and rope bases need prompts and
+# contexts of their own): 6 layers as llama.cpp lays gemma3 out (every sixth global), a window
+# of 5, a query scale of its own (query_pre_attn_scalar 24, not head_dim 16)
+GEMMA3_LAYERS = ["sliding_attention"] * 5 + ["full_attention"]
+GEMMA3 = {
+    "gemma3": (
+        "Gemma3TextConfig",
+        "Gemma3ForCausalLM",
+        {"head_dim": 16, "num_attention_heads": 4, "num_hidden_layers": 6, "layer_types": GEMMA3_LAYERS, "sliding_window": 5, "query_pre_attn_scalar": 24},
+    ),
+}
+
+
 def write_hf_dir(path, family: str, seed: int = 0, **config):
-    """A random model of `family` (`HF_FAMILIES`) saved by transformers' `save_pretrained`, with a
-    byte-level tokenizer.json; weights N(0, 0.15), norms 1 + N(0, 0.1), so logits are O(1)."""
+    """A random model of `family` (`HF_FAMILIES` or `GEMMA3`) saved by transformers'
+    `save_pretrained`, with a byte-level tokenizer.json; weights N(0, 0.15), norms 1 + N(0, 0.1)
+    (Gemma's, which scale by 1 + w: N(0, 0.1)), so logits are O(1)."""
     import transformers
 
     from edgespec.models.tokenizer import build_bpe_tokenizer_json
 
-    cfg_name, model_name, extra = HF_FAMILIES[family]
+    cfg_name, model_name, extra = {**HF_FAMILIES, **GEMMA3}[family]
+    norm_one = 0.0 if family in GEMMA3 else 1.0
     tokens = vocabulary()
     shape = dict(hidden_size=48, intermediate_size=80, num_hidden_layers=2, num_attention_heads=6, num_key_value_heads=2, max_position_embeddings=256)
     cfg = getattr(transformers, cfg_name)(vocab_size=len(tokens), rms_norm_eps=1e-6, bos_token_id=1, eos_token_id=2, **{**shape, **extra, **config})
@@ -105,7 +120,7 @@ def write_hf_dir(path, family: str, seed: int = 0, **config):
     model = getattr(transformers, model_name)(cfg)
     with torch.no_grad():
         for name, p in model.named_parameters():
-            p.copy_(1 + 0.1 * torch.randn_like(p) if name.endswith("norm.weight") else 0.15 * torch.randn_like(p))
+            p.copy_(norm_one + 0.1 * torch.randn_like(p) if name.endswith("norm.weight") else 0.15 * torch.randn_like(p))
     model.save_pretrained(path)
     (path / "tokenizer.json").write_text(build_bpe_tokenizer_json(tokens, [], [1] * len(tokens), pre="gpt2"))
     return model.eval()
@@ -131,10 +146,16 @@ _GGUF_NAMES = {
     "model.layers.{}.mlp.up_proj.weight": "blk.{}.ffn_up.weight",
     "model.layers.{}.mlp.down_proj.weight": "blk.{}.ffn_down.weight",
 }
+_GGUF_GEMMA3_NAMES = {
+    **_GGUF_NAMES,
+    "model.layers.{}.post_attention_layernorm.weight": "blk.{}.post_attention_norm.weight",
+    "model.layers.{}.pre_feedforward_layernorm.weight": "blk.{}.ffn_norm.weight",
+    "model.layers.{}.post_feedforward_layernorm.weight": "blk.{}.post_ffw_norm.weight",
+}
 
 
 def write_gguf_of_hf(path, model, quantize: dict[str, str] | None = None) -> None:
-    """The GGUF file llama.cpp's converter makes of a transformers model (Llama, Mistral, Qwen2, Qwen3):
+    """The GGUF file llama.cpp's converter makes of a transformers model (Llama, Mistral, Qwen2, Qwen3, Gemma 3):
     its metadata and tensor names; for `llama` q/k rows permuted to interleaved RoPE pairs and
     Llama 3 scaling as `rope_freqs.weight`, for `qwen2`/`qwen3` rows as they are (llama.cpp
     rotates them NEOX-style). quantize: GGUF type by GGUF tensor name (`gguf.quants`), F32 else."""
@@ -143,7 +164,7 @@ def write_gguf_of_hf(path, model, quantize: dict[str, str] | None = None) -> Non
     from edgespec.models.hf import interleave_rope_rows, llama3_freq_factors
 
     cfg = model.config
-    arch = {"mistral": "llama"}.get(cfg.model_type, cfg.model_type)  # llama.cpp writes a Mistral as a llama
+    arch = {"mistral": "llama", "gemma3_text": "gemma3"}.get(cfg.model_type, cfg.model_type)  # llama.cpp writes a Mistral as a llama
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
     w = gguf.GGUFWriter(str(path), arch)
     w.add_block_count(cfg.num_hidden_layers)
@@ -154,9 +175,12 @@ def write_gguf_of_hf(path, model, quantize: dict[str, str] | None = None) -> Non
     w.add_head_count_kv(cfg.num_key_value_heads)
     w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
     rope = dict(cfg.rope_parameters)
+    rope = dict(rope.get("full_attention", rope))  # Gemma 3: one per layer type (llama.cpp fixes the local base at 1e4)
     w.add_rope_freq_base(rope["rope_theta"])
     w.add_rope_dimension_count(head_dim)
-    if arch == "qwen3":
+    if arch == "gemma3":
+        w.add_sliding_window(cfg.sliding_window)
+    if arch in ("qwen3", "gemma3"):
         w.add_key_length(head_dim)
         w.add_value_length(head_dim)
     _add_byte_vocabulary(w)
@@ -170,8 +194,10 @@ def write_gguf_of_hf(path, model, quantize: dict[str, str] | None = None) -> Non
         key = ".".join([*parts[:2], "{}", *parts[3:]]) if hf_name.startswith("model.layers.") else hf_name
         if key == "lm_head.weight" and cfg.tie_word_embeddings:
             continue
-        name = _GGUF_NAMES[key].format(parts[2] if "{}" in key else "")
+        name = (_GGUF_GEMMA3_NAMES if arch == "gemma3" else _GGUF_NAMES)[key].format(parts[2] if "{}" in key else "")
         t = t.detach().float()
+        if arch == "gemma3" and name.endswith("norm.weight"):
+            t = t + 1  # llama.cpp's converter stores Gemma's norms as the scale (1 + w)
         if arch == "llama" and (".attn_q." in name or ".attn_k." in name):
             t = interleave_rope_rows(t, head_dim)
         a = np.ascontiguousarray(t.numpy())

@@ -147,6 +147,13 @@ class LmModelInfo(Record):
     qkv_bias: bool = False
     qk_norm: bool = False
     rope_freq_factors: tuple[float, ...] = ()
+    sandwich_norms: bool = False  # Gemma 3's options (edgespec.models.llama.LlamaArgs)
+    activation: str = "silu"
+    embed_scale: bool = False
+    attn_scale: float = 0.0
+    sliding_window: int = 0
+    local_layers: tuple[int, ...] = ()
+    local_rope_theta: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from edgespec.config import QuantConfig
+from edgespec.errors import EdgespecError
 from edgespec.kernels.block_linear import BlockLinear, stacked
 from edgespec.models.llama import SDPA, Attention, FeedForward, KVCache, RMSNorm
 
@@ -165,6 +166,12 @@ def executorch_ops(model: nn.Module, attention: str = "custom_sdpa"):
     load_executorch_llm_ops()
     import edgespec.kernels.ops  # noqa: F401  (the edgespec::attention schema)
 
+    windowed = [m.window for m in model.modules() if isinstance(m, Attention) and m.window]
+    if windowed:
+        raise EdgespecError(
+            f"{len(windowed)} sliding-window attention layers (window {min(windowed)}) are not in the program's attention ops yet; "
+            f"export with model.max_seq_len <= {min(windowed)} (within their window they attend to every key)"
+        )
     make_sdpa = EXPORT_ATTENTION[attention]
     # a program with edgespec's block kernel needs edgespec's library anyway: its glue between
     # linears is edgespec's fused ops too (no XNNPACK delegate call per norm, rotation, gate)

@@ -1,5 +1,5 @@
 """Load a GGUF file of a family edgespec's decoder computes (`general.architecture` llama,
-qwen2 or qwen3): metadata, dequantized weights, the file's own blocks, tokenizer.
+qwen2, qwen3 or gemma3): metadata, dequantized weights, the file's own blocks, tokenizer.
 
 Whatever in the file would change the numerics and is not implemented (a rope scaling type,
 partial rotary dimensions, tensors the decoder has no place for) is an error naming it."""
@@ -21,12 +21,23 @@ from edgespec.models.tokenizer import build_bpe_tokenizer_json, build_spm_tokeni
 
 @dataclass(frozen=True)
 class GgufArch:
-    """What a `general.architecture` means for edgespec's decoder."""
+    """What a `general.architecture` means for edgespec's decoder (Gemma 3's options as
+    llama.cpp computes the architecture; its converter already added 1 to every norm weight)."""
 
     interleaved_rope: bool  # llama.cpp stored q/k rows as interleaved pairs (its LLAMA rope); else rotate-half (NEOX): permuted here
+    sandwich_norms: bool = False
+    activation: str = "silu"
+    embed_scale: bool = False
+    window_pattern: int = 0  # with `{arch}.attention.sliding_window`: every layer but each n-th is windowed
+    local_rope_theta: float = 0.0  # the windowed layers' rope base
 
 
-GGUF_ARCHS = {"llama": GgufArch(interleaved_rope=True), "qwen2": GgufArch(interleaved_rope=False), "qwen3": GgufArch(interleaved_rope=False)}
+GGUF_ARCHS = {
+    "llama": GgufArch(interleaved_rope=True),
+    "qwen2": GgufArch(interleaved_rope=False),
+    "qwen3": GgufArch(interleaved_rope=False),
+    "gemma3": GgufArch(interleaved_rope=False, sandwich_norms=True, activation="gelu_tanh", embed_scale=True, window_pattern=6, local_rope_theta=10000.0),
+}
 
 # GGUF tensor name -> Meta name ({} is the layer index)
 _NAMES = {
@@ -48,16 +59,21 @@ _NAMES = {
     "blk.{}.ffn_up.weight": "layers.{}.feed_forward.w3.weight",
     "blk.{}.ffn_down.weight": "layers.{}.feed_forward.w2.weight",
 }
+_SANDWICH_NAMES = {  # the sublayers' output norms, where the architecture has them
+    "blk.{}.post_attention_norm.weight": "layers.{}.attention_post_norm.weight",
+    "blk.{}.post_ffw_norm.weight": "layers.{}.ffn_post_norm.weight",
+}
 ROPE_FREQS = "rope_freqs.weight"  # Llama 3.1's scaling: the divisor of each rotary frequency
 
 
-def _meta_name(gguf_name: str) -> str | None:
+def _meta_name(gguf_name: str, arch: GgufArch = GGUF_ARCHS["llama"]) -> str | None:
+    names = {**_NAMES, **_SANDWICH_NAMES} if arch.sandwich_norms else _NAMES
     parts = gguf_name.split(".")
     if parts[0] == "blk" and len(parts) > 2:
         key = ".".join(["blk", "{}", *parts[2:]])
-        target = _NAMES.get(key)
+        target = names.get(key)
         return target.format(parts[1]) if target else None
-    return _NAMES.get(gguf_name)
+    return names.get(gguf_name)
 
 
 def _field(reader, key: str, default=None):
@@ -124,8 +140,9 @@ def load_gguf(path: str | Path, max_seq_len: int) -> ModelSource:
             raise EdgespecError(f"'{p}': missing metadata '{arch}.{key}'")
         return v
 
+    kind = GGUF_ARCHS[arch]
     tensors = {t.name: t for t in reader.tensors}
-    unknown = [n for n in tensors if n != ROPE_FREQS and _meta_name(n) is None]
+    unknown = [n for n in tensors if n != ROPE_FREQS and _meta_name(n, kind) is None]
     if unknown:
         raise EdgespecError(
             f"'{p}': tensors edgespec's decoder has no place for ({len(unknown)}, e.g. {', '.join(unknown[:3])}): not a {arch} model it computes"
@@ -140,6 +157,8 @@ def load_gguf(path: str | Path, max_seq_len: int) -> ModelSource:
         raise EdgespecError(f"'{p}': value heads of another size than key heads are not supported")
     if int(hp("rope.dimension_count", head_dim)) != head_dim:
         raise EdgespecError(f"'{p}': partial rotary embeddings ({hp('rope.dimension_count')} of {head_dim} dimensions) are not supported")
+    window = int(_field(reader, f"{arch}.attention.sliding_window", 0) or 0) if kind.window_pattern else 0
+    local = tuple(i for i in range(int(hp("block_count"))) if (i + 1) % kind.window_pattern) if window else ()
     freq_factors = tuple(gguf.quants.dequantize(tensors[ROPE_FREQS].data, tensors[ROPE_FREQS].tensor_type).ravel().tolist()) if ROPE_FREQS in tensors else ()
     try:
         args = LlamaArgs(
@@ -157,6 +176,12 @@ def load_gguf(path: str | Path, max_seq_len: int) -> ModelSource:
             qkv_bias="blk.0.attn_q.bias" in tensors,
             qk_norm="blk.0.attn_q_norm.weight" in tensors,
             rope_freq_factors=freq_factors,
+            sandwich_norms=kind.sandwich_norms,
+            activation=kind.activation,
+            embed_scale=kind.embed_scale,
+            sliding_window=window if local else 0,
+            local_layers=local,
+            local_rope_theta=kind.local_rope_theta if local else 0.0,
         )
     except ValueError as e:
         raise EdgespecError(f"'{p}': {e}") from None
@@ -164,12 +189,12 @@ def load_gguf(path: str | Path, max_seq_len: int) -> ModelSource:
     if max_seq_len > ctx:
         raise EdgespecError(f"max_seq_len {max_seq_len} exceeds the model's context length {ctx}")
 
-    permute = not GGUF_ARCHS[arch].interleaved_rope
+    permute = not kind.interleaved_rope
     state: dict[str, torch.Tensor] = {}
     blocks: dict[str, BlockWeights] = {}
     file_types: dict[str, str] = {}
     for t in reader.tensors:
-        name = _meta_name(t.name)
+        name = _meta_name(t.name, kind)
         if name is None:
             continue
         shape = tuple(int(s) for s in reversed(t.shape))  # GGUF lists dims innermost-first

@@ -1,10 +1,11 @@
 """Load a local Hugging Face model directory (config.json, *.safetensors, tokenizer.json) of
 a family edgespec's decoder computes: Llama (3.x `llama3` rope scaling included), Mistral,
-Qwen2/2.5 (q/k/v biases), Qwen3 (q/k norms per head).
+Qwen2/2.5 (q/k/v biases), Qwen3 (q/k norms per head), Gemma 3's text model (sandwich norms,
+(1 + w) RMSNorm, GeGLU, scaled embeddings, local sliding-window layers with their own rope base).
 
 Whatever in the config or the weights would change the numerics and is not implemented
-(another rope type, sliding-window layers, biases where the family has none, another
-activation) is an error naming it, never ignored."""
+(another rope type, sliding-window layers outside Gemma 3, biases where the family has none,
+another activation, logit soft-capping) is an error naming it, never ignored."""
 
 from __future__ import annotations
 
@@ -27,21 +28,32 @@ class HfFamily:
     qkv_bias: bool = False  # q/k/v projections always carry a bias (Qwen2)
     qk_norm: bool = False  # RMSNorm per head of q and k before RoPE (Qwen3)
     window_when_set: bool = False  # a `sliding_window` in the config applies to every layer (Mistral)
+    layer_windows: bool = False  # `layer_types` says which layers are sliding-window ones, each type its rope base (Gemma 3)
+    norm_offset: float = 0.0  # added to every norm weight: Gemma's RMSNorm scales by (1 + w)
+    sandwich_norms: bool = False  # norms on the sublayers' outputs too (Gemma 2/3)
+    embed_scale: bool = False  # embeddings times sqrt(hidden) (Gemma)
+    names: tuple[tuple[str, str], ...] = ()  # transformers' names that differ from Llama's, and their Meta names
 
 
+_GEMMA3_NAMES = (
+    ("model.layers.{}.post_attention_layernorm.weight", "layers.{}.attention_post_norm.weight"),
+    ("model.layers.{}.pre_feedforward_layernorm.weight", "layers.{}.ffn_norm.weight"),
+    ("model.layers.{}.post_feedforward_layernorm.weight", "layers.{}.ffn_post_norm.weight"),
+)
 HF_FAMILIES = {
     "llama": HfFamily(),
     "mistral": HfFamily(window_when_set=True),
     "qwen2": HfFamily(qkv_bias=True),
     "qwen3": HfFamily(qk_norm=True),
+    "gemma3_text": HfFamily(qk_norm=True, layer_windows=True, norm_offset=1.0, sandwich_norms=True, embed_scale=True, names=_GEMMA3_NAMES),
 }
+HF_ACTIVATIONS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh"}  # transformers' name -> LlamaArgs.activation
 
 # families people ask for that the decoder does not compute, and what it lacks for them
 NOT_COMPUTED = {
-    "gemma3": "pre- and post-sublayer norms, (1 + w) RMSNorm, GeGLU, scaled embeddings, per-layer rope bases, sliding-window layers",
-    "gemma3_text": "pre- and post-sublayer norms, (1 + w) RMSNorm, GeGLU, scaled embeddings, per-layer rope bases, sliding-window layers",
-    "gemma2": "pre- and post-sublayer norms, (1 + w) RMSNorm, GeGLU, logit soft-capping, sliding-window layers",
-    "gemma": "(1 + w) RMSNorm, GeGLU, scaled embeddings",
+    "gemma3": "the multimodal model's vision tower (its text model, model_type gemma3_text, is computed)",
+    "gemma2": "attention and final logit soft-capping",
+    "gemma": "wiring to the options it needs and a test against transformers (its GeGLU, (1 + w) norms and scaled embeddings are computed for Gemma 3)",
 }
 
 ROPE_TYPES = ("default", "llama3")
@@ -68,12 +80,13 @@ _NAMES = {
 _IGNORED = ("rotary_emb.inv_freq",)  # a cache of the rope table some checkpoints save
 
 
-def _meta_name(hf_name: str) -> str | None:
+def _meta_name(hf_name: str, family: HfFamily = HfFamily()) -> str | None:
+    names = {**_NAMES, **dict(family.names)}
     parts = hf_name.split(".")
     if hf_name.startswith("model.layers.") and len(parts) > 3:
-        target = _NAMES.get(".".join([*parts[:2], "{}", *parts[3:]]))
+        target = names.get(".".join([*parts[:2], "{}", *parts[3:]]))
         return target.format(parts[2]) if target else None
-    return _NAMES.get(hf_name)
+    return names.get(hf_name)
 
 
 def llama3_freq_factors(
@@ -96,10 +109,15 @@ def llama3_freq_factors(
     return tuple(out)
 
 
-def _rope(cfg: dict, head_dim: int, where: Path) -> tuple[float, tuple[float, ...]]:
-    """(theta, frequency divisors) from transformers 5's `rope_parameters` or 4's
-    `rope_theta` + `rope_scaling`."""
+def _rope(cfg: dict, head_dim: int, where: Path, layer_type: str = "full_attention") -> tuple[float, tuple[float, ...]]:
+    """(theta, frequency divisors) from transformers 5's `rope_parameters` (one per layer type
+    where layer types differ, as Gemma 3's) or 4's `rope_theta` + `rope_scaling` (+
+    `rope_local_base_freq` for Gemma 3's sliding-window layers)."""
     params = {**(cfg.get("rope_scaling") or {}), **(cfg.get("rope_parameters") or {})}
+    if layer_type in params:  # per layer type
+        params = dict(params[layer_type])
+    elif layer_type == "sliding_attention" and "rope_local_base_freq" in cfg:
+        params = {"rope_theta": cfg["rope_local_base_freq"]}
     theta = float(params.get("rope_theta", cfg.get("rope_theta", 10000.0)))
     kind = params.get("rope_type", params.get("type", "default"))
     partial = float(params.get("partial_rotary_factor", cfg.get("partial_rotary_factor", 1.0)))
@@ -121,14 +139,19 @@ def _refuse_unsupported(cfg: dict, family: HfFamily, where: Path, max_seq_len: i
 
     Sliding-window layers are accepted where the window covers the program's whole context
     (window >= max_seq_len): no query ever has a key outside it, so they compute full attention."""
-    act = cfg.get("hidden_act", cfg.get("hidden_activation", "silu"))
-    if act != "silu":
-        raise EdgespecError(f"'{where}': activation '{act}' is not supported (SwiGLU with silu only)")
+    act = cfg.get("hidden_activation", cfg.get("hidden_act", "silu"))
+    if act not in HF_ACTIVATIONS:
+        raise EdgespecError(f"'{where}': activation '{act}' is not supported (supported: {', '.join(HF_ACTIVATIONS)})")
+    for cap in ("attn_logit_softcapping", "final_logit_softcapping"):
+        if cfg.get(cap):
+            raise EdgespecError(f"'{where}': {cap} ({cfg[cap]}) is not supported")
     if cfg.get("attention_bias"):
         raise EdgespecError(f"'{where}': attention_bias (a bias on every attention projection, o_proj included) is not supported")
     if cfg.get("mlp_bias"):
         raise EdgespecError(f"'{where}': mlp_bias (biases on the feed-forward projections) is not supported")
     window = cfg.get("sliding_window")
+    if family.layer_windows:  # computed: the windowed layers attend within their window
+        return
     sliding = cfg.get("use_sliding_window") or any(t != "full_attention" for t in cfg.get("layer_types") or ()) or (family.window_when_set and window)
     if sliding and (not window or window < max_seq_len):
         raise EdgespecError(
@@ -149,6 +172,11 @@ def _args(cfg: dict, where: Path, max_seq_len: int) -> LlamaArgs:
     n_heads = int(cfg["num_attention_heads"])
     head_dim = int(cfg.get("head_dim") or int(cfg["hidden_size"]) // n_heads)
     theta, factors = _rope(cfg, head_dim, where)
+    local: tuple[int, ...] = ()
+    if family.layer_windows:
+        local = tuple(i for i, t in enumerate(cfg.get("layer_types") or ()) if t == "sliding_attention")
+    local_theta = _rope(cfg, head_dim, where, "sliding_attention")[0] if local else 0.0
+    scalar = cfg.get("query_pre_attn_scalar")
     context = int(cfg.get("max_position_embeddings", max_seq_len))
     if max_seq_len > context:
         raise EdgespecError(f"max_seq_len {max_seq_len} exceeds the model's context length {context}")
@@ -168,6 +196,13 @@ def _args(cfg: dict, where: Path, max_seq_len: int) -> LlamaArgs:
             qkv_bias=family.qkv_bias,
             qk_norm=family.qk_norm,
             rope_freq_factors=factors,
+            sandwich_norms=family.sandwich_norms,
+            activation=HF_ACTIVATIONS[cfg.get("hidden_activation", cfg.get("hidden_act", "silu"))],
+            embed_scale=family.embed_scale,
+            attn_scale=float(scalar) ** -0.5 if scalar else 0.0,
+            sliding_window=int(cfg["sliding_window"]) if local else 0,
+            local_layers=local,
+            local_rope_theta=local_theta,
         )
     except ValueError as e:
         raise EdgespecError(f"'{where}': {e}") from None
@@ -186,6 +221,7 @@ def load_hf_dir(path: str | Path, max_seq_len: int) -> ModelSource:
         raise EdgespecError(f"'{cfg_path}' is not valid JSON ({e})") from None
     try:
         args = _args(cfg, d, max_seq_len)
+        family = HF_FAMILIES[cfg["model_type"]]
     except KeyError as e:
         raise EdgespecError(f"'{cfg_path}': missing field '{e.args[0]}'") from None
     files = sorted(d.glob("*.safetensors"))
@@ -199,12 +235,12 @@ def load_hf_dir(path: str | Path, max_seq_len: int) -> ModelSource:
         except Exception as e:
             raise EdgespecError(f"'{f}' is not a readable safetensors file ({e})") from None
         for k, v in tensors.items():
-            name = _meta_name(k)
+            name = _meta_name(k, family)
             if name is None:
                 if not k.endswith(_IGNORED):
                     unknown.append(k)
                 continue
-            v = v.float()
+            v = v.float() + family.norm_offset if name.endswith("norm.weight") else v.float()
             state[name] = interleave_rope_rows(v, args.head_dim) if name.endswith(ROPE_ROWS) else v
     if unknown:
         raise EdgespecError(

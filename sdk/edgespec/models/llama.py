@@ -13,6 +13,8 @@
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -29,7 +31,14 @@ class LlamaArgs:
     head_dim: 0 = dim / n_heads (Qwen3 sets its own). qkv_bias: q/k/v projections carry a
     bias (Qwen2). qk_norm: an RMSNorm over each head of q and k before RoPE (Qwen3).
     rope_freq_factors: per rotary frequency, the divisor of its angle (Llama 3.1's `llama3`
-    rope scaling; GGUF's `rope_freqs.weight`); empty = none."""
+    rope scaling; GGUF's `rope_freqs.weight`); empty = none.
+
+    Gemma 3's options: sandwich_norms: an RMSNorm on the attention's and the feed-forward's
+    outputs too, before each residual add. activation: the feed-forward's gate, "silu"
+    (SwiGLU) or "gelu_tanh" (GeGLU with the tanh GELU). embed_scale: embeddings multiplied by
+    sqrt(dim). attn_scale: the query-key scale, 0 = head_dim^-0.5. sliding_window: keys a
+    query of the layers in `local_layers` sees (its own position and the window - 1 before);
+    0 = none. local_rope_theta: those layers' rope base (0 = rope_theta)."""
 
     dim: int
     n_layers: int
@@ -45,6 +54,13 @@ class LlamaArgs:
     qkv_bias: bool = False
     qk_norm: bool = False
     rope_freq_factors: tuple[float, ...] = ()
+    sandwich_norms: bool = False
+    activation: str = "silu"
+    embed_scale: bool = False
+    attn_scale: float = 0.0
+    sliding_window: int = 0
+    local_layers: tuple[int, ...] = ()
+    local_rope_theta: float = 0.0
 
     def __post_init__(self) -> None:
         if not self.head_dim:
@@ -56,6 +72,28 @@ class LlamaArgs:
         object.__setattr__(self, "rope_freq_factors", tuple(float(f) for f in self.rope_freq_factors))
         if self.rope_freq_factors and len(self.rope_freq_factors) != self.head_dim // 2:
             raise ValueError(f"{len(self.rope_freq_factors)} rope frequency factors for head_dim {self.head_dim} (need {self.head_dim // 2})")
+        object.__setattr__(self, "local_layers", tuple(sorted(int(i) for i in self.local_layers)))
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"activation '{self.activation}' (supported: {', '.join(ACTIVATIONS)})")
+        if any(not 0 <= i < self.n_layers for i in self.local_layers) or bool(self.local_layers) != (self.sliding_window > 0):
+            raise ValueError(f"sliding window {self.sliding_window} over layers {self.local_layers} of {self.n_layers}")
+
+    @property
+    def local_rope(self) -> bool:
+        """Whether the local layers rotate by a base of their own (the rope tables hold both)."""
+        return bool(self.local_layers) and self.local_rope_theta not in (0.0, self.rope_theta)
+
+
+def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
+    """GELU's tanh approximation (Gemma's gate), written out:
+    0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))). Not `F.gelu(x, approximate="tanh")`:
+    ExecuTorch 1.5.1's XNNPACK partitioner takes `aten.gelu` without reading `approximate` and
+    computes the erf GELU (a tiny Gemma 3's fp32 program was 7.6e-4 off transformers' logits;
+    written out, 2e-6)."""
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * (x * x * x))))
+
+
+ACTIVATIONS = {"silu": F.silu, "gelu_tanh": gelu_tanh}
 
 
 class RMSNorm(nn.Module):
@@ -214,6 +252,17 @@ def projections(fused: nn.Module | None, linears: Sequence[nn.Linear], names: Se
     return tuple(y if adapters is None or n not in adapters else y + adapters[n](x) for y, n in zip(ys, names))
 
 
+def window_mask(window: int, start_pos, T: int, mask: torch.Tensor | None) -> torch.Tensor:
+    """The causal mask [T, start_pos + T] of rows at cache slots start_pos.. limited to a sliding
+    window: row i (position p = start_pos + i) sees keys p - window < j <= p. Only for the plain
+    causal case: a given mask (tree rows, batched sequences) does not say each row's position."""
+    if mask is not None:
+        raise NotImplementedError("sliding-window layers with tree or batch masks are not implemented")
+    pos = start_pos + torch.arange(T)[:, None]
+    keys = torch.arange(start_pos + T)[None, :]
+    return (keys <= pos) & (keys > pos - window)
+
+
 class Attention(nn.Module):
     """GQA attention with RoPE. The cache (`kv_cache`) and the attention op (`sdpa`) are
     modules: `edgespec.export.swaps.executorch_ops` swaps both for ExecuTorch's custom ops at export."""
@@ -231,6 +280,10 @@ class Attention(nn.Module):
         self.kv_cache = KVCache.zeros(args.max_seq_len, args.n_kv_heads, args.head_dim)
         self.sdpa = SDPA()
         self.register_buffer("rope_swap", pair_swap(args.head_dim), persistent=False)
+        self.window = 0  # sliding-window layers: keys within this many positions (`Transformer` sets it)
+        self.rope_table = 0  # which head_dim-wide half of the rope tables: 0 the model's base, 1 the local layers'
+        # Gemma's query_pre_attn_scalar: q pre-multiplied so that SDPA's head_dim^-0.5 makes it
+        self.q_scale = args.attn_scale * args.head_dim**0.5 if args.attn_scale else 1.0
         self.use_kernel = False  # edgespec::rope (set by `executorch_ops` for block-kernel programs)
         self.fused = None  # wq, wk, wv as one block linear while a block-kernel program is exported (`fuse_projections`)
 
@@ -248,6 +301,10 @@ class Attention(nn.Module):
         v = v.view(B, T, self.n_kv_heads, self.head_dim)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
+        if cos.shape[-1] != self.head_dim:  # tables of two bases side by side (`Transformer.rope`)
+            cos, sin = cos.narrow(-1, self.rope_table * self.head_dim, self.head_dim), sin.narrow(-1, self.rope_table * self.head_dim, self.head_dim)
+        if self.q_scale != 1.0:
+            q = q * self.q_scale
         if self.use_kernel:
             q, k = torch.ops.edgespec.rope(q, cos, sin), torch.ops.edgespec.rope(k, cos, sin)
         else:
@@ -255,13 +312,16 @@ class Attention(nn.Module):
         kv = self.kv_cache if kv is None else kv
         cdt = kv.dtype  # the cache and attention stay fp32 in fp16 models
         keys, values = kv.update(start_pos, k.to(cdt), v.to(cdt))
+        if self.window:
+            mask = window_mask(self.window, start_pos, T, mask)
         y = self.sdpa(q.to(cdt), keys, values, start_pos, mask)  # [B, T, H, D]
         return adapted(self.wo, adapters, "wo", y.reshape(B, T, -1).to(x.dtype))
 
 
 class FeedForward(nn.Module):
-    def __init__(self, dim: int, hidden_dim: int):
+    def __init__(self, dim: int, hidden_dim: int, activation: str = "silu"):
         super().__init__()
+        self.activation = activation  # ACTIVATIONS' key: the gate's
         self.w1 = nn.Linear(dim, hidden_dim, bias=False)  # gate
         self.w3 = nn.Linear(dim, hidden_dim, bias=False)  # up
         self.w2 = nn.Linear(hidden_dim, dim, bias=False)  # down
@@ -270,7 +330,10 @@ class FeedForward(nn.Module):
 
     def forward(self, x: torch.Tensor, adapters=None) -> torch.Tensor:
         gate, up = projections(self.fused, (self.w1, self.w3), ("w1", "w3"), adapters, x)
-        h = torch.ops.edgespec.silu_mul(gate, up) if self.use_kernel else F.silu(gate) * up
+        if self.use_kernel and self.activation == "silu":
+            h = torch.ops.edgespec.silu_mul(gate, up)
+        else:
+            h = ACTIVATIONS[self.activation](gate) * up
         return adapted(self.w2, adapters, "w2", h)
 
 
@@ -288,7 +351,10 @@ class TransformerBlock(nn.Module):
         self.attention_norm = RMSNorm(args.dim, args.norm_eps)
         self.attention = Attention(args)
         self.ffn_norm = RMSNorm(args.dim, args.norm_eps)
-        self.feed_forward = FeedForward(args.dim, args.hidden_dim)
+        self.feed_forward = FeedForward(args.dim, args.hidden_dim, args.activation)
+        # Gemma: the sublayers' outputs normalized too, before each residual add
+        self.attention_post_norm = RMSNorm(args.dim, args.norm_eps) if args.sandwich_norms else None
+        self.ffn_post_norm = RMSNorm(args.dim, args.norm_eps) if args.sandwich_norms else None
 
     def forward(
         self, x: torch.Tensor, start_pos, cos: torch.Tensor, sin: torch.Tensor, adapters=None, mask: torch.Tensor | None = None, kv: GrowingKV | None = None
@@ -296,8 +362,10 @@ class TransformerBlock(nn.Module):
         """The one decoder block of edgespec: main-stream rows, tree rows and stream rows all
         run through it. adapters: optional additive maps by linear name (wq..w3), e.g. LoRA;
         mask, kv: see `Attention`."""
-        h = x + self.attention(self.attention_norm(x), start_pos, cos, sin, adapters, mask, kv)
-        return h + self.feed_forward(self.ffn_norm(h), adapters)
+        a = self.attention(self.attention_norm(x), start_pos, cos, sin, adapters, mask, kv)
+        h = x + (a if self.attention_post_norm is None else self.attention_post_norm(a))
+        f = self.feed_forward(self.ffn_norm(h), adapters)
+        return h + (f if self.ffn_post_norm is None else self.ffn_post_norm(f))
 
 
 class Transformer(nn.Module):
@@ -313,6 +381,13 @@ class Transformer(nn.Module):
         if args.tie_embeddings:
             self.output.weight = self.tok_embeddings.weight
         cos, sin = rope_tables(args.head_dim, args.max_seq_len, args.rope_theta, args.rope_freq_factors)
+        if args.local_rope:  # the local layers' tables beside the model's: [max_seq_len, 2 head_dim]
+            local_cos, local_sin = rope_tables(args.head_dim, args.max_seq_len, args.local_rope_theta)
+            cos, sin = torch.cat([cos, local_cos], -1), torch.cat([sin, local_sin], -1)
+        for i in args.local_layers:
+            # a window that covers the whole cache never hides a key: full attention, no mask
+            self.layers[i].attention.window = args.sliding_window if args.sliding_window < args.max_seq_len else 0
+            self.layers[i].attention.rope_table = int(args.local_rope)
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
 
@@ -320,11 +395,14 @@ class Transformer(nn.Module):
     # (`norm` and `output` are the final norm and the lm head)
 
     def embed(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Token embeddings: [...] -> [..., dim]."""
-        return self.tok_embeddings(tokens)
+        """Token embeddings: [...] -> [..., dim] (times sqrt(dim) in the embedding's dtype where
+        `embed_scale`, as Gemma's)."""
+        x = self.tok_embeddings(tokens)
+        return x * torch.tensor(self.args.dim**0.5, dtype=x.dtype) if self.args.embed_scale else x
 
     def rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """RoPE cos, sin [T, head_dim] at positions [T] (`apply_rope`'s tables)."""
+        """RoPE cos, sin [T, head_dim] at positions [T] (`apply_rope`'s tables); [T, 2 head_dim]
+        when the local layers have a base of their own (each attention takes its half)."""
         return self.rope_cos.index_select(0, positions), self.rope_sin.index_select(0, positions)
 
     def run_layers(
