@@ -23,9 +23,9 @@ def cache_dir() -> Path:
 
 
 def _source_identity(source: str) -> list:
-    from edgespec.models.load import EMBEDDED, embedded_path
+    from edgespec.models.load import embedded_path, is_embedded
 
-    p = embedded_path(source) if source in EMBEDDED else Path(source)
+    p = embedded_path(source) if is_embedded(source) else Path(source)
     files = sorted(p.rglob("*")) if p.is_dir() else [p]
     return [source, [(f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in files if f.is_file()]]
 

