@@ -204,6 +204,18 @@ def test_gguf_tensors_and_rope_scaling_it_does_not_implement_are_refused(tmp_pat
         read_source(rewrite(tmp_path / "sandwich.gguf", extra_tensor="blk.0.post_attention_norm.weight"), 64)
 
 
+def _program_logits(src, ids: torch.Tensor, tmp_path) -> torch.Tensor:
+    """The source's fp32 ExecuTorch program (XNNPACK, ExecuTorch's attention, context 64): the
+    prompt in one call, then one token per call; each call's last-row logits [1 + STEPS, V]."""
+    from edgespec.export.lowering import ProgramMeta, export_forward, lower_to_executorch
+    from edgespec.runtime.runner import ProgramRunner
+
+    path = tmp_path / "model.pte"
+    path.write_bytes(lower_to_executorch({"forward": export_forward(build_model(src), 64)}, ProgramMeta(64, src.args.vocab_size, src.args.n_layers, 1, (2,))))
+    runner = ProgramRunner(path)
+    return torch.stack([runner.forward(ids[:, :PROMPT], 0)] + [runner.forward(ids[:, p : p + 1], p) for p in range(PROMPT, PROMPT + STEPS)])
+
+
 # ---- Gemma 3: sandwich norms, (1 + w) RMSNorm, GeGLU, scaled embeddings, q/k norms, local
 # layers with a window of 5 (the prompt is 24 rows) and a rope base of their own
 
@@ -250,17 +262,10 @@ def test_gemma3_window_is_not_exported_beyond_itself(tmp_path):
 def test_gemma3_fp32_program_equals_transformers_within_its_window(tmp_path):
     """With a window covering the program's context (64), an fp32 program of Gemma 3 (local
     rope base, sandwich norms, GeGLU, scaled embeddings, query scale) equals transformers."""
-    from edgespec.export.lowering import ProgramMeta, export_forward, lower_to_executorch
-    from edgespec.runtime.runner import ProgramRunner
-
     hf, ids, ref = _gemma3(tmp_path, True, sliding_window=64)
     src = read_source(str(tmp_path / "hf"), 64)
     assert src.args.local_layers == tuple(i for i, t in enumerate(GEMMA3_LAYERS) if t == "sliding_attention")
-    path = tmp_path / "model.pte"
-    path.write_bytes(lower_to_executorch({"forward": export_forward(build_model(src), 64)}, ProgramMeta(64, src.args.vocab_size, src.args.n_layers, 1, (2,))))
-    runner = ProgramRunner(path)
-    rows = [runner.forward(ids[:, :PROMPT], 0)] + [runner.forward(ids[:, p : p + 1], p) for p in range(PROMPT, PROMPT + STEPS)]
-    diff = (torch.stack(rows) - ref[PROMPT - 1 :]).abs().max().item()
+    diff = (_program_logits(src, ids, tmp_path) - ref[PROMPT - 1 :]).abs().max().item()
     assert diff < TOL, f"gemma3 program: max |logit difference| {diff:.2e}"
 
 
@@ -273,20 +278,12 @@ def test_fp32_program_equals_transformers(family, fmt, tmp_path):
     """The family's fp32 ExecuTorch program (XNNPACK, ExecuTorch's attention), from the HF
     directory and from the GGUF file: the prompt in one call, then one token per call, each
     last-row logits against transformers'."""
-    from edgespec.export.lowering import ProgramMeta, export_forward, lower_to_executorch
-    from edgespec.runtime.runner import ProgramRunner
-
     name, hf, d, ids, ref = family
     source = d
     if fmt == "gguf":
         source = tmp_path / f"{name}.gguf"
         write_gguf_of_hf(source, hf)
-    src = read_source(str(source), 64)
-    path = tmp_path / "model.pte"
-    path.write_bytes(lower_to_executorch({"forward": export_forward(build_model(src), 64)}, ProgramMeta(64, src.args.vocab_size, src.args.n_layers, 1, (2,))))
-    runner = ProgramRunner(path)
-    rows = [runner.forward(ids[:, :PROMPT], 0)] + [runner.forward(ids[:, p : p + 1], p) for p in range(PROMPT, PROMPT + STEPS)]
-    diff = (torch.stack(rows) - ref[PROMPT - 1 :]).abs().max().item()
+    diff = (_program_logits(read_source(str(source), 64), ids, tmp_path) - ref[PROMPT - 1 :]).abs().max().item()
     assert diff < TOL, f"{name} program from {fmt}: max |logit difference| {diff:.2e}"
 
 
