@@ -204,14 +204,17 @@ def test_gguf_tensors_and_rope_scaling_it_does_not_implement_are_refused(tmp_pat
         read_source(rewrite(tmp_path / "sandwich.gguf", extra_tensor="blk.0.post_attention_norm.weight"), 64)
 
 
-def _program_logits(src, ids: torch.Tensor, tmp_path) -> torch.Tensor:
-    """The source's fp32 ExecuTorch program (XNNPACK, ExecuTorch's attention, context 64): the
-    prompt in one call, then one token per call; each call's last-row logits [1 + STEPS, V]."""
+def _program_logits(src, ids: torch.Tensor, tmp_path, attention: str = "custom_sdpa") -> torch.Tensor:
+    """The source's fp32 ExecuTorch program (XNNPACK, context 64, ExecuTorch's attention or
+    `attention`): the prompt in one call, then one token per call; each call's last-row logits
+    [1 + STEPS, V]."""
     from edgespec.export.lowering import ProgramMeta, export_forward, lower_to_executorch
     from edgespec.runtime.runner import ProgramRunner
 
     path = tmp_path / "model.pte"
-    path.write_bytes(lower_to_executorch({"forward": export_forward(build_model(src), 64)}, ProgramMeta(64, src.args.vocab_size, src.args.n_layers, 1, (2,))))
+    path.write_bytes(
+        lower_to_executorch({"forward": export_forward(build_model(src), 64, attention)}, ProgramMeta(64, src.args.vocab_size, src.args.n_layers, 1, (2,)))
+    )
     runner = ProgramRunner(path)
     return torch.stack([runner.forward(ids[:, :PROMPT], 0)] + [runner.forward(ids[:, p : p + 1], p) for p in range(PROMPT, PROMPT + STEPS)])
 
@@ -248,24 +251,25 @@ def test_gemma3_equals_transformers_from_the_hf_directory_and_gguf(tmp_path, tie
     assert diff < TOL, f"gemma3 from GGUF: max |logit difference| {diff:.2e}"
 
 
-def test_gemma3_window_is_not_exported_beyond_itself(tmp_path):
-    """A program's attention ops have no window yet: a context longer than it is refused at
-    export, by name, with the context that works."""
+def test_gemma3_window_needs_the_exact_attention_in_a_program(tmp_path):
+    """ExecuTorch's llama::custom_sdpa has no window: a context longer than it is refused at
+    export, by name, with what works."""
     from edgespec.export.lowering import export_forward
 
     write_hf_dir(tmp_path, "gemma3")
-    with pytest.raises(EdgespecError, match=r"5 sliding-window attention layers \(window 5\).*model.max_seq_len <= 5"):
+    with pytest.raises(EdgespecError, match=r"5 sliding-window attention layers \(window 5\) need edgespec's exact attention.*max_seq_len <= 5"):
         export_forward(build_model(read_source(str(tmp_path), 64)), 64)
 
 
 @pytest.mark.slow
-def test_gemma3_fp32_program_equals_transformers_within_its_window(tmp_path):
-    """With a window covering the program's context (64), an fp32 program of Gemma 3 (local
-    rope base, sandwich norms, GeGLU, scaled embeddings, query scale) equals transformers."""
-    hf, ids, ref = _gemma3(tmp_path, True, sliding_window=64)
+def test_gemma3_fp32_program_equals_transformers_past_its_window(tmp_path):
+    """An fp32 program of Gemma 3 (local rope base, sandwich norms, GeGLU, scaled embeddings,
+    query scale) with edgespec's exact attention over the windowed mask: a 24-token prompt and
+    8 one-token steps, every local layer's window 5, equal to transformers."""
+    hf, ids, ref = _gemma3(tmp_path, True)
     src = read_source(str(tmp_path / "hf"), 64)
     assert src.args.local_layers == tuple(i for i, t in enumerate(GEMMA3_LAYERS) if t == "sliding_attention")
-    diff = (_program_logits(src, ids, tmp_path) - ref[PROMPT - 1 :]).abs().max().item()
+    diff = (_program_logits(src, ids, tmp_path, "exact") - ref[PROMPT - 1 :]).abs().max().item()
     assert diff < TOL, f"gemma3 program: max |logit difference| {diff:.2e}"
 
 

@@ -107,17 +107,19 @@ class ProgramOps:
     xnnpack: bool
 
 
-def program_ops(quant: QuantConfig, step_attention: str, head_dim: int, speculative: bool) -> ProgramOps:
+def program_ops(quant: QuantConfig, step_attention: str, head_dim: int, speculative: bool, windowed: bool = False) -> ProgramOps:
     """What `quant.kernel` implies for a program of a decoder with heads of `head_dim`, with
-    speculative methods (attending by `export.step_attention`) or without."""
+    speculative methods (attending by `export.step_attention`) or without; `windowed`: some
+    layers attend within a sliding window shorter than the context (Gemma 3)."""
     if speculative:
         return ProgramOps(step_attention, xnnpack=True)
     # a program of edgespec's block kernel needs edgespec's library anyway: its attention
     # is edgespec's too (one row: ~4x faster than llama::custom_sdpa here, bench/attention_paths.py),
-    # where the kernel is compiled for the model's head size
+    # where the kernel is compiled for the model's head size; windows are the exact kernel's
+    # only (its mask: llama::custom_sdpa's mask path gave wrong logits)
     from edgespec.kernels.ops import HEAD_SIZES
 
-    attention = "exact" if quant.block_kernel and head_dim in HEAD_SIZES else "custom_sdpa"
+    attention = "exact" if (quant.block_kernel or windowed) and head_dim in HEAD_SIZES else "custom_sdpa"
     # an autoregressive block-kernel program is edgespec's ops end to end: nothing to delegate
     return ProgramOps(attention, xnnpack=not quant.block_kernel)
 
@@ -164,13 +166,14 @@ def executorch_ops(model: nn.Module, attention: str = "custom_sdpa"):
     modules are back. Eager code never runs custom ops (ExecuTorch's
     `replace_sdpa_with_custom_op` idea, undone after export)."""
     load_executorch_llm_ops()
-    import edgespec.kernels.ops  # noqa: F401  (the edgespec::attention schema)
+    from edgespec.kernels.ops import HEAD_SIZES  # and the edgespec::attention schema
 
     windowed = [m.window for m in model.modules() if isinstance(m, Attention) and m.window]
-    if windowed:
+    if windowed and attention != "exact":
         raise EdgespecError(
-            f"{len(windowed)} sliding-window attention layers (window {min(windowed)}) are not in the program's attention ops yet; "
-            f"export with model.max_seq_len <= {min(windowed)} (within their window they attend to every key)"
+            f"{len(windowed)} sliding-window attention layers (window {min(windowed)}) need edgespec's exact attention "
+            f"(a head size of {HEAD_SIZES}); ExecuTorch's llama::custom_sdpa has no window: export with model.max_seq_len <= {min(windowed)} "
+            "(within their window they attend to every key)"
         )
     make_sdpa = EXPORT_ATTENTION[attention]
     # a program with edgespec's block kernel needs edgespec's library anyway: its glue between

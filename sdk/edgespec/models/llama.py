@@ -256,7 +256,9 @@ def window_mask(window: int, start_pos, T: int, mask: torch.Tensor | None) -> to
     window: row i (position p = start_pos + i) sees keys p - window < j <= p. Only for the plain
     causal case: a given mask (tree rows, batched sequences) does not say each row's position."""
     if mask is not None:
-        raise NotImplementedError("sliding-window layers with tree or batch masks are not implemented")
+        from edgespec.errors import EdgespecError
+
+        raise EdgespecError("sliding-window layers under a tree or batch mask (speculative steps, batched decoding) are not implemented")
     pos = start_pos + torch.arange(T)[:, None]
     keys = torch.arange(start_pos + T)[None, :]
     return (keys <= pos) & (keys > pos - window)

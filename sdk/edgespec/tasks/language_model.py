@@ -81,7 +81,8 @@ def build_bundle_files(recipe: Recipe, stage_dir: Path, stage: StageClock) -> Lm
     from edgespec.export.lowering import ProgramMeta, export_forward, lower_to_executorch
     from edgespec.export.swaps import program_ops
 
-    ops = program_ops(recipe.quant, recipe.export.step_attention, src.args.head_dim, speculative=spec is not None)
+    windowed = bool(src.args.local_layers) and src.args.sliding_window < recipe.model.max_seq_len
+    ops = program_ops(recipe.quant, recipe.export.step_attention, src.args.head_dim, speculative=spec is not None, windowed=windowed)
     if spec is not None:
         from edgespec.export.spec_program import export_spec_methods, spec_meta
 
