@@ -150,12 +150,12 @@ def main() -> None:
     from edgespec.harness.fidelity import CHUNK, heldout_chunks, heldout_text, measure_fidelity
     from edgespec.harness.process_measure import peak_rss_fresh
     from edgespec.harness.reference import load_reference
-    from edgespec.models.load import EMBEDDED, embedded_path
+    from edgespec.models.load import embedded_path, is_embedded
     from edgespec.models.tokenizer import encode_prompt
     from edgespec.runtime.session import open_bundle
 
     src = open_bundle(args.bundles[0])[0].recipe.model.source
-    gguf_path = embedded_path(src) if src in EMBEDDED else Path(src)
+    gguf_path = embedded_path(src) if is_embedded(src) else Path(src)
     # per thread count: edgespec's programs, then llama-bench on the GGUF right after (the same
     # minutes of the machine), as many new tokens
     speeds, llama_tg = {}, {}

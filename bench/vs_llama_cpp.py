@@ -89,10 +89,10 @@ def main() -> None:
     a = ap.parse_args()
     gguf = a.gguf
     if gguf is None:
-        from edgespec.models.load import EMBEDDED, embedded_path
+        from edgespec.models.load import embedded_path, is_embedded
 
         source = json.loads((a.bundle / "manifest.json").read_text())["recipe"]["model"]["source"]
-        gguf = embedded_path(source) if source in EMBEDDED else Path(source)
+        gguf = embedded_path(source) if is_embedded(source) else Path(source)
     kinds = ("edgespec", "edgespec_flags", "llama_cpp") + (("edgespec_prefill", "llama_cpp_prefill") if a.prefill else ())
     samples: dict[str, dict[int, list[float]]] = {k: {t: [] for t in a.threads} for k in kinds}
     for _ in range(a.rounds):
