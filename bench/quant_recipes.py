@@ -93,10 +93,13 @@ def write_f32_gguf(src: Path, dst: Path) -> None:
 
 def llama_bench(bin_dir: Path, gguf_path: Path, threads: int, new_tokens: int) -> float | None:
     """llama.cpp's `llama-bench` decode tokens/s (tg) on the GGUF: the mean of 5 runs."""
+    from edgespec.host import foreign_environ
+
     p = subprocess.run(
         [str(bin_dir / "llama-bench"), "-m", str(gguf_path), "-p", "0", "-n", str(new_tokens), "-t", str(threads), "-r", "5", "-o", "json"],
         capture_output=True,
         text=True,
+        env=foreign_environ(),  # llama.cpp's OpenMP workers spin as it intends (not edgespec's passive policy)
     )
     rows = json.loads(p.stdout) if p.returncode == 0 else []
     return round(rows[0]["avg_ts"], 2) if rows else None
@@ -104,6 +107,8 @@ def llama_bench(bin_dir: Path, gguf_path: Path, threads: int, new_tokens: int) -
 
 def llama_cpp(bin_dir: Path, gguf_path: Path, text: str, chunks: int, ctx: int) -> dict:
     """llama.cpp on the same held-out text: perplexity of the GGUF, KL against its F32 copy."""
+    from edgespec.host import foreign_environ
+
     with tempfile.TemporaryDirectory() as d:
         d = Path(d)
         (d / "text.txt").write_text(text)
@@ -111,7 +116,7 @@ def llama_cpp(bin_dir: Path, gguf_path: Path, text: str, chunks: int, ctx: int) 
         common = ["-f", str(d / "text.txt"), "-c", str(ctx), "--chunks", str(chunks), "-b", str(ctx), "-t", "2"]
 
         def run(model: Path, *extra: str) -> str:
-            p = subprocess.run([str(bin_dir / "llama-perplexity"), "-m", str(model), *common, *extra], capture_output=True, text=True)
+            p = subprocess.run([str(bin_dir / "llama-perplexity"), "-m", str(model), *common, *extra], capture_output=True, text=True, env=foreign_environ())
             if p.returncode:
                 raise SystemExit(f"llama-perplexity failed: {p.stderr[-1500:]}")
             return p.stdout + p.stderr
