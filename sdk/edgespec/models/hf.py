@@ -134,12 +134,17 @@ def _rope(cfg: dict, head_dim: int, where: Path, layer_type: str = "full_attenti
     return theta, llama3_freq_factors(head_dim, theta, *args)
 
 
+def _activation_name(cfg: dict) -> str:
+    """transformers' name of the feed-forward's activation (Gemma's `hidden_activation`, else `hidden_act`)."""
+    return cfg.get("hidden_activation", cfg.get("hidden_act", "silu"))
+
+
 def _refuse_unsupported(cfg: dict, family: HfFamily, where: Path, max_seq_len: int) -> None:
     """Config fields that change what the model computes and that edgespec does not implement.
 
     Sliding-window layers are accepted where the window covers the program's whole context
     (window >= max_seq_len): no query ever has a key outside it, so they compute full attention."""
-    act = cfg.get("hidden_activation", cfg.get("hidden_act", "silu"))
+    act = _activation_name(cfg)
     if act not in HF_ACTIVATIONS:
         raise EdgespecError(f"'{where}': activation '{act}' is not supported (supported: {', '.join(HF_ACTIVATIONS)})")
     for cap in ("attn_logit_softcapping", "final_logit_softcapping"):
@@ -197,7 +202,7 @@ def _args(cfg: dict, where: Path, max_seq_len: int) -> LlamaArgs:
             qk_norm=family.qk_norm,
             rope_freq_factors=factors,
             sandwich_norms=family.sandwich_norms,
-            activation=HF_ACTIVATIONS[cfg.get("hidden_activation", cfg.get("hidden_act", "silu"))],
+            activation=HF_ACTIVATIONS[_activation_name(cfg)],
             embed_scale=family.embed_scale,
             attn_scale=float(scalar) ** -0.5 if scalar else 0.0,
             sliding_window=int(cfg["sliding_window"]) if local else 0,

@@ -252,16 +252,18 @@ def projections(fused: nn.Module | None, linears: Sequence[nn.Linear], names: Se
 
 
 def window_mask(window: int, start_pos, T: int, mask: torch.Tensor | None) -> torch.Tensor:
-    """The causal mask [T, start_pos + T] of rows at cache slots start_pos.. limited to a sliding
-    window: row i (position p = start_pos + i) sees keys p - window < j <= p. Only for the plain
-    causal case: a given mask (tree rows, batched sequences) does not say each row's position."""
+    """The additive mask [T, start_pos + T] (0 visible, -inf hidden) of rows at cache slots
+    start_pos.. that are causal and limited to a sliding window: row i (position
+    p = start_pos + i) sees keys p - window < j <= p. Only for the plain causal case: a given
+    mask (tree rows, batched sequences) does not say each row's position."""
     if mask is not None:
         from edgespec.errors import EdgespecError
 
         raise EdgespecError("sliding-window layers under a tree or batch mask (speculative steps, batched decoding) are not implemented")
     pos = start_pos + torch.arange(T)[:, None]
     keys = torch.arange(start_pos + T)[None, :]
-    return (keys <= pos) & (keys > pos - window)
+    visible = (keys <= pos) & (keys > pos - window)
+    return torch.zeros(visible.shape).masked_fill(~visible, float("-inf"))
 
 
 class Attention(nn.Module):
@@ -281,7 +283,7 @@ class Attention(nn.Module):
         self.kv_cache = KVCache.zeros(args.max_seq_len, args.n_kv_heads, args.head_dim)
         self.sdpa = SDPA()
         self.register_buffer("rope_swap", pair_swap(args.head_dim), persistent=False)
-        self.window = 0  # sliding-window layers: keys within this many positions (`Transformer` sets it)
+        self.window = 0  # sliding-window layers: keys within this many positions (`Transformer` sets it; its `run_layers` passes the mask)
         self.rope_table = 0  # which head_dim-wide half of the rope tables: 0 the model's base, 1 the local layers'
         # Gemma's query_pre_attn_scalar: q pre-multiplied so that SDPA's head_dim^-0.5 makes it
         self.q_scale = args.attn_scale * args.head_dim**0.5 if args.attn_scale else 1.0
@@ -313,8 +315,6 @@ class Attention(nn.Module):
         kv = self.kv_cache if kv is None else kv
         cdt = kv.dtype  # the cache and attention stay fp32 in fp16 models
         keys, values = kv.update(start_pos, k.to(cdt), v.to(cdt))
-        if self.window:
-            mask = window_mask(self.window, start_pos, T, mask)
         y = self.sdpa(q.to(cdt), keys, values, start_pos, mask)  # [B, T, H, D]
         return adapted(self.wo, adapters, "wo", y.reshape(B, T, -1).to(x.dtype))
 
@@ -421,9 +421,15 @@ class Transformer(nn.Module):
         """Layers [start, stop) over rows x [B, T, dim] at cache slots start_pos.. and RoPE
         cos/sin (`rope`). adapters: layer index -> its adapters (`TransformerBlock`), or None;
         kvs: one K/V store per layer of the model, by layer index (`new_kvs`), None = the
-        static caches; mask: see `SDPA`."""
+        static caches; mask: see `SDPA` (the sliding-window layers get `window_mask` instead, built once)."""
+        windowed = None  # the sliding-window layers' mask, built once for all of them
         for i in range(start, stop):
-            x = self.layers[i](x, start_pos, cos, sin, None if adapters is None else adapters(i), mask, None if kvs is None else kvs[i])
+            layer_mask = mask
+            if self.layers[i].attention.window:
+                if windowed is None:
+                    windowed = window_mask(self.layers[i].attention.window, start_pos, x.shape[1], mask)
+                layer_mask = windowed
+            x = self.layers[i](x, start_pos, cos, sin, None if adapters is None else adapters(i), layer_mask, None if kvs is None else kvs[i])
         return x
 
     def new_kvs(self, batch: int, dtype: torch.dtype) -> list[GrowingKV]:
