@@ -5,10 +5,10 @@ from edgespec.manifest import LAYOUT, LmManifest, LmModelInfo, SpeculativeInfo, 
 
 
 def tiny_manifest(speculative: dict | None = None, **fields) -> LmManifest:
-    """A language-model manifest: vocabulary 10, EOS 2, the default recipe; files are filled in
-    by `edgespec.bundle.write_manifest`."""
+    """A language-model manifest: a one-layer decoder of vocabulary 10, EOS 2, the default
+    recipe; files are filled in by `edgespec.bundle.write_manifest`."""
     return LmManifest(
-        model=LmModelInfo(name="t", source="t", vocab_size=10),
+        model=LmModelInfo(name="t", source="t", dim=8, n_layers=1, n_heads=2, n_kv_heads=1, hidden_dim=16, vocab_size=10),
         recipe=Recipe(),
         precision="fp32",
         tokenizer=TokenizerInfo(file=LAYOUT.tokenizer, eos_ids=(2,)),

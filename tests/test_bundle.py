@@ -160,7 +160,7 @@ def test_unwritable_output_is_reported(tmp_path):
         ({"files": {"../../etc/passwd": {"sha256": "x"}}}, "files.../../etc/passwd"),
         ({"files": {"a": "x"}}, "files.a"),
         ({"tokenizer": {"file": "t.json", "eos_ids": ["2"]}}, "eos_ids"),
-        ({"model": {"name": "t", "source": "t", "vocab_size": True}}, "vocab_size"),
+        ({"model": ok["model"] | {"vocab_size": True}}, "vocab_size"),
         ({"speculative": {"tree_branching": [1], "tree_parents": None}}, "tree_parents"),
         ({"recipe": {"quant": {"scheme": "int3"}}}, "quant.scheme"),
     ):

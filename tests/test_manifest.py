@@ -1,6 +1,7 @@
 """The typed bundle records: round trip, old schema-1 manifests still open, task dispatch."""
 
 import json
+import re
 import warnings
 
 import pytest
@@ -159,11 +160,64 @@ def test_every_recipe_and_manifest_kind_has_its_task():
         assert task.STAGES[0] == "load" and {"validate", "package"}.isdisjoint(task.STAGES)
 
 
-def test_the_model_record_holds_every_field_of_the_decoders_arguments():
-    """LmModelInfo repeats LlamaArgs' fields (manifest.py must import without torch): they stay in step."""
+def test_the_model_record_is_the_decoders_arguments_with_name_and_source_flat_on_disk():
+    """LmModelInfo derives from LlamaArgs (edgespec.models.args): one field list; manifest.json
+    holds the architecture's fields beside name and source, as it always has."""
     import dataclasses
 
     from edgespec.manifest import LmModelInfo
-    from edgespec.models.llama import LlamaArgs
+    from edgespec.models.args import LlamaArgs
 
-    assert {f.name for f in dataclasses.fields(LlamaArgs)} <= {f.name for f in dataclasses.fields(LmModelInfo)}
+    arch = {f.name for f in dataclasses.fields(LlamaArgs)}
+    assert {f.name for f in dataclasses.fields(LmModelInfo)} == arch | {"name", "source"}
+    m = tiny_manifest()
+    assert isinstance(m.model, LlamaArgs) and set(m.to_dict()["model"]) == arch | {"name", "source"}
+    assert m.model.head_dim == 4  # derived as the decoder derives it
+
+
+def test_a_model_section_written_before_the_newer_architecture_options_reads_as_the_same_architecture():
+    """A flat model section as an early bundle wrote it: name and source first, no Qwen/Gemma
+    options, head_dim 0 (= dim / n_heads) absent; it reads as the decoder's arguments it was made from."""
+    import dataclasses
+
+    from edgespec.models.args import LlamaArgs
+
+    shape = {"dim": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "hidden_dim": 128, "vocab_size": 97}
+    old_fields = {"norm_eps": 1e-5, "rope_theta": 10000.0, "tie_embeddings": True, "max_seq_len": 64}
+    data = json.loads(json.dumps(tiny_manifest_data(model={"name": "tiny", "source": "m.gguf", **shape, **old_fields})))
+    m = parse_manifest(data, "old")
+    assert (m.model.name, m.model.source) == ("tiny", "m.gguf")
+    expected = LlamaArgs(**shape, **old_fields)
+    assert {f.name: getattr(m.model, f.name) for f in dataclasses.fields(LlamaArgs)} == dataclasses.asdict(expected)
+    assert m.model.head_dim == 16 and m.model.activation == "silu" and not m.model.local_rope
+    assert parse_manifest({**data, "model": {**data["model"], "head_dim": 0}}, "old").model == m.model
+
+
+def test_a_model_section_the_decoder_could_not_build_is_refused_naming_it():
+    base = tiny_manifest_data()["model"]
+    for bad, message in (
+        ({"n_heads": 0}, "shape sizes must be positive: n_heads=0"),
+        ({"dim": 9, "head_dim": 0}, "dim=9 is not a multiple of heads=2"),
+        ({"n_kv_heads": 3}, "heads=2 kv_heads=3"),
+        ({"activation": "relu"}, "activation 'relu'"),
+        ({"sliding_window": 4}, "sliding window 4 over layers"),
+    ):
+        with pytest.raises(EdgespecError, match=f"m: manifest field 'model': .*{re.escape(message)}"):
+            parse_manifest(tiny_manifest_data(model=base | bad), "m")
+    with pytest.raises(EdgespecError, match="manifest field 'model.dim': is missing"):
+        parse_manifest(tiny_manifest_data(model={"name": "t", "source": "t", "vocab_size": 10}), "m")
+
+
+def test_reading_a_manifest_imports_no_torch():
+    import subprocess
+    import sys
+
+    code = "import sys, edgespec.manifest; print('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
+
+
+def test_the_decoder_computes_every_activation_its_arguments_accept():
+    from edgespec.models.args import ACTIVATION_NAMES
+    from edgespec.models.llama import ACTIVATIONS
+
+    assert tuple(ACTIVATIONS) == ACTIVATION_NAMES

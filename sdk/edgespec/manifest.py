@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 from edgespec.config import AsrRecipe, Recipe, Record, from_dict, parsing, require, upgrade_recipe_data
 from edgespec.config.migrations import RENAMED_VALUES
 from edgespec.errors import EdgespecError
+from edgespec.models.args import LlamaArgs
 from edgespec.numerics import SEARCH_REPORT_JSON
 
 SCHEMA_VERSION = 1
@@ -126,34 +127,22 @@ class AsrValidation(Record):
     agree_engine: float | None = None
 
 
-@dataclass(frozen=True)
-class LmModelInfo(Record):
-    """The model a language-model bundle was made from: name, source and architecture."""
+@dataclass(frozen=True, kw_only=True)
+class LmModelInfo(Record, LlamaArgs):
+    """The model a language-model bundle was made from: its name and source, and its
+    architecture, the decoder's `LlamaArgs` (edgespec.models.args), whose fields it inherits:
+    on disk they stand flat beside `name` and `source`. Read as a record (every field
+    type-checked), then checked as the decoder checks its arguments."""
 
     PATH: ClassVar[str] = "model"
     name: str
     source: str
-    vocab_size: int
-    dim: int = 0
-    n_layers: int = 0
-    n_heads: int = 0
-    n_kv_heads: int = 0
-    hidden_dim: int = 0
-    norm_eps: float = 1e-5
-    rope_theta: float = 10000.0
-    tie_embeddings: bool = True
-    max_seq_len: int = 0
-    head_dim: int = 0
-    qkv_bias: bool = False
-    qk_norm: bool = False
-    rope_freq_factors: tuple[float, ...] = ()
-    sandwich_norms: bool = False  # Gemma 3's options (edgespec.models.llama.LlamaArgs)
-    activation: str = "silu"
-    embed_scale: bool = False
-    attn_scale: float = 0.0
-    sliding_window: int = 0
-    local_layers: tuple[int, ...] = ()
-    local_rope_theta: float = 0.0
+
+    def _check(self) -> None:
+        try:
+            LlamaArgs.__post_init__(self)
+        except ValueError as e:
+            require(False, self.PATH, str(e))
 
 
 @dataclass(frozen=True)
