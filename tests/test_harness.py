@@ -298,6 +298,7 @@ def test_report_files(tmp_path):
         rows,
         peak_rss_mb={"ar": 100.0, "spec": 110.0},
         normalizer_events=None,
+        normalizer_note=None,
         gates=[{"name": "lossless", "passed": True, "measured": "2/2", "threshold": "all", "message": "ok"}],
         gates_not_judged=[{"name": "min_speedup", "why": "off (validate.gates.min_speedup: 0)"}],
         quantization={"carried": 100, "rounded": 12, "unquantized": 0, "rounded_layers": [], "rounded_from": {"Q5_0": 12}, "rounding_error": {"Q5_0": 0.0412}},

@@ -25,11 +25,33 @@ def test_naive_fails_on_large_rms_and_linf_is_chosen(tmp_path):
     result = {"format": "fp16", "guarantee": True, "layers": [res], "summary": summarize_search([res])}
     files = write_search_report(result, tmp_path)
     assert "normsearch.md" in files and "linf" in (tmp_path / "normsearch.md").read_text()
-    from edgespec.harness.validate import _normalizer_events
+    from edgespec.harness.validate import _normalizer_search
     from edgespec.manifest import LAYOUT
 
     # validation reads the events from the file the search wrote, by the bundle layout's name
-    assert LAYOUT.normsearch_json in files and _normalizer_events(tmp_path) == result["summary"]["chosen_events_all_sets"] == 0
+    assert LAYOUT.normsearch_json in files
+    assert _normalizer_search(tmp_path) == {"normalizer_events": result["summary"]["chosen_events_all_sets"], "normalizer_note": None}
+    assert result["summary"]["chosen_events_all_sets"] == 0 and result["summary"]["layers_beyond_format"] == []
+
+
+def test_inputs_beyond_the_format_are_named_and_fail_the_gate(tmp_path):
+    """Values past fp16's largest finite number (Gemma 3's residual stream reaches ~1e5) cannot
+    be held by any pre-normalizer: the search says so, names the way out, and the gate fails."""
+    from edgespec.config import GatesConfig
+    from edgespec.harness.gates import _overflow
+    from edgespec.harness.validate import _normalizer_search
+
+    d = 64
+    calib = torch.cat([_rows(8, d, 1.0), _rows(8, d, 7e4, 1)])  # every row past 65504
+    layers = [search_layer("layers.8.ffn_norm", calib, _rows(4, d, 1.0, 2), torch.ones(d), 1e-6, FP16)]
+    assert layers[0]["rows_beyond_format"] == {"calibration": 8, "heldout": 0}
+    result = {"format": "fp16", "guarantee": True, "layers": layers, "summary": summarize_search(layers)}
+    assert result["summary"]["layers_beyond_format"] == ["layers.8.ffn_norm"] and result["summary"]["chosen_events_all_sets"] > 0
+    write_search_report(result, tmp_path)
+    assert "numerics.format: bf16" in (tmp_path / "normsearch.md").read_text()
+    outcome = _normalizer_search(tmp_path)
+    verdict = _overflow(outcome, GatesConfig())
+    assert not verdict.passed and "beyond fp16's largest finite number" in verdict.message
 
 
 def test_without_guarantee_the_cheapest_clean_candidate_wins():

@@ -152,11 +152,11 @@ def normsearch(recipe_args: tuple[str, ...], outdir: str) -> None:
     cfg = recipe_from_args(recipe_args)
     quiet_runtime_logs()
     from edgespec.models.load import build_model, read_source, tokenizer_of
-    from edgespec.numerics.search import run_normsearch, write_search_report
+    from edgespec.numerics.search import norm_layers, run_normsearch, write_search_report
 
     src = read_source(cfg.model.source, cfg.model.max_seq_len)
     model = build_model(src)
-    with progress_bar(2 * src.args.n_layers + 1, "normsearch", "layer") as bar:
+    with progress_bar(len(norm_layers(model)), "normsearch", "layer") as bar:
         result = run_normsearch(model, tokenizer_of(src), cfg.numerics, chat_template=cfg.model.chat_template, on_layer=lambda name: bar.update(1))
     Path(outdir).mkdir(parents=True, exist_ok=True)
     files = write_search_report(result, outdir)

@@ -229,7 +229,10 @@ def _overflow(report: dict, g: GatesConfig) -> GateResult | GateNotJudged:
     if events is None:
         return GateNotJudged("no_overflow", "the bundle has no normalizer search report (exported with numerics.search: false)")
     ok = events == 0
-    return GateResult("no_overflow", ok, events, 0, f"chosen pre-normalizers: {events} overflow/underflow events on the search rows")
+    note = report.get("normalizer_note")
+    return GateResult(
+        "no_overflow", ok, events, 0, f"chosen pre-normalizers: {events} overflow/underflow events on the search rows" + (f". {note}" if note else "")
+    )
 
 
 GATES = (

@@ -103,6 +103,8 @@ def render_markdown(report: dict, plots: list[str]) -> str:
         lines.append(f"Retrieval (BM25 top-3) put the answer's sentence in the context for {report['suites']['rag']['retrieval_recall']:.0%} of rag prompts.")
     if report.get("normalizer_events") is not None:
         lines.append(f"Normalizer search: {report['normalizer_events']} overflow/underflow events with the chosen pre-normalizers.")
+        if report.get("normalizer_note"):
+            lines.append(report["normalizer_note"])
     lines += ["", *[f"![{p}]({p})" for p in plots], "", "## Examples (first of each suite)", ""]
     seen = set()
     for r in report["examples"]:

@@ -46,6 +46,7 @@ class Measurements:
     fidelity: Fidelity | None
     peak_rss_mb: dict[str, float]
     normalizer_events: int | None
+    normalizer_note: str | None  # why no pre-normalizer can be clean (inputs beyond the searched format)
 
 
 def validate_bundle(bundle_dir: str | Path, cfg: ValidateConfig, *, on_progress: Progress = lambda *a: None) -> dict:
@@ -66,6 +67,7 @@ def judge(m: Measurements, cfg: ValidateConfig) -> dict:
         "program_bytes": m.program_bytes,
         "peak_rss_mb": m.peak_rss_mb,
         "normalizer_events": m.normalizer_events,
+        "normalizer_note": m.normalizer_note,
         "fidelity": None if m.fidelity is None else m.fidelity.to_dict(),
         "suites": m.suites,
         "overall": m.overall,
@@ -115,7 +117,7 @@ def measure_bundle(bundle_dir: str | Path, cfg: ValidateConfig, *, on_progress: 
         overall=overall,
         fidelity=fidelity,
         peak_rss_mb=_peak_rss(bundle_dir, [m for m in ("ar", "spec") if m in decoders], ids[:2], on_progress),
-        normalizer_events=_normalizer_events(bundle_dir),
+        **_normalizer_search(bundle_dir),
     )
 
 
@@ -273,9 +275,15 @@ def _peak_rss(bundle_dir: Path, modes: list[str], prompts: list[list[int]], on_p
     return memory
 
 
-def _normalizer_events(bundle_dir: Path) -> int | None:
-    """Overflow/underflow events of the chosen pre-normalizers (None when the bundle has no search report)."""
+def _normalizer_search(bundle_dir: Path) -> dict:
+    """normalizer_events: overflow/underflow events of the chosen pre-normalizers, and
+    normalizer_note: why, when inputs exceed the searched format (both None without a search report)."""
     p = bundle_dir / LAYOUT.normsearch_json
     if not p.is_file():
-        return None
-    return int(json.loads(p.read_text())["summary"]["chosen_events_all_sets"])
+        return {"normalizer_events": None, "normalizer_note": None}
+    from edgespec.numerics.search import beyond_format_text
+
+    result = json.loads(p.read_text())
+    s = result["summary"]
+    note = beyond_format_text(result) if s.get("layers_beyond_format") else None  # reports before 2026-12-05 lack it
+    return {"normalizer_events": int(s["chosen_events_all_sets"]), "normalizer_note": note}

@@ -41,21 +41,25 @@ class Evaluation:
     max_rel_err: float
 
 
+def norm_layers(model: nn.Module) -> list[str]:
+    """The names of `model`'s norm layers the search covers (RMSNorm and LayerNorm)."""
+    from edgespec.models.llama import RMSNorm
+
+    return [name for name, mod in model.named_modules() if isinstance(mod, (RMSNorm, nn.LayerNorm))]
+
+
 @torch.no_grad()
 def collect_norm_inputs(model: nn.Module, calls: Iterable[Callable[[], object]], max_rows: int = 4096) -> dict[str, torch.Tensor]:
     """What every RMSNorm/LayerNorm of `model` sums over while `calls` run (each runs the model
     once): {name: [rows, d] float64}; a LayerNorm's rows are centred (x - mean), as it sums."""
-    from edgespec.models.llama import RMSNorm
-
     rows: dict[str, list[torch.Tensor]] = {}
 
     def keep(m: nn.Module, args: tuple, name: str) -> None:
         x = args[0].reshape(-1, args[0].shape[-1]).double()
         rows.setdefault(name, []).append(x - x.mean(-1, keepdim=True) if isinstance(m, nn.LayerNorm) else x)
 
-    hooks = [
-        mod.register_forward_pre_hook(lambda m, a, n=name: keep(m, a, n)) for name, mod in model.named_modules() if isinstance(mod, (RMSNorm, nn.LayerNorm))
-    ]
+    mods = dict(model.named_modules())
+    hooks = [mods[name].register_forward_pre_hook(lambda m, a, n=name: keep(m, a, n)) for name in norm_layers(model)]
     try:
         for call in calls:
             call()
@@ -158,6 +162,9 @@ def search_layer(name: str, calib: torch.Tensor, heldout: torch.Tensor, weight: 
         "layer": name,
         "d": calib.shape[1],
         "rms_max": float(calib.pow(2).mean(-1).sqrt().max()),
+        # values the format cannot hold before any pre-normalizer: no candidate is clean there
+        "max_abs": float(torch.cat([calib, heldout]).abs().max()),
+        "rows_beyond_format": {k: int((v.abs().amax(-1) > fmt.max_finite).sum()) for k, v in (("calibration", calib), ("heldout", heldout))},
         "chosen": {"prenorm": chosen[0].prenorm, "log2_k": chosen[0].log2_k},
         "candidates": [{"prenorm": c.prenorm, "log2_k": c.log2_k, "guaranteed": g, **{k: asdict(v) for k, v in ev.items()}} for c, g, ev in rows],
     }
@@ -196,9 +203,14 @@ def summarize_search(layers: list[dict]) -> dict:
         if c["prenorm"] == layer["chosen"]["prenorm"]
         for k in ("calibration", "heldout", "adversarial")
     )
+    beyond = [layer["layer"] for layer in layers if any(layer["rows_beyond_format"].values())]
     return {
         "layers": len(layers),
         "chosen": {k: chosen.count(k) for k in COST_ORDER if k in chosen},
+        # layers whose inputs exceed the format's largest finite number (any pre-normalizer
+        # scales the value after it is held in the format): such a model cannot run its norms there
+        "layers_beyond_format": beyond,
+        "max_abs_input": max(layer["max_abs"] for layer in layers),
         "chosen_events_all_sets": chosen_events,
         "naive_events": {k: events("none", k) for k in ("calibration", "heldout", "adversarial")},
         "rows": {
@@ -206,6 +218,18 @@ def summarize_search(layers: list[dict]) -> dict:
             for k in ("calibration", "heldout", "adversarial")
         },
     }
+
+
+def beyond_format_text(result: dict) -> str:
+    """What it means when layers' inputs exceed the searched format (and what to do)."""
+    s, fmt = result["summary"], result["format"]
+    from edgespec.numerics.formats import FORMATS
+
+    return (
+        f"The inputs of {len(s['layers_beyond_format'])} norm layers ({s['layers_beyond_format'][0]}, ...) reach |x| = {s['max_abs_input']:.4g}, "
+        f"beyond {fmt}'s largest finite number {FORMATS[fmt].max_finite:.4g}: no pre-normalizer can hold them, so this model's norms cannot run in {fmt}. "
+        f"Search the format its norms run in (numerics.format: bf16 has fp32's range)."
+    )
 
 
 def choices_of(result: dict) -> dict[str, NormChoice]:
@@ -256,6 +280,7 @@ def write_search_report(result: dict, out_dir) -> list[str]:
         "",
         f"Chosen: {s['chosen']}; overflow/underflow events of the chosen normalizers over calibration, held-out and adversarial rows: **{s['chosen_events_all_sets']}**.",
         f"Naive {result['format']} norm (no pre-normalizer) on the same rows: {s['naive_events']} events (rows: {s['rows']}).",
+        *([beyond_format_text(result)] if s["layers_beyond_format"] else []),
         "",
         "| layer | max RMS | chosen | log2 k | naive events (cal/held/adv) | chosen max rel. error (held-out) |",
         "|---|---:|---|---:|---|---:|",
