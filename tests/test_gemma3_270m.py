@@ -70,8 +70,8 @@ def test_tokenizer_equals_transformers_gguf_tokenizer(gguf_file):
 
 
 def test_block_kernel_bundle_past_the_window(tmp_path):
-    """The file exported with edgespec's block kernel at a context of 1024 (twice the window):
-    every matrix carried; a 600-token prompt gives the same last-row logits, bit for bit,
+    """The shipped recipe (recipes/gemma3-270m.yaml: edgespec's block kernel, a context of 1024,
+    twice the window): every matrix carried, its bf16 normalizer search clean; a 600-token prompt gives the same last-row logits, bit for bit,
     prefilled in one call as prefilled to 300 and then fed one token per call (the windowed
     layers' masks and the exact attention keep rows independent of the call's shape); its
     greedy continuation the same either way."""
@@ -82,10 +82,12 @@ def test_block_kernel_bundle_past_the_window(tmp_path):
     from edgespec.runtime.runner import ProgramRunner
 
     out = tmp_path / "bundle"
-    res = CliRunner().invoke(main, ["export", f"model.source={NAME}", "model.max_seq_len=1024", "validate.enabled=false", "-o", str(out)])
+    res = CliRunner().invoke(main, ["export", "recipes/gemma3-270m.yaml", "validate.enabled=false", "-o", str(out)])
     assert res.exit_code == 0, res.output
     manifest = json.loads((out / "manifest.json").read_text())
     assert (manifest["quantization"]["carried"], manifest["quantization"]["rounded"]) == (127, 0)
+    search = json.loads((out / "normsearch.json").read_text())["summary"]
+    assert search["chosen_events_all_sets"] == 0 and search["layers_beyond_format"] == []
     tokenizer = tokenizer_of(read_source(NAME, 64))
     ids = torch.tensor([tokenizer.encode(" ".join(varied_lines(20)["prose"]))[:600]])
     runner = ProgramRunner(out / "model.pte")
