@@ -325,7 +325,7 @@ def _tiny_block_kernel_program():
     summary = quantize_(model, plan_quantization(model, QuantConfig(scheme="8da4w", kernel="edgespec")))
     assert len(summary.rounded) == 2 * 7 + 1 and all(isinstance(m, BlockLinear) for m in (model.output, model.layers[1].feed_forward.w2))
     model.eval()
-    return model, lower_to_executorch({"forward": export_forward(model, args.max_seq_len, "exact")}, ProgramMeta(64, 97, 2, 1, (2,)), xnnpack=False)
+    return model, lower_to_executorch({"forward": export_forward(model, args.max_seq_len, "exact")}, ProgramMeta(64, 97, 2, 1, (2,)), xnnpack="none")
 
 
 @pytest.mark.slow

@@ -64,7 +64,8 @@ def _torchao_symmetric(w: torch.Tensor, bits: int, block: int) -> tuple[torch.Te
 def test_plan_gives_each_part_what_it_declares(kind):
     program, _ = _program(kind)
     plan = plan_quantization(program, QuantConfig(), base=program.base)
-    drafter = {f"streams.{n}": U4 for n in EAGLE_LINEARS} if kind == "eagle" else {}  # heads and stream adapters: float
+    # the draft layer: the scheme's; Hydra's heads: 8-bit blocks (QuantPolicy "int8"); Medusa's heads and stream adapters: float
+    drafter = {"eagle": {f"streams.{n}": U4 for n in EAGLE_LINEARS}, "hydra": {f"streams.blocks.{j}": S8 for j in range(3)}}.get(kind, {})
     assert dict(plan.rules) == {**{f"base.{n}": U4 for n in BASE_LINEARS}, "base.output": S8, **drafter, "draft_head.output": U4}
     assert plan.half == () and plan.base == "base"
     summary = plan.summary()  # the base model's linears only, by their names in it
@@ -74,6 +75,7 @@ def test_plan_gives_each_part_what_it_declares(kind):
     assert plan.rules["base.output"] == Rounded(8, 64, "xnnpack") and plan.rules["draft_head.output"] == Rounded(4, 32, "xnnpack")
     assert plan.rules["base.tok_embeddings"] == Rounded(8, 32, "lookup")
     assert ("streams.fuse" in plan.rules) == (kind == "eagle")
+    assert plan.rules.get("streams.blocks.0") == (Rounded(8, 2 * ARGS.dim, "xnnpack") if kind == "hydra" else None)  # 8da8w: per channel
     # fp16: no weight rule; every part cast, the base model first
     plan = plan_quantization(program, QuantConfig(scheme="fp16"), base=program.base)
     assert dict(plan.rules) == {} and plan.half == ("base", "streams", "draft_head")
@@ -89,7 +91,11 @@ def test_applying_the_plan_gives_each_module_its_weights(kind):
             assert isinstance(m, BlockLinear) and torch.equal(m.blocks.dequantize(), _u4h(w0[f"{name}.weight"])), name
     assert torch.equal(program.base.output.blocks.dequantize(), _s8h(w0["base.output.weight"]))  # the head's 8 bits (quant.head_bits)
     assert isinstance(program.base.tok_embeddings, nn.Embedding) and torch.equal(program.base.tok_embeddings.weight, w0["base.tok_embeddings.weight"])
-    if kind != "eagle":  # heads and stream adapters untouched
+    if kind == "hydra":  # the heads' linears: Q8_0-style blocks, their biases kept
+        for j, m in enumerate(program.streams.blocks):
+            assert isinstance(m, BlockLinear) and torch.equal(m.blocks.dequantize(), _s8h(w0[f"streams.blocks.{j}.weight"]))
+            assert torch.equal(m.bias, w0[f"streams.blocks.{j}.bias"])
+    elif kind != "eagle":  # Medusa's heads and stream adapters untouched
         assert all(torch.equal(v, w0[f"streams.{k}"]) for k, v in program.streams.state_dict().items())
         assert not any(isinstance(m, BlockLinear) for m in program.streams.modules())
 

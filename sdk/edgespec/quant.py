@@ -39,7 +39,7 @@ reads and where a 4-bit rounding costs the most fidelity (docs/quantization.md).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Literal
 
@@ -182,16 +182,18 @@ class QuantPolicy:
     model follows the recipe as it is (``QuantPolicy()``).
 
     weights: ``scheme``, its linears and embeddings quantized by the recipe's scheme like the
-    base model's (no source blocks: those name the base model's weights); ``float``, left in
-    float, in the activations' dtype (fp16 in an fp16 program). head_bits: the bits of its lm
-    head (a linear named ``output``) whatever ``quant.head_bits``; None: the recipe's."""
+    base model's (no source blocks: those name the base model's weights); ``int8``, its linears
+    with 8-bit weights under an 8da scheme (8da8w's rounding: Q8_0-style blocks on edgespec's
+    kernel), float in a float program; ``float``, left in float, in the activations' dtype (fp16
+    in an fp16 program). head_bits: the bits of its lm head (a linear named ``output``) whatever
+    ``quant.head_bits``; None: the recipe's."""
 
-    weights: Literal["scheme", "float"] = "scheme"
+    weights: Literal["scheme", "int8", "float"] = "scheme"
     head_bits: int | None = None
 
     def __post_init__(self) -> None:
-        if self.weights not in ("scheme", "float"):
-            raise ValueError(f"QuantPolicy.weights must be 'scheme' or 'float', got {self.weights!r}")
+        if self.weights not in ("scheme", "int8", "float"):
+            raise ValueError(f"QuantPolicy.weights must be 'scheme', 'int8' or 'float', got {self.weights!r}")
         if self.head_bits not in (None, 4, 8):
             raise ValueError(f"QuantPolicy.head_bits must be None, 4 or 8, got {self.head_bits!r}")
 
@@ -420,7 +422,8 @@ def plan_quantization(
         source = file_types.get(key) if key is not None else None
         rule = None
         if isinstance(m, nn.Linear):
-            rule = _linear_rule(name, m, cfg, policy.head_bits or cfg.head_bits, blocks.get(key) if key is not None else None, source)
+            scheme = cfg if policy.weights == "scheme" or cfg.scheme not in ("8da4w", "8da8w") else replace(cfg, scheme="8da8w")
+            rule = _linear_rule(name, m, scheme, policy.head_bits or cfg.head_bits, blocks.get(key) if key is not None else None, source)
         elif isinstance(m, nn.Embedding) and cfg.embedding_bits:
             rule = Rounded(cfg.embedding_bits, cfg.group_size, "lookup", "maxabs", source)
         if rule is not None:

@@ -8,6 +8,7 @@ buffers inside the program, and the metadata methods of `edgespec.export.constan
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 
@@ -60,6 +61,39 @@ class ProgramMeta:
         }
 
 
+Delegation = Literal["all", "compute", "none"]
+"""What XNNPACK takes of a program: ``all`` every op it can (a program of XNNPACK's linears);
+``compute`` its linears, softmax and elementwise ops but no reshapes, concatenations or slices
+(a program of edgespec's block kernel with a few float parts, e.g. a drafter's: a reshape
+between edgespec's ops costs a delegate call, and a thread pool wake-up at two threads, where
+the portable runtime makes it a view); ``none`` nothing (a program whose every linear and glue
+op is edgespec's own)."""
+
+# XNNPACK's partitioner configs of ops that only move data
+_SHAPE_CONFIGS = (
+    "ViewCopyConfig",
+    "UnsqueezeCopyConfig",
+    "SliceCopyConfig",
+    "PermuteConfig",
+    "CloneConfig",
+    "CloneDimOrderConfig",
+    "CatConfig",
+    "ToDimOrderCopyConfig",
+)
+
+
+def xnnpack_partitioners(delegation: Delegation) -> list:
+    """The partitioners `to_edge_transform_and_lower` gets for a `Delegation`."""
+    from executorch.backends.xnnpack.partition.config import ALL_PARTITIONER_CONFIGS
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+
+    if delegation == "none":
+        return []
+    if delegation == "all":
+        return [XnnpackPartitioner()]
+    return [XnnpackPartitioner(configs=[c for c in ALL_PARTITIONER_CONFIGS if c.__name__ not in _SHAPE_CONFIGS])]
+
+
 def export_forward(model: torch.nn.Module, max_seq_len: int, attention: str = "custom_sdpa") -> torch.export.ExportedProgram:
     """`torch.export` of forward with a dynamic token count in [1, max_seq_len - 1], with
     custom attention and cache ops swapped in for the export only (`attention`: a key of
@@ -74,11 +108,8 @@ def export_forward(model: torch.nn.Module, max_seq_len: int, attention: str = "c
         return torch.export.export(model, (tokens, input_pos), dynamic_shapes=({1: seq}, None), strict=False)
 
 
-def lower_to_executorch(programs: dict[str, torch.export.ExportedProgram], meta: ProgramMeta, xnnpack: bool = True) -> bytes:
-    """XNNPACK-delegate every method (xnnpack=False: none; a program whose every linear and
-    every glue op is edgespec's own, where a delegate call would cost more than the elementwise
-    op it runs) and serialize to `.pte` bytes."""
-    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+def lower_to_executorch(programs: dict[str, torch.export.ExportedProgram], meta: ProgramMeta, xnnpack: Delegation = "all") -> bytes:
+    """XNNPACK-delegate every method as `xnnpack` says (`Delegation`) and serialize to `.pte` bytes."""
     from executorch.exir import EdgeCompileConfig, ExecutorchBackendConfig, to_edge_transform_and_lower
     from executorch.exir.passes import MemoryPlanningPass
     from executorch.exir.passes.sym_shape_eval_pass import ConstraintBasedSymShapeEvalPass
@@ -93,7 +124,7 @@ def lower_to_executorch(programs: dict[str, torch.export.ExportedProgram], meta:
         # between them share delegate subgraphs. (Dynamically quantized linears first, in a
         # partitioner of their own, made every linear its own subgraph: SmolLM2's one-token
         # forward made 303 delegate calls, now 184; bench/step_cost.py --profile counts them.)
-        partitioner=[XnnpackPartitioner()] if xnnpack else [],
+        partitioner=xnnpack_partitioners(xnnpack),
         compile_config=EdgeCompileConfig(_check_ir_validity=False, _skip_dim_order=True),
         constant_methods=meta.constant_methods(),
     )

@@ -23,6 +23,7 @@ from torch import nn
 
 from edgespec.config import QuantConfig
 from edgespec.errors import EdgespecError
+from edgespec.export.lowering import Delegation
 from edgespec.kernels.block_linear import BlockLinear, stacked
 from edgespec.models.llama import SDPA, Attention, FeedForward, KVCache, RMSNorm
 
@@ -98,21 +99,22 @@ EXPORT_ATTENTION: dict[str, Callable[[], SDPA]] = {
 class ProgramOps:
     """What a language-model program computes with besides its linears (`program_ops`).
 
-    attention: a key of `EXPORT_ATTENTION`, for every method of the program; xnnpack: the
-    program is XNNPACK-delegated (`edgespec.export.lowering.lower_to_executorch`). The glue
+    attention: a key of `EXPORT_ATTENTION`, for every method of the program; xnnpack: what of
+    the program XNNPACK takes (`edgespec.export.lowering.Delegation`). The glue
     between linears follows the linears `quant` made: edgespec's fused ops where they are
     edgespec's block kernel (`executorch_ops`)."""
 
     attention: str
-    xnnpack: bool
+    xnnpack: Delegation
 
 
 def program_ops(quant: QuantConfig, step_attention: str, head_dim: int, speculative: bool, windowed: bool = False) -> ProgramOps:
     """What `quant.kernel` implies for a program of a decoder with heads of `head_dim`, with
     speculative methods (attending by `export.step_attention`) or without; `windowed`: some
     layers attend within a sliding window shorter than the context (Gemma 3)."""
-    if speculative:
-        return ProgramOps(step_attention, xnnpack=True)
+    if speculative:  # the drafter's float parts and the acceptance's softmax are XNNPACK's; on the
+        # block kernel nothing else is (a delegated reshape between edgespec's ops is a delegate call)
+        return ProgramOps(step_attention, xnnpack="compute" if quant.block_kernel else "all")
     # a program of edgespec's block kernel needs edgespec's library anyway: its attention
     # is edgespec's too (one row: ~4x faster than llama::custom_sdpa here, bench/attention_paths.py),
     # where the kernel is compiled for the model's head size; windows are the exact kernel's
@@ -121,7 +123,7 @@ def program_ops(quant: QuantConfig, step_attention: str, head_dim: int, speculat
 
     attention = "exact" if (quant.block_kernel or windowed) and head_dim in HEAD_SIZES else "custom_sdpa"
     # an autoregressive block-kernel program is edgespec's ops end to end: nothing to delegate
-    return ProgramOps(attention, xnnpack=not quant.block_kernel)
+    return ProgramOps(attention, xnnpack="none" if quant.block_kernel else "all")
 
 
 @contextmanager
