@@ -145,3 +145,68 @@ def test_unsupported_head_size_is_a_clear_export_error():
     model = Transformer(LlamaArgs(dim=40, n_layers=1, n_heads=4, n_kv_heads=2, hidden_dim=64, vocab_size=97, max_seq_len=32)).eval()  # head size 10
     with pytest.raises(EdgespecError, match="head sizes"):
         export_forward(model, 32, "exact")
+
+
+_ROWS_AT_THREADS = """
+import sys, torch
+from edgespec.kernels import library
+from edgespec.kernels.ops import reference_attention
+from edgespec.runtime.runner import set_threads
+from executorch.runtime import Runtime
+library.load()
+bad = []
+for threads in (1, 2, 3):
+    set_threads(threads)
+    causal, masked = (Runtime.get().load_program(p).load_method("forward") for p in sys.argv[1:3])
+    g = torch.Generator().manual_seed(threads)
+    for H, Hkv, D in ((9, 3, 64), (8, 2, 32), (6, 1, 16), (4, 4, 48), (16, 1, 32)):
+        S = 100
+        k, v = torch.randn(1, S, Hkv, D, generator=g), torch.randn(1, S, Hkv, D, generator=g)
+        for T in range(1, 17):
+            q = torch.randn(1, T, H, D, generator=g)
+            pos = int(torch.randint(0, S - T + 1, (1,), generator=g))
+            mask = torch.zeros(T, 90).masked_fill(torch.rand(T, 90, generator=g) < 0.4, float("-inf"))
+            mask[:, 0] = 0.0
+            for m, mk in ((causal, None), (masked, mask)):
+                args = [q, k, v, torch.tensor([pos])] + ([] if mk is None else [mk])
+                out = m.execute(args)[0]
+                if not torch.allclose(out, reference_attention(q, k, v, pos, mk), rtol=1e-5, atol=1e-5):
+                    bad.append(("reference", threads, H, Hkv, D, T, mk is None))
+                for t in range(T):
+                    one = [q[:, t : t + 1], k, v, torch.tensor([pos + t])] + ([] if mk is None else [mk[t : t + 1]])
+                    if not torch.equal(m.execute(one)[0], out[:, t : t + 1]):
+                        bad.append(("rows", threads, H, Hkv, D, T, t, mk is None))
+print(bad[:10] if bad else "ok")
+"""
+
+
+@pytest.mark.slow
+def test_grouped_query_rows_of_any_count_give_the_one_row_bits(tmp_path):
+    """A call's rows are (token row, query head) pairs blocked by key/value head: for 1..16
+    rows, grouped-query (groups 3, 4, 6, 16) and plain heads, causal and masked, at 1, 2 and 3
+    threads, every row of a T-row call has the bits of its one-row call."""
+    import subprocess
+    import sys
+
+    from executorch.exir import to_edge
+
+    import edgespec.kernels.ops  # noqa: F401
+
+    class Op(torch.nn.Module):
+        def forward(self, q, k, v, pos, mask=None):
+            return torch.ops.edgespec.attention(q, k, v, pos[0].item(), mask)
+
+    rows, heads, kv_heads, head_size = (torch.export.Dim(n, min=1, max=m) for n, m in (("rows", 16), ("heads", 16), ("kv_heads", 16), ("head_size", 64)))
+    q = torch.randn(1, 5, 6, 32)
+    k, v = torch.randn(1, 100, 2, 32), torch.randn(1, 100, 2, 32)  # distinct: export would alias one tensor passed twice
+    cache = {2: kv_heads, 3: head_size}
+    paths = []
+    for masked in (False, True):
+        args = (q, k, v, torch.tensor([7])) + ((torch.zeros(5, 90),) if masked else ())
+        shapes = ({1: rows, 2: heads, 3: head_size}, cache, cache, None) + (({0: rows},) if masked else ())
+        ep = torch.export.export(Op(), args, dynamic_shapes=shapes, strict=False)
+        paths.append(tmp_path / f"attention-{masked}.pte")
+        paths[-1].write_bytes(to_edge(ep).to_executorch().buffer)
+    out = subprocess.run([sys.executable, "-c", _ROWS_AT_THREADS, *map(str, paths)], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "ok", out.stdout[-2000:]

@@ -41,7 +41,7 @@ using executorch::aten::Tensor;
 using executorch::runtime::KernelRuntimeContext;
 
 using namespace edgespec::vec;
-constexpr int kRowBlock = 8;   // query rows that share key/value loads
+constexpr int kRowBlock = 16;  // query rows that share key/value loads
 constexpr int kKeyChunk = 64;  // keys whose K (V) rows stay in L1 while a row block uses them
 
 // Dot products of q with K key rows (D = 16 * D16): K independent chains that overlap in the
@@ -61,16 +61,16 @@ inline void dots(const float* q, const float* const* k, float* out) {
 }
 
 struct Rows {
-  const float* q;  // row r of the block at q + r * stride
-  float* out;      // same layout
-  int64_t stride;
-  int64_t n;  // rows in the block
+  int64_t n;                       // rows in the block
+  const float* q[kRowBlock];       // the row's query vector (D floats)
+  float* out[kRowBlock];           // where its output goes
   const int32_t* keys[kRowBlock];  // the row's visible key slots, ascending
   int64_t n_keys[kRowBlock];
   const float* mask[kRowBlock];  // the row's additive mask over slots, or null
 };
 
-// One head, a block of rows: out_r = softmax(q_r . K^T * scale + mask_r) V over row r's keys.
+// One key/value head, a block of query rows reading it (each row a token row and query head):
+// out_r = softmax(q_r . K^T * scale + mask_r) V over row r's keys.
 // w: scratch, [rows][w_stride] with w_stride >= the longest key list rounded up to 8.
 // D = 16 * D16.
 template <int D16>
@@ -84,7 +84,7 @@ void attend_rows(const Rows& rows, const float* k, const float* v, int64_t row_s
     for (int64_t r = 0; r < rows.n; ++r) {
       const int32_t* keys = rows.keys[r];
       const int64_t n = rows.n_keys[r];
-      const float* q = rows.q + r * rows.stride;
+      const float* q = rows.q[r];
       float* wr = w + r * w_stride;
       int64_t i = at[r];
       for (; i + 4 <= n && keys[i + 3] < c1; i += 4) {
@@ -161,7 +161,7 @@ void attend_rows(const Rows& rows, const float* k, const float* v, int64_t row_s
     }
   }
   for (int64_t r = 0; r < rows.n; ++r) {
-    float* out = rows.out + r * rows.stride;
+    float* out = rows.out[r];
     for (int d = 0; d < D16; ++d) store16(out + 16 * d, acc[r][d] * splat16(inv_denom[r]));
   }
 }
@@ -235,50 +235,38 @@ Tensor& attention_out(KernelRuntimeContext& ctx, const Tensor& q, const Tensor& 
   float* od = out.mutable_data_ptr<float>();
   const int64_t group = H / Hkv, row_stride = Hkv * D;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  const int64_t blocks = (T + kRowBlock - 1) / kRowBlock;
   const int64_t* nk = n_keys.data();
-  // One task per (head, block of rows); a task's arithmetic does not depend on the thread.
-  // One row (decoding): the query heads split among the threads in contiguous ranges, and a
-  // range's heads that share a key/value head are the rows of one block (heads are contiguous
-  // in q, so row r is head h0 + r at stride D): they read each key and value once instead of
-  // once per head, and each row's arithmetic is unchanged. (One task per key/value head left
-  // one of two threads idle a third of the time with 3 of them.)
+  // The rows of a call are its (token row t, query head h) pairs; those of key/value head g,
+  // n = T * group of them, are items g * n + t * group + (h - g * group) (for T == 1, item h).
+  // The items split among the threads in contiguous ranges (parallel_for: equal counts), and a
+  // range's items of one key/value head are the rows of its blocks (at most kRowBlock rows,
+  // of balanced sizes): a block reads each key and value row once for all its rows, where one
+  // task per query head read them once per head of the group. A row's arithmetic is its own
+  // whichever block, range or thread computes it. (T = 4 rows of SmolLM2, 9 heads over 3
+  // key/value heads: 3 blocks of 12 rows at one thread, 4 blocks at two, was 9 tasks.)
   const int64_t w_stride = (N + kLanes - 1) / kLanes * kLanes;
-  const bool by_kv_head = T == 1 && group > 1 && group <= kRowBlock;
-  const int64_t tasks = by_kv_head ? H : H * blocks;
-  pool::parallel_for(0, tasks, 1, [&](int64_t begin, int64_t end) {
+  const int64_t n_per_kv = T * group;
+  pool::parallel_for(0, Hkv * n_per_kv, 1, [&](int64_t begin, int64_t end) {
     static thread_local std::vector<float> w;
     w.resize(kRowBlock * w_stride);
-    for (int64_t item = begin, next; item < end; item = next) {
-      Rows rows;
-      int64_t g;
-      if (by_kv_head) {
-        g = item / group;
-        next = std::min(end, (g + 1) * group);  // this range's heads of key/value head g
-        rows.n = next - item;
-        rows.q = qd + item * D;
-        rows.out = od + item * D;
-        rows.stride = D;
+    for (int64_t seg = begin, seg_end; seg < end; seg = seg_end) {
+      const int64_t g = seg / n_per_kv;
+      seg_end = std::min(end, (g + 1) * n_per_kv);  // this range's items of key/value head g
+      const int64_t m = seg_end - seg, nblocks = (m + kRowBlock - 1) / kRowBlock;
+      for (int64_t b = 0; b < nblocks; ++b) {
+        Rows rows;
+        const int64_t first = seg + m * b / nblocks;
+        rows.n = seg + m * (b + 1) / nblocks - first;
         for (int64_t r = 0; r < rows.n; ++r) {
-          rows.keys[r] = slot_list;
-          rows.n_keys[r] = nk[0];
-          rows.mask[r] = mask_data;
+          const int64_t p = first + r - g * n_per_kv, t = p / group, h = g * group + p % group;
+          rows.q[r] = qd + (t * H + h) * D;
+          rows.out[r] = od + (t * H + h) * D;
+          rows.keys[r] = slot_list + t * list_stride;
+          rows.n_keys[r] = nk[t];
+          rows.mask[r] = mask_data == nullptr ? nullptr : mask_data + t * N;
         }
-      } else {
-        next = item + 1;
-        const int64_t h = item % H, t0 = (item / H) * kRowBlock;
-        g = h / group;
-        rows.n = std::min<int64_t>(kRowBlock, T - t0);
-        rows.q = qd + (t0 * H + h) * D;
-        rows.out = od + (t0 * H + h) * D;
-        rows.stride = H * D;
-        for (int64_t r = 0; r < rows.n; ++r) {
-          rows.keys[r] = slot_list + (t0 + r) * list_stride;
-          rows.n_keys[r] = nk[t0 + r];
-          rows.mask[r] = mask_data == nullptr ? nullptr : mask_data + (t0 + r) * N;
-        }
+        attend(rows, kd + g * D, vd + g * D, row_stride, scale, w.data(), w_stride);
       }
-      attend(rows, kd + g * D, vd + g * D, row_stride, scale, w.data(), w_stride);
     }
   });
   return out;
