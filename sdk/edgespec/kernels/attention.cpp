@@ -60,6 +60,41 @@ inline void dots(const float* q, const float* const* k, float* out) {
     for (int j = 0; j < K; ++j) out[j] = lane_total(fold16(acc[j]));
 }
 
+// `dots` for G rows at once over the same K keys: each key row is loaded once for the G
+// rows, and the G * K chains are independent (more of them in flight than one row's K). Each
+// (row, key) chain is `dots`' own, operation for operation: the same bits.
+template <int D16, int K, int G>
+inline void dots_rows(const float* const* q, const float* const* k, float* const* out) {
+  v16f acc[G][K];
+  for (int g = 0; g < G; ++g)
+    for (int j = 0; j < K; ++j) acc[g][j] = splat16(0.f);
+  for (int i = 0; i < D16; ++i) {
+    v16f kj[K];
+    for (int j = 0; j < K; ++j) kj[j] = load16(k[j] + 16 * i);
+    for (int g = 0; g < G; ++g) {
+      const v16f qi = load16(q[g] + 16 * i);
+      for (int j = 0; j < K; ++j) acc[g][j] = acc[g][j] + qi * kj[j];
+    }
+  }
+  for (int g = 0; g < G; ++g) {
+    if constexpr (K == 4) lane_totals4(fold16(acc[g][0]), fold16(acc[g][1]), fold16(acc[g][2]), fold16(acc[g][3]), out[g]);
+    else
+      for (int j = 0; j < K; ++j) out[g][j] = lane_total(fold16(acc[g][j]));
+  }
+}
+
+// Rows interleaved by the score and value loops: as many as keep their accumulators in
+// registers (AVX-512's 32 vector registers; elsewhere one row at a time). Rows interleave
+// only where they read the same key list, over the part of it they all see.
+template <int D16>
+constexpr int interleaved_rows() {
+#if defined(__AVX512F__)
+  return D16 <= 4 ? 4 : D16 <= 8 ? 2 : 1;
+#else
+  return 1;
+#endif
+}
+
 struct Rows {
   int64_t n;                       // rows in the block
   const float* q[kRowBlock];       // the row's query vector (D floats)
@@ -79,23 +114,53 @@ void attend_rows(const Rows& rows, const float* k, const float* v, int64_t row_s
   for (int64_t r = 0; r < rows.n; ++r)
     if (rows.n_keys[r] > 0) slot_end = std::max<int64_t>(slot_end, rows.keys[r][rows.n_keys[r] - 1] + 1);
   // scores, a chunk of key slots at a time for every row of the block
+  constexpr int G = interleaved_rows<D16>();
   int64_t at[kRowBlock] = {};
   for (int64_t c1 = kKeyChunk; c1 - kKeyChunk < slot_end; c1 += kKeyChunk) {
-    for (int64_t r = 0; r < rows.n; ++r) {
+    for (int64_t r = 0; r < rows.n;) {
       const int32_t* keys = rows.keys[r];
-      const int64_t n = rows.n_keys[r];
-      const float* q = rows.q[r];
-      float* wr = w + r * w_stride;
+      // a group of G rows on the same key list, at the same place: 4 keys at a time for all,
+      // up to the shortest row's end within this chunk
       int64_t i = at[r];
-      for (; i + 4 <= n && keys[i + 3] < c1; i += 4) {
-        const float* kb[4] = {k + keys[i] * row_stride, k + keys[i + 1] * row_stride, k + keys[i + 2] * row_stride, k + keys[i + 3] * row_stride};
-        dots<D16, 4>(q, kb, wr + i);
+      if constexpr (G > 1) {
+        if (r + G <= rows.n) {
+          bool same = true;
+          int64_t n_min = rows.n_keys[r];
+          for (int g = 1; g < G; ++g) {
+            same = same && rows.keys[r + g] == keys && at[r + g] == i;
+            n_min = std::min(n_min, rows.n_keys[r + g]);
+          }
+          if (same) {
+            const float* qg[G];
+            float* og[G];
+            for (; i + 4 <= n_min && keys[i + 3] < c1; i += 4) {
+              const float* kb[4] = {k + keys[i] * row_stride, k + keys[i + 1] * row_stride, k + keys[i + 2] * row_stride, k + keys[i + 3] * row_stride};
+              for (int g = 0; g < G; ++g) {
+                qg[g] = rows.q[r + g];
+                og[g] = w + (r + g) * w_stride + i;
+              }
+              dots_rows<D16, 4, G>(qg, kb, og);
+            }
+            for (int g = 1; g < G; ++g) at[r + g] = i;  // each row finishes the chunk alone
+          }
+        }
       }
-      for (; i < n && keys[i] < c1; ++i) {
-        const float* kb[1] = {k + keys[i] * row_stride};
-        dots<D16, 1>(q, kb, wr + i);
+      for (int g = 0; g < std::max(1, G) && r < rows.n; ++g, ++r) {
+        const int64_t n = rows.n_keys[r];
+        const float* q = rows.q[r];
+        float* wr = w + r * w_stride;
+        const int32_t* kr = rows.keys[r];
+        int64_t j = g == 0 ? i : at[r];
+        for (; j + 4 <= n && kr[j + 3] < c1; j += 4) {
+          const float* kb[4] = {k + kr[j] * row_stride, k + kr[j + 1] * row_stride, k + kr[j + 2] * row_stride, k + kr[j + 3] * row_stride};
+          dots<D16, 4>(q, kb, wr + j);
+        }
+        for (; j < n && kr[j] < c1; ++j) {
+          const float* kb[1] = {k + kr[j] * row_stride};
+          dots<D16, 1>(q, kb, wr + j);
+        }
+        at[r] = j;
       }
-      at[r] = i;
     }
   }
   // softmax weights per row (unnormalized) and the inverse of their sum
@@ -145,19 +210,51 @@ void attend_rows(const Rows& rows, const float* k, const float* v, int64_t row_s
     at[r] = 0;
   }
   for (int64_t c1 = kKeyChunk; c1 - kKeyChunk < slot_end; c1 += kKeyChunk) {
-    for (int64_t r = 0; r < rows.n; ++r) {
+    for (int64_t r = 0; r < rows.n;) {
       const int32_t* keys = rows.keys[r];
-      const float* wr = w + r * w_stride;
-      v16f o[D16];
-      for (int d = 0; d < D16; ++d) o[d] = acc[r][d];
       int64_t i = at[r];
-      for (; i < rows.n_keys[r] && keys[i] < c1; ++i) {
-        const float* vi = v + keys[i] * row_stride;
-        const v16f wi = splat16(wr[i]);
-        for (int d = 0; d < D16; ++d) o[d] = o[d] + wi * load16(vi + 16 * d);
+      if constexpr (G > 1) {  // G rows on the same key list: each value row loaded once for all
+        if (r + G <= rows.n) {
+          bool same = true;
+          int64_t n_min = rows.n_keys[r];
+          for (int g = 1; g < G; ++g) {
+            same = same && rows.keys[r + g] == keys && at[r + g] == i;
+            n_min = std::min(n_min, rows.n_keys[r + g]);
+          }
+          if (same) {
+            v16f o[G][D16];
+            for (int g = 0; g < G; ++g)
+              for (int d = 0; d < D16; ++d) o[g][d] = acc[r + g][d];
+            for (; i < n_min && keys[i] < c1; ++i) {
+              const float* vi = v + keys[i] * row_stride;
+              v16f vd[D16];
+              for (int d = 0; d < D16; ++d) vd[d] = load16(vi + 16 * d);
+              for (int g = 0; g < G; ++g) {
+                const v16f wi = splat16(w[(r + g) * w_stride + i]);
+                for (int d = 0; d < D16; ++d) o[g][d] = o[g][d] + wi * vd[d];
+              }
+            }
+            for (int g = 0; g < G; ++g) {
+              for (int d = 0; d < D16; ++d) acc[r + g][d] = o[g][d];
+              at[r + g] = i;  // each row finishes the chunk alone
+            }
+          }
+        }
       }
-      at[r] = i;
-      for (int d = 0; d < D16; ++d) acc[r][d] = o[d];
+      for (int g = 0; g < std::max(1, G) && r < rows.n; ++g, ++r) {
+        const int32_t* kr = rows.keys[r];
+        const float* wr = w + r * w_stride;
+        v16f o[D16];
+        for (int d = 0; d < D16; ++d) o[d] = acc[r][d];
+        int64_t j = at[r];
+        for (; j < rows.n_keys[r] && kr[j] < c1; ++j) {
+          const float* vj = v + kr[j] * row_stride;
+          const v16f wj = splat16(wr[j]);
+          for (int d = 0; d < D16; ++d) o[d] = o[d] + wj * load16(vj + 16 * d);
+        }
+        at[r] = j;
+        for (int d = 0; d < D16; ++d) acc[r][d] = o[d];
+      }
     }
   }
   for (int64_t r = 0; r < rows.n; ++r) {
