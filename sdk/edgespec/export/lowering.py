@@ -8,11 +8,14 @@ buffers inside the program, and the metadata methods of `edgespec.export.constan
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING
 
 import torch
 
 from edgespec.export import constants as C
+
+if TYPE_CHECKING:
+    from edgespec.export.swaps import Delegation
 
 
 @dataclass(frozen=True)
@@ -60,14 +63,6 @@ class ProgramMeta:
             C.ENABLE_DYNAMIC_SHAPE: True,
         }
 
-
-Delegation = Literal["all", "compute", "none"]
-"""What XNNPACK takes of a program: ``all`` every op it can (a program of XNNPACK's linears);
-``compute`` its linears, softmax and elementwise ops but no reshapes, concatenations or slices
-(a program of edgespec's block kernel with a few float parts, e.g. a drafter's: a reshape
-between edgespec's ops costs a delegate call, and a thread pool wake-up at two threads, where
-the portable runtime makes it a view); ``none`` nothing (a program whose every linear and glue
-op is edgespec's own)."""
 
 # XNNPACK's partitioner configs of ops that only move data
 _SHAPE_CONFIGS = (

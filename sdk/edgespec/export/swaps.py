@@ -17,13 +17,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from torch import nn
 
 from edgespec.config import QuantConfig
 from edgespec.errors import EdgespecError
-from edgespec.export.lowering import Delegation
 from edgespec.kernels.block_linear import BlockLinear, stacked
 from edgespec.models.llama import SDPA, Attention, FeedForward, KVCache, RMSNorm
 
@@ -95,12 +95,21 @@ EXPORT_ATTENTION: dict[str, Callable[[], SDPA]] = {
 }
 
 
+Delegation = Literal["all", "compute", "none"]
+"""What XNNPACK takes of a program: ``all`` every op it can (a program of XNNPACK's linears);
+``compute`` its linears, softmax and elementwise ops but no reshapes, concatenations or slices
+(a program of edgespec's block kernel with a few float parts, e.g. a drafter's: a reshape
+between edgespec's ops costs a delegate call, and a thread pool wake-up at two threads, where
+the portable runtime makes it a view); ``none`` nothing (a program whose every linear and glue
+op is edgespec's own)."""
+
+
 @dataclass(frozen=True)
 class ProgramOps:
     """What a language-model program computes with besides its linears (`program_ops`).
 
     attention: a key of `EXPORT_ATTENTION`, for every method of the program; xnnpack: what of
-    the program XNNPACK takes (`edgespec.export.lowering.Delegation`). The glue
+    the program XNNPACK takes (`Delegation`). The glue
     between linears follows the linears `quant` made: edgespec's fused ops where they are
     edgespec's block kernel (`executorch_ops`)."""
 
