@@ -104,6 +104,19 @@ struct Rows {
   const float* mask[kRowBlock];  // the row's additive mask over slots, or null
 };
 
+// Rows r .. r + G - 1 read the same key list and stand at the same place in it (`at`): the
+// shortest one's key count, the part they all see; -1 when they cannot go together.
+template <int G>
+inline int64_t shared_keys(const Rows& rows, const int64_t* at, int64_t r) {
+  if (r + G > rows.n) return -1;
+  int64_t n_min = rows.n_keys[r];
+  for (int g = 1; g < G; ++g) {
+    if (rows.keys[r + g] != rows.keys[r] || at[r + g] != at[r]) return -1;
+    n_min = std::min(n_min, rows.n_keys[r + g]);
+  }
+  return n_min;
+}
+
 // One key/value head, a block of query rows reading it (each row a token row and query head):
 // out_r = softmax(q_r . K^T * scale + mask_r) V over row r's keys.
 // w: scratch, [rows][w_stride] with w_stride >= the longest key list rounded up to 8.
@@ -123,26 +136,19 @@ void attend_rows(const Rows& rows, const float* k, const float* v, int64_t row_s
       // up to the shortest row's end within this chunk
       int64_t i = at[r];
       if constexpr (G > 1) {
-        if (r + G <= rows.n) {
-          bool same = true;
-          int64_t n_min = rows.n_keys[r];
-          for (int g = 1; g < G; ++g) {
-            same = same && rows.keys[r + g] == keys && at[r + g] == i;
-            n_min = std::min(n_min, rows.n_keys[r + g]);
-          }
-          if (same) {
-            const float* qg[G];
-            float* og[G];
-            for (; i + 4 <= n_min && keys[i + 3] < c1; i += 4) {
-              const float* kb[4] = {k + keys[i] * row_stride, k + keys[i + 1] * row_stride, k + keys[i + 2] * row_stride, k + keys[i + 3] * row_stride};
-              for (int g = 0; g < G; ++g) {
-                qg[g] = rows.q[r + g];
-                og[g] = w + (r + g) * w_stride + i;
-              }
-              dots_rows<D16, 4, G>(qg, kb, og);
+        const int64_t n_min = shared_keys<G>(rows, at, r);
+        if (n_min >= 0) {
+          const float* qg[G];
+          float* og[G];
+          for (; i + 4 <= n_min && keys[i + 3] < c1; i += 4) {
+            const float* kb[4] = {k + keys[i] * row_stride, k + keys[i + 1] * row_stride, k + keys[i + 2] * row_stride, k + keys[i + 3] * row_stride};
+            for (int g = 0; g < G; ++g) {
+              qg[g] = rows.q[r + g];
+              og[g] = w + (r + g) * w_stride + i;
             }
-            for (int g = 1; g < G; ++g) at[r + g] = i;  // each row finishes the chunk alone
+            dots_rows<D16, 4, G>(qg, kb, og);
           }
+          for (int g = 1; g < G; ++g) at[r + g] = i;  // each row finishes the chunk alone
         }
       }
       for (int g = 0; g < std::max(1, G) && r < rows.n; ++g, ++r) {
@@ -214,30 +220,23 @@ void attend_rows(const Rows& rows, const float* k, const float* v, int64_t row_s
       const int32_t* keys = rows.keys[r];
       int64_t i = at[r];
       if constexpr (G > 1) {  // G rows on the same key list: each value row loaded once for all
-        if (r + G <= rows.n) {
-          bool same = true;
-          int64_t n_min = rows.n_keys[r];
-          for (int g = 1; g < G; ++g) {
-            same = same && rows.keys[r + g] == keys && at[r + g] == i;
-            n_min = std::min(n_min, rows.n_keys[r + g]);
-          }
-          if (same) {
-            v16f o[G][D16];
-            for (int g = 0; g < G; ++g)
-              for (int d = 0; d < D16; ++d) o[g][d] = acc[r + g][d];
-            for (; i < n_min && keys[i] < c1; ++i) {
-              const float* vi = v + keys[i] * row_stride;
-              v16f vd[D16];
-              for (int d = 0; d < D16; ++d) vd[d] = load16(vi + 16 * d);
-              for (int g = 0; g < G; ++g) {
-                const v16f wi = splat16(w[(r + g) * w_stride + i]);
-                for (int d = 0; d < D16; ++d) o[g][d] = o[g][d] + wi * vd[d];
-              }
-            }
+        const int64_t n_min = shared_keys<G>(rows, at, r);
+        if (n_min >= 0) {
+          v16f o[G][D16];
+          for (int g = 0; g < G; ++g)
+            for (int d = 0; d < D16; ++d) o[g][d] = acc[r + g][d];
+          for (; i < n_min && keys[i] < c1; ++i) {
+            const float* vi = v + keys[i] * row_stride;
+            v16f vd[D16];
+            for (int d = 0; d < D16; ++d) vd[d] = load16(vi + 16 * d);
             for (int g = 0; g < G; ++g) {
-              for (int d = 0; d < D16; ++d) acc[r + g][d] = o[g][d];
-              at[r + g] = i;  // each row finishes the chunk alone
+              const v16f wi = splat16(w[(r + g) * w_stride + i]);
+              for (int d = 0; d < D16; ++d) o[g][d] = o[g][d] + wi * vd[d];
             }
+          }
+          for (int g = 0; g < G; ++g) {
+            for (int d = 0; d < D16; ++d) acc[r + g][d] = o[g][d];
+            at[r + g] = i;  // each row finishes the chunk alone
           }
         }
       }
