@@ -418,6 +418,41 @@ def test_block_kernel_program_gives_the_same_bits_at_every_thread_count(tmp_path
 
 
 @pytest.mark.slow
+def test_argmax_scan_gives_torchs_index_and_replaces_a_programs_argmaxes():
+    """edgespec::argmax_rows (glue.cpp) in a real `.pte` gives `x.argmax(-1)` on rows with ties,
+    -inf, NaN and lengths that are not multiples of the vector width; export/fusion.py swaps it
+    in for a block-kernel program's 2-D argmaxes, keepdim or not, and leaves others alone."""
+    from executorch.exir import to_edge
+    from executorch.runtime import Runtime
+
+    from edgespec.export import fusion
+    from edgespec.kernels import library
+
+    library.load()
+
+    class Scans(torch.nn.Module):
+        def forward(self, x, y, z):
+            return x.argmax(-1), y.argmax(-1, keepdim=True), z.argmax(0)  # z's over rows: not a scan of rows
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(6, 1037, generator=g)
+    x[0, 5] = x[0, 900] = 50.0  # a tie: the first
+    x[1] = float("-inf")  # all -inf: index 0
+    x[2, 700], x[2, 3] = float("nan"), 99.0  # a NaN wins, as in torch
+    x[3, 1036] = 80.0  # in the tail past the last full vector
+    y, z = torch.randn(4, 16, generator=g), torch.randn(5, 9, generator=g)
+    model = Scans()
+    ep = torch.export.export(model, (x, y, z), strict=False)
+    with_linear = fusion._scan_argmaxes(ep.graph_module.graph)  # the pass's step, without the block-linear check
+    ep.graph_module.recompile()
+    targets = [str(n.target) for n in ep.graph.nodes if n.op == "call_function"]
+    assert with_linear == 2 and targets.count("edgespec.argmax_rows.default") == 2 and targets.count("aten.argmax.default") == 1
+    out = Runtime.get().load_program(to_edge(ep).to_executorch().buffer).load_method("forward").execute([x, y, z])
+    for got, want in zip(out, model(x, y, z)):
+        assert got.dtype == torch.long and torch.equal(got, want)
+
+
+@pytest.mark.slow
 def test_glue_ops_match_their_references():
     """edgespec::rms_norm, rope and silu_mul (kernels/glue.cpp) in a real `.pte` agree with
     the model's own PyTorch arithmetic (sizes that are not multiples of the vector width)."""

@@ -13,6 +13,12 @@ they replace (kernels/glue.h), so this pass changes no bit of any output:
 A norm is folded only when every reader is a plain block linear (each recomputes it: a few
 hundred flops), a gate likewise; a residual add only into a linear it alone reads, whose other
 operand is computed before that linear, and never one that is a program output.
+
+The same pass gives the program's argmaxes over the last dimension of 2-D fp32 tensors (a
+speculative step's acceptance and drafting heads) to edgespec's scan (`argmax_rows`, the same
+index: the first largest value):
+
+    argmax(x, -1, keepdim)                                 -> argmax_rows(x) (unsqueezed when keepdim)
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ def fuse_block_linear_glue(ep: torch.export.ExportedProgram) -> torch.export.Exp
     if not any(n.target is linear for n in graph.nodes):
         return ep
     folded = _fold_norms(graph, linear, ops.PROLOGUES["rms_norm"]) + _fold_gates(graph, linear, ops.PROLOGUES["swiglu"]) + _fold_residuals(graph, linear)
+    folded += _scan_argmaxes(graph)
     if folded:
         graph.lint()
         ep.graph_module.recompile()
@@ -116,4 +123,26 @@ def _fold_residuals(graph: Graph, linear) -> int:
             graph.erase_node(add)
             done += 1
             break
+    return done
+
+
+def _scan_argmaxes(graph: Graph) -> int:
+    done = 0
+    for node in [n for n in graph.nodes if n.target is torch.ops.aten.argmax.default]:
+        x = node.args[0]
+        dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+        keepdim = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
+        x_val = x.meta.get("val")
+        if x_val is None or x_val.dim() != 2 or x_val.dtype != torch.float32 or dim not in (-1, 1):
+            continue
+        with graph.inserting_before(node):
+            scan = graph.call_function(torch.ops.edgespec.argmax_rows.default, (x,))
+            scan.meta["val"] = node.meta["val"].squeeze(-1) if keepdim else node.meta["val"]
+            result = scan
+            if keepdim:
+                result = graph.call_function(torch.ops.aten.unsqueeze.default, (scan, -1))
+                result.meta["val"] = node.meta["val"]
+        node.replace_all_uses_with(result)
+        graph.erase_node(node)
+        done += 1
     return done

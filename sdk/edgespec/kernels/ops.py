@@ -17,6 +17,10 @@ into it (block_linear.cpp computes the prologue with the glue op's own arithmeti
 `edgespec::rms_norm(x, weight, eps)`, `edgespec::rope(x [B, T, H, D], cos [T, D], sin [T, D])`,
 `edgespec::silu_mul(a, b)`: the glue between a block-kernel program's linears (glue.cpp),
 each what `edgespec.models.llama`'s RMSNorm, `apply_rope` and SwiGLU gate compute.
+
+`edgespec::argmax_rows(x [R, N]) -> [R] int64`: `x.argmax(-1)` (glue.cpp; the portable
+kernel's scalar scan took 0.19 ms of a speculative step over [4, 49152] logits);
+export/fusion.py swaps it in for a block-kernel program's argmaxes.
 """
 
 from __future__ import annotations
@@ -135,6 +139,25 @@ def _glue(name: str, ref) -> None:
     torch.library.impl(_lib, f"{name}.out", "CompositeExplicitAutograd")(out_variant)
     torch.library.register_fake(f"edgespec::{name}")(lambda x, *rest: torch.empty_like(x))
     torch.library.register_fake(f"edgespec::{name}.out")(lambda *args, out: out)
+
+
+_lib.define("argmax_rows(Tensor x) -> Tensor")
+_lib.define("argmax_rows.out(Tensor x, *, Tensor(a!) out) -> Tensor(a!)")
+
+
+@torch.library.impl(_lib, "argmax_rows", "CompositeExplicitAutograd")
+def _argmax_rows(x):
+    return x.argmax(-1)
+
+
+@torch.library.impl(_lib, "argmax_rows.out", "CompositeExplicitAutograd")
+def _argmax_rows_out(x, *, out):
+    out.copy_(x.argmax(-1))
+    return out
+
+
+torch.library.register_fake("edgespec::argmax_rows")(lambda x: x.new_empty(x.shape[:-1], dtype=torch.long))
+torch.library.register_fake("edgespec::argmax_rows.out")(lambda x, *, out: out)
 
 
 for _name, _ref in (("rms_norm", reference_rms_norm), ("rope", reference_rope), ("silu_mul", reference_silu_mul)):
