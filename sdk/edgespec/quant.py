@@ -351,7 +351,7 @@ class QuantPlan:
 def _linear_rule(name: str, linear: nn.Linear, cfg: QuantConfig, head_bits: int, blocks: BlockWeights | None, source: str | None) -> Rule | None:
     """The rule of one linear under an 8da4w / 8da8w scheme (None: fp32 and fp16 keep linears
     float). blocks, source: the file's blocks and storage type of its weight (None: not the file's)."""
-    if cfg.scheme not in ("8da4w", "8da8w"):
+    if not cfg.int8_activations:
         return None
     n = linear.in_features
     if cfg.block_kernel and n % BLOCK:
@@ -422,8 +422,8 @@ def plan_quantization(
         source = file_types.get(key) if key is not None else None
         rule = None
         if isinstance(m, nn.Linear):
-            scheme = cfg if policy.weights == "scheme" or cfg.scheme not in ("8da4w", "8da8w") else replace(cfg, scheme="8da8w")
-            rule = _linear_rule(name, m, scheme, policy.head_bits or cfg.head_bits, blocks.get(key) if key is not None else None, source)
+            part_cfg = replace(cfg, scheme="8da8w") if policy.weights == "int8" and cfg.int8_activations else cfg
+            rule = _linear_rule(name, m, part_cfg, policy.head_bits or cfg.head_bits, blocks.get(key) if key is not None else None, source)
         elif isinstance(m, nn.Embedding) and cfg.embedding_bits:
             rule = Rounded(cfg.embedding_bits, cfg.group_size, "lookup", "maxabs", source)
         if rule is not None:

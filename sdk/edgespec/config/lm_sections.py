@@ -67,9 +67,14 @@ class QuantConfig(Record):
     kernel: Literal["edgespec", "xnnpack"] = "edgespec"
 
     @property
+    def int8_activations(self) -> bool:
+        """The linears take dynamically quantized int8 activations (8da4w, 8da8w)."""
+        return self.scheme in ("8da4w", "8da8w")
+
+    @property
     def block_kernel(self) -> bool:
         """The program's linears are edgespec's block kernel (8da4w/8da8w with kernel edgespec)."""
-        return self.kernel == "edgespec" and self.scheme in ("8da4w", "8da8w")
+        return self.kernel == "edgespec" and self.int8_activations
 
     def _check(self) -> None:
         require(
@@ -81,7 +86,7 @@ class QuantConfig(Record):
         require(self.embedding_bits in (0, 4, 8), self._at("embedding_bits"), f"must be 0 (off), 4 or 8, got {self.embedding_bits}")
         require(self.head_bits in (4, 8), self._at("head_bits"), f"must be 4 or 8, got {self.head_bits}")
         require(
-            self.kernel != "edgespec" or self.scheme not in ("8da4w", "8da8w") or self.group_size == 32,
+            not self.block_kernel or self.group_size == 32,
             self._at("kernel"),
             f"edgespec's block kernel computes linears in blocks of 32, not group_size {self.group_size}; use group_size 32 or kernel: xnnpack",
         )

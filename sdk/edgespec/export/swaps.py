@@ -25,7 +25,7 @@ from torch import nn
 from edgespec.config import QuantConfig
 from edgespec.errors import EdgespecError
 from edgespec.kernels.block_linear import BlockLinear, stacked
-from edgespec.models.llama import SDPA, Attention, FeedForward, KVCache, RMSNorm
+from edgespec.models.llama import SDPA, Attention, FeedForward, KVCache, RMSNorm, additive_mask
 
 
 def load_executorch_llm_ops() -> None:
@@ -83,7 +83,7 @@ class ExactSDPA(SDPA):
         if q.shape[-1] not in HEAD_SIZES:
             raise EdgespecError(f"edgespec's exact attention supports head sizes {HEAD_SIZES}, not {q.shape[-1]}; export with export.step_attention=rows")
         if mask is not None and mask.dtype == torch.bool:
-            mask = torch.zeros(mask.shape).masked_fill(~mask, float("-inf"))
+            mask = additive_mask(mask)
         return torch.ops.edgespec.attention(q, k, v, start_pos, mask)
 
 

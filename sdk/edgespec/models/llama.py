@@ -193,6 +193,11 @@ def projections(fused: nn.Module | None, linears: Sequence[nn.Linear], names: Se
     return tuple(y if adapters is None or n not in adapters else y + adapters[n](x) for y, n in zip(ys, names))
 
 
+def additive_mask(visible: torch.Tensor) -> torch.Tensor:
+    """A boolean visibility mask as the additive one attention takes: 0 where visible, -inf elsewhere."""
+    return torch.zeros(visible.shape).masked_fill(~visible, float("-inf"))
+
+
 def window_mask(window: int, start_pos, T: int, mask: torch.Tensor | None) -> torch.Tensor:
     """The additive mask [T, start_pos + T] (0 visible, -inf hidden) of rows at cache slots
     start_pos.. that are causal and limited to a sliding window: row i (position
@@ -204,8 +209,7 @@ def window_mask(window: int, start_pos, T: int, mask: torch.Tensor | None) -> to
         raise EdgespecError("sliding-window layers under a tree or batch mask (speculative steps, batched decoding) are not implemented")
     pos = start_pos + torch.arange(T)[:, None]
     keys = torch.arange(start_pos + T)[None, :]
-    visible = (keys <= pos) & (keys > pos - window)
-    return torch.zeros(visible.shape).masked_fill(~visible, float("-inf"))
+    return additive_mask((keys <= pos) & (keys > pos - window))
 
 
 class Attention(nn.Module):

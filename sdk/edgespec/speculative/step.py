@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from edgespec.errors import EdgespecError
+from edgespec.models.llama import additive_mask
 from edgespec.speculative.accept import accept_tree
 from edgespec.speculative.drafters import Drafter, Verified
 from edgespec.speculative.tree import Tree, placeholder_draft
@@ -136,7 +137,7 @@ class SpecProgram(nn.Module):
         else:  # context fully visible, tree rows see their ancestors: [R, pos + R] additive
             rel = torch.arange(pos + R) - pos  # key slot relative to the root
             visible = (rel < 0) | self.tree_visible.index_select(1, rel.clamp(min=0))
-            mask = torch.zeros(visible.shape).masked_fill(~visible, float("-inf"))
+            mask = additive_mask(visible)
         feats, h = self._main(nodes[None], pos, self.node_depth + pos, mask)
         logits = self.base.output(h).float()  # [R, V]
         path, n, tokens = accept_tree(self.tree_children, self.tree_valid, self.depth, nodes, logits, temperature, uniforms, gumbel)
