@@ -230,17 +230,21 @@ def test_feature_cache_is_rebuilt_for_other_data_or_model(tiny_model, tmp_path):
     assert len(calls) == len(ex)
 
 
+def _run_ok(cmd: list[str], env: dict[str, str]) -> None:
+    """Run cmd; on a non-zero exit fail with the tail of its output (the worker's traceback)."""
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, f"{' '.join(cmd[2:4])} exited {done.returncode}:\n{(done.stdout + done.stderr)[-4000:]}"
+
+
 def test_torchrun_two_processes_match_single_process(tmp_path):
     """DDP (gloo, 2 ranks x batch 4) takes the same examples per step as 1 process x batch 8."""
     worker = Path(__file__).parent / "ddp_worker.py"
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    subprocess.run([sys.executable, str(worker), str(tmp_path / "single"), "8"], check=True, env=env, capture_output=True)
-    subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(worker), str(tmp_path / "ddp"), "4"],
-        check=True,
-        env=env,
-        capture_output=True,
-    )
+    # Loopback only: the rendezvous address and gloo's interface would otherwise come from the
+    # host name, which a CI container may not resolve to a bindable address.
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
+    _run_ok([sys.executable, str(worker), str(tmp_path / "single"), "8"], env)
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--local-addr", "127.0.0.1", "--nproc_per_node", "2"]
+    _run_ok([*torchrun, str(worker), str(tmp_path / "ddp"), "4"], env)
     single = torch.load(tmp_path / "single" / "params.pt")
     ddp = torch.load(tmp_path / "ddp" / "params.pt")
     for k in single:
