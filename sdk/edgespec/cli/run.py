@@ -185,10 +185,11 @@ def _generate_batch(run, tokenizer, input_path: str, output_path: str, kwargs: d
 @click.option("--runs", default=5, show_default=True, type=click.IntRange(min=1), help="Runs per prompt and decoder; the median one is kept.")
 @click.option(
     "--mode",
-    type=click.Choice(["both", "spec", "ar"]),
+    type=click.Choice(["both", "spec", "ar", "ar-logits"]),
     default="both",
     show_default=True,
-    help="both: autoregressive and speculative side by side (interleaved runs, alternating order).",
+    help="both: every decoder the program has side by side (interleaved runs, alternating order): autoregressive, "
+    "speculative (spec_step), and ar-logits (greedy from forward's logits where the program's next_token reads a screened head).",
 )
 @LOOKUP
 @THREADS
@@ -205,9 +206,7 @@ def bench(
 
     manifest, tokenizer, runner = _load_bundle(bundle)
     ids = [_prompt_ids(tokenizer, p, True) for p in prompts]
-    modes = ("ar", "spec") if mode == "both" else (mode,)
-    if mode == "both" and not runner.has_spec:
-        modes = ("ar",)
+    modes = ("ar", *(("spec",) if runner.has_spec else ()), *(("ar-logits",) if runner.has_next_token else ())) if mode == "both" else (mode,)
     decoders = dict(decoder(runner, m, lookup, manifest) for m in modes)
     stats = bench_generation(runner, ids, decoders, max_new_tokens=max_new_tokens, warmup=warmup, runs=runs)
     if as_json:

@@ -55,6 +55,14 @@ class QuantConfig(Record):
     ``xnnpack`` (torchao's tensors lowered to XNNPACK's qd8 GEMMs, int8 activations per token:
     a program ExecuTorch's stock runner and the prebuilt Android AAR run as they are). With
     ``edgespec`` the block is 32 (group_size 32) and the lm head's 8 bits are Q8_0 blocks.
+
+    head_screen: the program also gets `next_token` (edgespec.export.constants.NEXT_TOKEN), the
+    greedy token without every logit: an exact argmax that reads a 5-bit screen of the Q8_0
+    head (176 of its 272 bytes per tile) and re-scores from the head's own blocks only the rows
+    whose proven interval reaches the best one (kernels/block_linear/screen.h). Same tokens as
+    forward's argmax; the program grows by the screen (~65% of the head). Worth it where the
+    head is a large share of a token's bytes (Gemma 3: 178 of ~245 MB); autoregressive
+    programs of the block kernel with an 8-bit head only.
     """
 
     PATH: ClassVar[str] = "quant"
@@ -65,6 +73,7 @@ class QuantConfig(Record):
     rounding: Literal["maxabs", "mse"] = "maxabs"
     head_bits: int = 8
     kernel: Literal["edgespec", "xnnpack"] = "edgespec"
+    head_screen: bool = False
 
     @property
     def int8_activations(self) -> bool:
@@ -89,6 +98,11 @@ class QuantConfig(Record):
             not self.block_kernel or self.group_size == 32,
             self._at("kernel"),
             f"edgespec's block kernel computes linears in blocks of 32, not group_size {self.group_size}; use group_size 32 or kernel: xnnpack",
+        )
+        require(
+            not self.head_screen or (self.block_kernel and self.head_bits == 8),
+            self._at("head_screen"),
+            "screens an 8-bit (Q8_0) head of edgespec's block kernel: needs scheme 8da4w or 8da8w, kernel edgespec and head_bits 8",
         )
 
 

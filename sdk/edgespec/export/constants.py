@@ -7,6 +7,11 @@ mirrors this file (android/core/.../ProgramContract.java).
 
 FORWARD = "forward"  # (tokens int64 [1, T], input_pos int64 [1]) -> logits fp32 [1, V]
 
+# the greedy method (present when exported with quant.head_screen), sharing forward's KV cache:
+# next_token(tokens int64 [1, T], input_pos int64 [1]) -> token int64 [1], the argmax of the
+# logits forward would return (the same index), found from the head's screen without them
+NEXT_TOKEN = "next_token"
+
 # the speculative method (present when the bundle has streams), sharing forward's KV cache:
 # spec_step(last int64 [1], draft int64 [D, K], input_pos int64 [1], temperature fp32 [1],
 #           uniforms fp32 [R, K], gumbel fp32 [V]) -> (tokens int64 [D + 1], n int64 [1], draft int64 [D, K])

@@ -103,6 +103,32 @@ def export_forward(model: torch.nn.Module, max_seq_len: int, attention: str = "c
         return torch.export.export(model, (tokens, input_pos), dynamic_shapes=({1: seq}, None), strict=False)
 
 
+class MethodAsForward(torch.nn.Module):
+    """One method of `owner` exposed as `forward` for `torch.export`: methods exported through
+    it keep the same buffer names, so lowered together they share their KV cache."""
+
+    def __init__(self, owner: torch.nn.Module, name: str):
+        super().__init__()
+        self.owner, self.name = owner, name
+
+    def forward(self, *args):
+        return getattr(self.owner, self.name)(*args)
+
+
+def export_with_next_token(model: torch.nn.Module, max_seq_len: int, attention: str = "custom_sdpa") -> dict[str, torch.export.ExportedProgram]:
+    """`export_forward`'s forward plus `next_token` (`Transformer.next_token`: the greedy token,
+    edgespec.export.constants.NEXT_TOKEN), both with a dynamic token count, sharing one KV cache."""
+    from edgespec.export.swaps import executorch_ops
+
+    tokens, input_pos = torch.zeros((1, 4), dtype=torch.long), torch.zeros((1,), dtype=torch.long)
+    seq = torch.export.Dim("seq_len", min=1, max=max_seq_len - 1)
+    with torch.no_grad(), executorch_ops(model, attention):
+        return {
+            name: torch.export.export(MethodAsForward(model, name), (tokens, input_pos), dynamic_shapes=(({1: seq}, None),), strict=False)
+            for name in (C.FORWARD, C.NEXT_TOKEN)
+        }
+
+
 def lower_to_executorch(programs: dict[str, torch.export.ExportedProgram], meta: ProgramMeta, xnnpack: Delegation = "all") -> bytes:
     """XNNPACK-delegate every method as `xnnpack` says (`Delegation`) and serialize to `.pte` bytes."""
     from executorch.exir import EdgeCompileConfig, ExecutorchBackendConfig, to_edge_transform_and_lower

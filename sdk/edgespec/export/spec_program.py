@@ -13,23 +13,12 @@ speculative program's memory past the autoregressive one's by a third instead of
 from __future__ import annotations
 
 import torch
-from torch import nn
 
 from edgespec.export import constants as C
+from edgespec.export.lowering import MethodAsForward
 from edgespec.export.swaps import executorch_ops
 from edgespec.speculative.step import SpecProgram
 from edgespec.speculative.tree import placeholder_draft
-
-
-class _Method(nn.Module):
-    """Exposes one method of a SpecProgram as `forward`, keeping the buffer names shared."""
-
-    def __init__(self, program: SpecProgram, name: str):
-        super().__init__()
-        self.program, self.name = program, name
-
-    def forward(self, *args):
-        return getattr(self.program, self.name)(*args)
 
 
 def example_step_inputs(program: SpecProgram) -> tuple[torch.Tensor, ...]:
@@ -51,8 +40,8 @@ def export_spec_methods(program: SpecProgram, attention: str = "custom_sdpa") ->
     tokens, pos = torch.zeros((1, 4), dtype=torch.long), torch.zeros((1,), dtype=torch.long)
     out = {}
     with torch.no_grad(), executorch_ops(program, attention):
-        out[C.FORWARD] = torch.export.export(_Method(program, "forward"), (tokens, pos), dynamic_shapes=(({1: seq}, None),), strict=False)
-        out[C.SPEC_STEP] = torch.export.export(_Method(program, "step"), example_step_inputs(program), strict=False)
+        out[C.FORWARD] = torch.export.export(MethodAsForward(program, "forward"), (tokens, pos), dynamic_shapes=(({1: seq}, None),), strict=False)
+        out[C.SPEC_STEP] = torch.export.export(MethodAsForward(program, "step"), example_step_inputs(program), strict=False)
     return out
 
 

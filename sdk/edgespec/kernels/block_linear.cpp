@@ -21,6 +21,9 @@
 // random weights under a candidate choice, and `edgespec_set_choice` installs the winner.
 
 #include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <limits>
 #include <chrono>
 #include <mutex>
 #include <random>
@@ -30,6 +33,7 @@
 #include <executorch/runtime/kernel/kernel_includes.h>
 
 #include "block_linear.h"
+#include "block_linear/screen.h"
 #include "glue.h"
 #include "threadpool.h"
 #include "vec8.h"
@@ -142,6 +146,115 @@ Tensor& block_linear_out(KernelRuntimeContext& ctx, const Tensor& x, const Tenso
   return out;
 }
 
+// Row r of x [M, K] -> the index of its largest output over the packed weight's n rows
+// (torch.argmax's rule: first largest, first NaN), for each r: out [M]. Without a screen, the
+// full outputs and a scan. With one (S8H weights, screen.h): the screen's interval per output,
+// the exact outputs (the same path and bits as block_linear's) of the pairs of tiles holding a
+// row whose interval reaches the best lower bound, and the argmax among those rows. A bound
+// that is not finite (an input or a scale beyond range) sends the call to the full path, as
+// does a CPU without a SIMD screen. Returns how many outputs were computed exactly.
+int64_t argmax_rows_of(const B::Choice& choice, const float* x, int64_t M, int64_t K, const uint8_t* w, int64_t format, int64_t n,
+                       const uint8_t* screen, int64_t* out) {
+  const int64_t G = K / B::kBlock, NT = B::tile_rows(n), pairs = NT / 2;
+  static thread_local std::vector<float> logits, hi, d, s, a;
+  static thread_local std::vector<int8_t> q;
+  static thread_local std::vector<int32_t> c;
+  static thread_local std::vector<int64_t> picked;
+  logits.resize(NT * B::kTileRows);
+  const B::Path screen_path = B::best_path();  // the widest the CPU runs (the plan times block_linear's paths, not the screen's)
+  int64_t exact = 0;
+  for (int64_t r = 0; r < M; ++r) {
+    const float* xr = x + r * K;
+    auto full = [&] {
+      linear_rows(choice, Input{xr, K}, 1, K, w, format, n, logits.data());
+      exact += n;
+      return glue::argmax_row(logits.data(), n);
+    };
+    if (screen == nullptr || !B::screen_has_simd(screen_path)) {
+      out[r] = full();
+      continue;
+    }
+    q.resize(K), d.resize(G), s.resize(G), c.resize(G), a.resize(G), hi.resize(NT * B::kTileRows);
+    B::quantize_rows(xr, 1, K, q.data(), d.data(), s.data());
+    B::screen_row_sums(q.data(), d.data(), G, c.data(), a.data());
+    const B::ScreenRow sr{q.data(), d.data(), c.data(), a.data(), G};
+    float* ph = hi.data();
+    std::mutex merge;
+    B::ScreenBest best;
+    const int64_t grain = pairs * G * B::kScreenPairBytes < choice.min_parallel_bytes ? std::max<int64_t>(pairs, 1) : 1;
+    pool::parallel_for(0, pairs, grain, [&](int64_t p0, int64_t p1) {
+      const B::ScreenBest part = B::screen_pairs(screen_path, screen, sr, n, p0, p1, ph);
+      std::lock_guard<std::mutex> lock(merge);
+      best.finite = best.finite && part.finite;
+      best.lo = part.lo > best.lo ? part.lo : best.lo;
+    });
+    if (!best.finite) {
+      out[r] = full();
+      continue;
+    }
+    // the pairs holding a row whose upper bound reaches the best lower one (rows past n: -inf... unset; skipped)
+    picked.clear();
+    for (int64_t p = 0; p < pairs; ++p) {
+      const int64_t v0 = p * B::kPairRows, v1 = std::min(v0 + B::kPairRows, n);
+      bool any = false;
+      for (int64_t v = v0; v < v1; ++v) any |= ph[v] >= best.lo;
+      if (any) picked.push_back(p);
+    }
+    B::QuantizedRows rows{q.data(), d.data(), s.data(), K, G};
+    rows.prefetch = choice.prefetch;
+    const int64_t* pk = picked.data();
+    float* lg = logits.data();
+    const int64_t count = static_cast<int64_t>(picked.size());
+    pool::parallel_for(0, count, count < 64 ? std::max<int64_t>(count, 1) : 1, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) B::linear_tile_rows(choice.path, format, w, rows, 1, n, 2 * pk[i], 2 * pk[i] + 2, lg);
+    });
+    // the first largest (or first NaN) among the candidates, in ascending order: every row that
+    // can equal or beat the argmax is among them, so this is the full head's argmax
+    int64_t arg = -1;
+    float m = 0.f;
+    for (int64_t i = 0; i < count && !(arg >= 0 && m != m); ++i) {
+      const int64_t v1 = std::min((pk[i] + 1) * B::kPairRows, n);
+      for (int64_t v = pk[i] * B::kPairRows; v < v1; ++v) {
+        if (!(ph[v] >= best.lo)) continue;
+        if (lg[v] != lg[v]) {
+          arg = v, m = lg[v];
+          break;
+        }
+        if (arg < 0 || lg[v] > m) arg = v, m = lg[v];
+      }
+    }
+    exact += count * B::kPairRows;
+    out[r] = arg;
+  }
+  return exact;
+}
+
+std::atomic<int64_t> g_exact_rows{0};  // outputs computed exactly by block_argmax calls (edgespec_argmax_exact_rows)
+
+Tensor& block_argmax_out(KernelRuntimeContext& ctx, const Tensor& x, const Tensor& weight, int64_t format, int64_t n,
+                         const executorch::aten::optional<Tensor>& screen, Tensor& out) {
+  ET_KERNEL_CHECK_MSG(ctx, x.scalar_type() == ScalarType::Float && x.dim() >= 1 && x.dim() <= 8, InvalidArgument, out,
+                      "edgespec::block_argmax: x must be fp32 [..., K]");
+  const int64_t tb = B::tile_bytes(format), K = x.size(x.dim() - 1), G = K / B::kBlock, NT = B::tile_rows(n);
+  ET_KERNEL_CHECK_MSG(ctx, tb > 0 && n > 0 && K > 0 && K % B::kBlock == 0, InvalidArgument, out,
+                      "edgespec::block_argmax: a known format, n > 0 and K a multiple of 32");
+  ET_KERNEL_CHECK_MSG(ctx, weight.scalar_type() == ScalarType::Byte && weight.numel() == NT * G * tb, InvalidArgument, out,
+                      "edgespec::block_argmax: packed weight size does not match N, K and the format");
+  ET_KERNEL_CHECK_MSG(ctx,
+                      !screen.has_value() || (format == B::kS8H && screen.value().scalar_type() == ScalarType::Byte &&
+                                              screen.value().numel() == NT / 2 * G * B::kScreenPairBytes),
+                      InvalidArgument, out, "edgespec::block_argmax: a screen is for S8H weights, 352 bytes per 16 rows and block of 32");
+  SizesType sizes[8];
+  for (int64_t i = 0; i + 1 < x.dim(); ++i) sizes[i] = static_cast<SizesType>(x.size(i));
+  ET_KERNEL_CHECK(ctx, executorch::runtime::resize_tensor(out, {sizes, static_cast<size_t>(x.dim() - 1)}) == executorch::runtime::Error::Ok,
+                  InvalidArgument, out);
+  ET_KERNEL_CHECK_MSG(ctx, out.scalar_type() == ScalarType::Long, InvalidArgument, out, "edgespec::block_argmax: int64 out");
+  const int64_t M = x.numel() / K;
+  g_exact_rows += argmax_rows_of(g_plan[B::regime_of(1)], x.const_data_ptr<float>(), M, K, weight.const_data_ptr<uint8_t>(), format, n,
+                                 screen.has_value() ? screen.value().const_data_ptr<uint8_t>() : nullptr, out.mutable_data_ptr<int64_t>());
+  return out;
+}
+
 // Random weights of given shapes (fp16 or fp32 scales of a normal size: the speed does not
 // depend on the values) and random activations, for timing passes.
 struct Bench {
@@ -176,6 +289,8 @@ void block_linear_boxed(KernelRuntimeContext& ctx, executorch::runtime::Span<exe
 
 }  // namespace
 }  // namespace edgespec
+
+EXECUTORCH_LIBRARY(edgespec, "block_argmax.out", edgespec::block_argmax_out);
 
 static auto edgespec_block_linear_registered =
     executorch::runtime::register_kernel(executorch::runtime::Kernel("edgespec::block_linear.out", edgespec::block_linear_boxed));
@@ -300,6 +415,27 @@ double edgespec_bench_read(void* handle, int64_t first, int64_t last) {
   for (const auto& v : sums) sink = sink + v[0];
   return ms;
 }
+
+// The screen's interval [lo, hi] of each of the n outputs for one row x [K] through path `p`
+// (screen.h; every path gives the same bits), single-threaded; 0 when the CPU lacks the path.
+int64_t edgespec_screen_intervals(int64_t p, const float* x, int64_t K, const uint8_t* screen, int64_t n, float* lo, float* hi) {
+  namespace B = edgespec::blocks;
+  if (!edgespec_path_supported(p)) return 0;
+  const int64_t G = K / B::kBlock, NT = B::tile_rows(n);
+  std::vector<int8_t> q(K);
+  std::vector<float> d(G), s(G), a(G), h(NT * B::kTileRows), l(NT * B::kTileRows);
+  std::vector<int32_t> c(G);
+  B::quantize_rows(x, 1, K, q.data(), d.data(), s.data());
+  B::screen_row_sums(q.data(), d.data(), G, c.data(), a.data());
+  B::screen_pairs(static_cast<B::Path>(p), screen, B::ScreenRow{q.data(), d.data(), c.data(), a.data(), G}, n, 0, NT / 2, h.data(), l.data());
+  std::copy_n(l.begin(), n, lo);
+  std::copy_n(h.begin(), n, hi);
+  return 1;
+}
+
+// Outputs computed exactly by edgespec::block_argmax since the last call (reset to 0): n per
+// row without a screen, 8 per re-scored tile with one (bench/head_screen.py reads it).
+int64_t edgespec_argmax_exact_rows() { return edgespec::g_exact_rows.exchange(0); }
 
 void edgespec_bench_free(void* handle) { delete static_cast<edgespec::Bench*>(handle); }
 }

@@ -87,26 +87,56 @@ def pack(blocks: BlockCodes) -> torch.Tensor:
     out, n = blocks.shape
     g = n // BLOCK
     pairs = -(-out // PAIR_ROWS)
-
-    def tiles(a: np.ndarray) -> np.ndarray:  # [out, g, ...] -> [pairs, g, 2, 8, ...], zero-padded rows
-        a = np.concatenate([a, np.zeros((pairs * PAIR_ROWS - out, *a.shape[1:]), a.dtype)])
-        return np.ascontiguousarray(np.moveaxis(a.reshape(pairs, 2, TILE_ROWS, *a.shape[1:]), 3, 1))
-
-    codes = tiles(blocks.codes.numpy().reshape(out, g, BLOCK))  # [pairs, g, 2, 8 rows, 32]
-    if blocks.format.startswith("S8"):
-        elements = codes.view(np.uint8)
-    else:  # byte j of a row: element j in the low nibble, element j + 16 in the high one
-        c = codes.astype(np.uint8)
-        elements = c[..., :16] | (c[..., 16:] << 4)
-    # [..., rows, groups, 4] -> [..., groups, rows, 4]: group c holds every row's 4 codes
-    grouped = elements.reshape(pairs, g, 2, TILE_ROWS, -1, GROUP).swapaxes(3, 4)
+    codes = _tiles(blocks.codes.numpy().reshape(out, g, BLOCK))  # [pairs, g, 2, 8 rows, 32]
+    grouped = _grouped(codes.view(np.uint8) if blocks.format.startswith("S8") else _nibbles(codes))
     scales = (blocks.d, blocks.m)
     if blocks.format == "S8F":  # the scales of each block's two halves, one after the other
         scales = (blocks.d[:, 0::2].contiguous(), blocks.d[:, 1::2].contiguous())
     scale_dtype = np.float32 if blocks.format in FP32_SCALES else np.float16
     parts = [grouped.reshape(pairs, g, 2, -1)]
-    parts += [tiles(t.numpy().astype(scale_dtype)).view(np.uint8).reshape(pairs, g, 2, -1) for t in scales if t is not None]
+    parts += [_tiles(t.numpy().astype(scale_dtype)).view(np.uint8).reshape(pairs, g, 2, -1) for t in scales if t is not None]
     return torch.from_numpy(np.ascontiguousarray(np.concatenate(parts, axis=-1)).reshape(-1))
+
+
+def _tiles(a: np.ndarray) -> np.ndarray:
+    """[out, g, ...] -> [pairs, g, 2, 8, ...]: tiles of 8 rows, pairs of tiles, rows zero-padded."""
+    out = a.shape[0]
+    pairs = -(-out // PAIR_ROWS)
+    a = np.concatenate([a, np.zeros((pairs * PAIR_ROWS - out, *a.shape[1:]), a.dtype)])
+    return np.ascontiguousarray(np.moveaxis(a.reshape(pairs, 2, TILE_ROWS, *a.shape[1:]), 3, 1))
+
+
+def _nibbles(codes: np.ndarray) -> np.ndarray:
+    """4-bit codes [..., 32] -> bytes [..., 16]: byte j holds element j (low nibble) and j + 16."""
+    c = codes.astype(np.uint8)
+    return c[..., :16] | (c[..., 16:] << 4)
+
+
+def _grouped(elements: np.ndarray) -> np.ndarray:
+    """[pairs, g, 2, rows, bytes] -> [pairs, g, 2, groups, rows, 4]: group c holds every row's 4 bytes."""
+    return elements.reshape(*elements.shape[:3], TILE_ROWS, -1, GROUP).swapaxes(3, 4)
+
+
+SCREEN_PAIR_BYTES = 352  # block_linear/screen.h: per 16 rows and block, u's low nibbles (256), fifth bits (64), d fp16 (32)
+
+
+def pack_screen(blocks: BlockCodes) -> torch.Tensor:
+    """The 5-bit screen of an S8H (Q8_0) matrix that `edgespec::block_argmax` reads instead of
+    its codes (block_linear/screen.h): u = (q >> 3) + 16 in 0..31 per code, by pairs of 8-row
+    tiles as `pack` pairs them; uint8 [ceil(out/16) * in/32 * 352], 176/272 of the matrix's bytes."""
+    if blocks.format != "S8H":
+        raise ValueError(f"a screen is made of S8H (Q8_0) codes, not {blocks.format}")
+    out, n = blocks.shape
+    g = n // BLOCK
+    u = _tiles(((blocks.codes.numpy().astype(np.int16) >> 3) + 16).astype(np.uint8).reshape(out, g, BLOCK))  # [pairs, g, 2 tiles, 8 rows, 32]
+    pairs = u.shape[0]
+    # nibble bytes [.., tile, row, 16] -> [.., group c, tile, row, 4]
+    low = np.moveaxis(_nibbles(u & 0x0F).reshape(pairs, g, 2, TILE_ROWS, 4, GROUP), 4, 2).reshape(pairs, g, -1)
+    # uint64 j: bit 32 t + 4 r + e = tile t row r's element 4 j + e
+    fifth = np.moveaxis((u >> 4).reshape(pairs, g, 2, TILE_ROWS, BLOCK // GROUP, GROUP), 4, 2).reshape(pairs, g, BLOCK // GROUP, -1)
+    bits = np.packbits(fifth, axis=-1, bitorder="little").reshape(pairs, g, -1)
+    scales = _tiles(blocks.d.numpy().astype(np.float16)).view(np.uint8).reshape(pairs, g, -1)
+    return torch.from_numpy(np.ascontiguousarray(np.concatenate([low, bits, scales], axis=-1)).reshape(-1))
 
 
 def unpack(packed: torch.Tensor, format: str, out: int, n: int) -> BlockCodes:
@@ -190,6 +220,21 @@ class BlockLinear(nn.Module):
     @property
     def blocks(self) -> BlockCodes:
         return self._blocks
+
+    def add_screen_(self) -> BlockLinear:
+        """Store the 5-bit screen `argmax` reads in the program (S8H weights without a bias)."""
+        if self.bias is not None:
+            raise ValueError("a screened argmax is for a linear without a bias (an lm head)")
+        self.register_buffer("screen", pack_screen(self._blocks))
+        return self
+
+    def argmax(self, x: torch.Tensor) -> torch.Tensor:
+        """`self(x).argmax(-1)`: x [..., K] -> [...] int64, the same index. In a program it is
+        `edgespec::block_argmax`, which reads the screen when one was added (`add_screen_`)
+        and computes exactly only the outputs that could be the largest."""
+        if not self.use_kernel:
+            return self(x).argmax(-1)
+        return torch.ops.edgespec.block_argmax(x, self.packed, FORMAT_IDS[self.format], self.out_features, getattr(self, "screen", None))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.use_kernel:  # the op's schema: edgespec.kernels.ops (imported by `executorch_ops`)

@@ -76,31 +76,6 @@ Tensor& silu_mul_out(KernelRuntimeContext& ctx, const Tensor& a, const Tensor& b
   return out;
 }
 
-int64_t argmax_row(const float* x, int64_t n) {
-  using namespace vec;
-  v8f mv = splat(-std::numeric_limits<float>::infinity());
-  v8i nan = v8i{0, 0, 0, 0, 0, 0, 0, 0};
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    const v8f v = load8(x + i);
-    mv = v > mv ? v : mv;  // a NaN never wins a comparison: found below
-    nan = nan | (v8i)(v != v);
-  }
-  float m = mv[0];
-  bool has_nan = false;
-  for (int j = 0; j < kLanes; ++j) {
-    m = mv[j] > m ? mv[j] : m;
-    has_nan = has_nan || nan[j] != 0;
-  }
-  for (; i < n; ++i) {
-    m = x[i] > m ? x[i] : m;
-    has_nan = has_nan || x[i] != x[i];
-  }
-  for (int64_t j = 0; j < n; ++j)
-    if (has_nan ? x[j] != x[j] : x[j] == m) return j;
-  return 0;
-}
-
 Tensor& argmax_rows_out(KernelRuntimeContext& ctx, const Tensor& x, Tensor& out) {
   ET_KERNEL_CHECK_MSG(ctx, x.scalar_type() == ScalarType::Float && x.dim() == 2 && x.size(1) > 0 && out.scalar_type() == ScalarType::Long,
                       InvalidArgument, out, "edgespec::argmax_rows: fp32 x [R, N > 0], int64 out");
@@ -108,7 +83,7 @@ Tensor& argmax_rows_out(KernelRuntimeContext& ctx, const Tensor& x, Tensor& out)
   ET_KERNEL_CHECK(ctx, executorch::runtime::resize_tensor(out, {rows, 1}) == executorch::runtime::Error::Ok, InvalidArgument, out);
   const float* xd = x.const_data_ptr<float>();
   int64_t* od = out.mutable_data_ptr<int64_t>();
-  for (int64_t r = 0; r < x.size(0); ++r) od[r] = argmax_row(xd + r * x.size(1), x.size(1));
+  for (int64_t r = 0; r < x.size(0); ++r) od[r] = glue::argmax_row(xd + r * x.size(1), x.size(1));
   return out;
 }
 

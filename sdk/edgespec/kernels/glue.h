@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 
 #include "vec8.h"
 
@@ -41,6 +42,33 @@ inline void silu_mul_span(const float* a, const float* b, int64_t n, float* o) {
     eight(ta, tb, to);
     for (int64_t j = i; j < n; ++j) o[j] = to[j - i];
   }
+}
+
+// x's first largest value's index over n > 0 values (its first NaN if it holds one: torch.argmax's
+// rule): a vectorized max, then a scan for its first index.
+inline int64_t argmax_row(const float* x, int64_t n) {
+  using namespace edgespec::vec;
+  v8f mv = splat(-std::numeric_limits<float>::infinity());
+  v8i nan = v8i{0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    const v8f v = load8(x + i);
+    mv = v > mv ? v : mv;  // a NaN never wins a comparison: found below
+    nan = nan | (v8i)(v != v);
+  }
+  float m = mv[0];
+  bool has_nan = false;
+  for (int j = 0; j < kLanes; ++j) {
+    m = mv[j] > m ? mv[j] : m;
+    has_nan = has_nan || nan[j] != 0;
+  }
+  for (; i < n; ++i) {
+    m = x[i] > m ? x[i] : m;
+    has_nan = has_nan || x[i] != x[i];
+  }
+  for (int64_t j = 0; j < n; ++j)
+    if (has_nan ? x[j] != x[j] : x[j] == m) return j;
+  return 0;
 }
 
 }  // namespace glue

@@ -18,6 +18,11 @@ into it (block_linear.cpp computes the prologue with the glue op's own arithmeti
 `edgespec::silu_mul(a, b)`: the glue between a block-kernel program's linears (glue.cpp),
 each what `edgespec.models.llama`'s RMSNorm, `apply_rope` and SwiGLU gate compute.
 
+`edgespec::block_argmax(x [..., K], weight uint8, format, out_features, screen=None) -> [...]
+int64`: `block_linear(x, weight, format, out_features).argmax(-1)`, the same index (first
+largest, first NaN); with an S8H weight's `screen` (`block_linear.pack_screen`) it reads the
+screen and re-scores only the outputs that could be the largest (block_linear/screen.h).
+
 `edgespec::argmax_rows(x [R, N]) -> [R] int64`: `x.argmax(-1)` (glue.cpp; the portable
 kernel's scalar scan took 0.19 ms of a speculative step over [4, 49152] logits);
 export/fusion.py swaps it in for a block-kernel program's argmaxes.
@@ -162,3 +167,27 @@ torch.library.register_fake("edgespec::argmax_rows.out")(lambda x, *, out: out)
 
 for _name, _ref in (("rms_norm", reference_rms_norm), ("rope", reference_rope), ("silu_mul", reference_silu_mul)):
     _glue(_name, _ref)
+
+
+_BLOCK_ARGMAX_ARGS = "Tensor x, Tensor weight, int format, int out_features, Tensor? screen=None"
+_lib.define(f"block_argmax({_BLOCK_ARGMAX_ARGS}) -> Tensor")
+_lib.define(f"block_argmax.out({_BLOCK_ARGMAX_ARGS}, *, Tensor(a!) out) -> Tensor(a!)")
+
+
+def _block_argmax_eager(x, weight, format, out_features, screen=None):
+    return _block_linear_eager(x, weight, format, out_features).argmax(-1)  # the screen changes which outputs are read, not the index
+
+
+@torch.library.impl(_lib, "block_argmax", "CompositeExplicitAutograd")
+def _block_argmax(x, weight, format, out_features, screen=None):
+    return _block_argmax_eager(x, weight, format, out_features, screen)
+
+
+@torch.library.impl(_lib, "block_argmax.out", "CompositeExplicitAutograd")
+def _block_argmax_out(x, weight, format, out_features, screen=None, *, out):
+    out.copy_(_block_argmax_eager(x, weight, format, out_features, screen))
+    return out
+
+
+torch.library.register_fake("edgespec::block_argmax")(lambda x, *rest, **kw: x.new_empty(x.shape[:-1], dtype=torch.long))
+torch.library.register_fake("edgespec::block_argmax.out")(lambda *args, out, **kw: out)

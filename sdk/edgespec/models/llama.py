@@ -403,6 +403,14 @@ class Transformer(nn.Module):
         h = self.hidden(tokens, input_pos)
         return self.output(h[:, -1, :]).float()  # lm head on the last row only: [1, V], fp32
 
+    def next_token(self, tokens: torch.Tensor, input_pos: torch.Tensor) -> torch.Tensor:
+        """The greedy next token, int64 [1]: `forward`'s argmax (first largest). A head that
+        can find its argmax without every logit (`BlockLinear.argmax`: a screened Q8_0 head)
+        does."""
+        h = self.hidden(tokens, input_pos)[:, -1, :]
+        argmax = getattr(self.output, "argmax", None)
+        return argmax(h) if argmax is not None else self.output(h).float().argmax(-1)
+
     def to_half_(self, dtype: torch.dtype = torch.float16) -> Transformer:
         """Half-precision (fp16, or `dtype`) weights and activations; KV cache, attention and
         RoPE tables stay fp32."""

@@ -23,6 +23,7 @@ from edgespec.speculative.suffix import SuffixMatcher
 from edgespec.speculative.tree import placeholder_draft
 
 StepFn = Callable[[torch.Tensor, int], torch.Tensor]
+NextTokenFn = Callable[[torch.Tensor, int], int]  # a StepFn's greedy token (`ProgramRunner.next_token`)
 
 
 @dataclass
@@ -84,6 +85,7 @@ def generate(
     cache: CacheState | None = None,
     spec: SpecMethods | None = None,
     lookup: int = 0,
+    next_token: NextTokenFn | None = None,
 ) -> GenerationResult:
     """The decode loop: prefill the whole prompt in one `step` call, then decode.
 
@@ -111,7 +113,11 @@ def generate(
     program's acceptance does not see the bans).
 
     cache: what the program's KV cache holds from the previous generation; the prompt's
-    longest common prefix with it is not prefilled again (see CacheState)."""
+    longest common prefix with it is not prefilled again (see CacheState).
+
+    next_token: `step`'s greedy token without its logits (the program's `next_token` method, a
+    screened head); used for the calls that feed one token or the prompt when decoding is
+    greedy without n-gram bans (the same tokens as argmax of `step`'s logits)."""
     room = spec.tree_size + spec.depth if spec is not None else 0  # slots a spec step may touch past its position
     _check_prompt(prompt_ids, max_seq_len, room)
     max_new_tokens = min(max_new_tokens, max_seq_len - len(prompt_ids))
@@ -124,16 +130,21 @@ def generate(
         half, no_noise = torch.full((R, k), 0.5), torch.zeros(spec.vocab_size)
         draft = placeholder_draft(spec.depth, k)  # the first step drafts for real
 
+    greedy = next_token if temperature == 0 and no_repeat_ngram_size == 0 else None
+
+    def one_call(tokens: list[int], at: int) -> int:  # the token after feeding `tokens` at position `at`
+        t = torch.tensor([tokens], dtype=torch.long)
+        return greedy(t, at) if greedy is not None else sample(ctx.block(step(t, at)), temperature, gen)
+
     t0 = time.perf_counter()
     start = cache.reusable(prompt_ids) if cache is not None else 0
-    logits = step(torch.tensor([prompt_ids[start:]], dtype=torch.long), start)
+    x = one_call(prompt_ids[start:], start)
     prefill_s = time.perf_counter() - t0
 
     out: list[int] = []
     steps: list[float] = []
     per_call: list[int] = []
     t_dec = time.perf_counter()
-    x = sample(ctx.block(logits), temperature, gen)
     new = [x]
     pos = len(prompt_ids)  # position of x, the last emitted token (not yet in the cache)
     stopped = False
@@ -165,7 +176,7 @@ def generate(
             if no_repeat_ngram_size > 0:
                 new = _unblock(step, ctx, x, pos, new)
         else:  # one token per call
-            new = [sample(ctx.block(step(torch.tensor([[x]], dtype=torch.long), pos)), temperature, gen)]
+            new = [one_call([x], pos)]
         steps.append(time.perf_counter() - t)
         per_call.append(len(new))
         pos += len(new)

@@ -130,6 +130,8 @@ class ProgramRunner(Program):
         self.vocab_size = int(self.constant(C.GET_VOCAB_SIZE))
         self.eos_ids = tuple(int(x) for x in self.constant(C.GET_EOS_IDS, many=True))
         self.has_spec = C.SPEC_STEP in self.program.method_names
+        self.has_next_token = C.NEXT_TOKEN in self.program.method_names
+        self._next_token = None  # loaded on first use
         self.kernel_plan = self._plan_kernels()
         if self.has_spec:  # the SpecMethods of the program (edgespec.runtime.generate)
             self.depth = int(self.constant(C.GET_SPEC_DEPTH))
@@ -154,6 +156,13 @@ class ProgramRunner(Program):
         """Logits of the last position, [V], after feeding tokens [1, T] at start_pos."""
         out = execute(self._forward, [tokens, torch.tensor([start_pos], dtype=torch.long)])
         return out[0].reshape(-1, self.vocab_size)[-1]
+
+    def next_token(self, tokens: torch.Tensor, start_pos: int) -> int:
+        """The greedy next token after feeding tokens [1, T] at start_pos: `forward`'s argmax,
+        from the program's `next_token` (a screened head: fewer bytes read than forward's)."""
+        if self._next_token is None:
+            self._next_token = self.program.load_method(C.NEXT_TOKEN)
+        return int(execute(self._next_token, [tokens, torch.tensor([start_pos], dtype=torch.long)])[0][0])
 
     def spec_step(
         self, last: int, draft: torch.Tensor, pos: int, temperature: float, uniforms: torch.Tensor, gumbel: torch.Tensor

@@ -40,7 +40,9 @@ def bundle_lookup(manifest: LmManifest) -> int:
 
 
 def decoder(runner: ProgramRunner, mode: str, lookup: int | None = None, manifest: LmManifest | None = None):
-    """(mode, decode function) for mode 'ar', 'spec' or 'auto' (spec when the program has it);
+    """(mode, decode function) for mode 'ar', 'spec', 'auto' (spec when the program has it) or
+    'ar-logits' (autoregressive through forward's logits even where the program has
+    `next_token`: the full head, for comparison);
     the function takes (prompt_ids, max_new_tokens=, max_seq_len=, eos_ids=, ...). lookup: the
     hybrid draft's suffix-match length; None: the bundle's own (`bundle_lookup(manifest)`; 0, the
     drafter alone, without a manifest)."""
@@ -52,7 +54,9 @@ def decoder(runner: ProgramRunner, mode: str, lookup: int | None = None, manifes
         if not runner.has_spec:
             raise EdgespecError(f"program '{runner.path}' has no speculative methods (export with a trained drafter: recipe drafter.weights); use --mode ar")
         return mode, functools.partial(generate, runner.forward, spec=runner, lookup=lookup)
-    return mode, functools.partial(generate, runner.forward)
+    if mode == "ar-logits":
+        return mode, functools.partial(generate, runner.forward)
+    return mode, functools.partial(generate, runner.forward, next_token=runner.next_token if runner.has_next_token else None)
 
 
 def verify_program(bundle_dir: str | Path, manifest: LmManifest) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from edgespec.config import Recipe
+from edgespec.errors import EdgespecError
 from edgespec.manifest import (
     LAYOUT,
     GateResult,
@@ -77,8 +78,11 @@ def build_bundle_files(recipe: Recipe, stage_dir: Path, stage: StageClock) -> Lm
     program = spec if spec is not None else model
     quant_summary = quantize_(program, plan_quantization(program, recipe.quant, src.blocks, src.file_types, base=model))
 
+    if recipe.quant.head_screen:
+        _add_head_screen_(model, spec is not None)
+
     stage("export")
-    from edgespec.export.lowering import ProgramMeta, export_forward, lower_to_executorch
+    from edgespec.export.lowering import ProgramMeta, export_forward, export_with_next_token, lower_to_executorch
     from edgespec.export.swaps import program_ops
 
     windowed = bool(src.args.local_layers) and src.args.sliding_window < recipe.model.max_seq_len
@@ -87,6 +91,8 @@ def build_bundle_files(recipe: Recipe, stage_dir: Path, stage: StageClock) -> Lm
         from edgespec.export.spec_program import export_spec_methods, spec_meta
 
         programs = export_spec_methods(spec, ops.attention)
+    elif recipe.quant.head_screen:
+        programs = export_with_next_token(model, recipe.model.max_seq_len, ops.attention)
     else:
         programs = {"forward": export_forward(model, recipe.model.max_seq_len, ops.attention)}
 
@@ -238,3 +244,16 @@ def render_validation(report: dict) -> str:
         lines.append(f"gate not judged: {g['name']}: {g['why']}")
     lines.append("validation " + ("passed" if report["passed"] else "FAILED"))
     return "\n".join(lines)
+
+
+def _add_head_screen_(model, speculative: bool) -> None:
+    """quant.head_screen: store the screen of the model's Q8_0 head (`BlockLinear.add_screen_`)."""
+    from edgespec.kernels.block_linear import BlockLinear
+
+    if speculative:
+        raise EdgespecError("quant.head_screen makes an autoregressive program's next_token; a recipe with a drafter has spec_step instead: set it false")
+    head = model.output
+    if not isinstance(head, BlockLinear) or head.format != "S8H":
+        what = f"{head.format} blocks" if isinstance(head, BlockLinear) else type(head).__name__
+        raise EdgespecError(f"quant.head_screen screens a Q8_0 (S8H) lm head; this model's head is {what}: set quant.head_screen false")
+    head.add_screen_()

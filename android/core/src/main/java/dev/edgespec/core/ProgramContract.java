@@ -6,6 +6,7 @@ package dev.edgespec.core;
  *
  * <pre>
  * forward(tokens int64 [1, T], input_pos int64 [1]) -> logits fp32 [1, V]
+ * next_token(tokens int64 [1, T], input_pos int64 [1]) -> token int64 [1]   (forward's argmax; quant.head_screen)
  * spec_step(last int64 [1], draft int64 [D, K], input_pos int64 [1], temperature fp32 [1],
  *           uniforms fp32 [R, K], gumbel fp32 [V]) -> (tokens int64 [D + 1], n int64 [1], draft int64 [D, K])
  * </pre>
@@ -14,6 +15,7 @@ public final class ProgramContract {
   private ProgramContract() {}
 
   public static final String FORWARD = "forward";
+  public static final String NEXT_TOKEN = "next_token";
   public static final String SPEC_STEP = "spec_step";
 
   public static final String GET_MAX_SEQ_LEN = "get_max_seq_len";
