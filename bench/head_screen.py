@@ -9,6 +9,14 @@ with S_v + B_v >= max_u (S_u - B_u) may be the argmax: those are re-scored from 
 blocks; no other row can win. Worst-case bounds, so the argmax found is the full head's
 (a program would add a margin for its float epilogue's rounding).
 
+With --program BUNDLE (exported with quant.head_screen, so its program has `next_token`): the
+screened head as built, beside the full one, on held-out prose: `edgespec bench --mode both`
+(greedy decoding through `next_token` as "ar" and through forward's logits as "ar-logits",
+interleaved runs, identical tokens checked) at each thread count in a fresh process, and the
+outputs `edgespec::block_argmax` re-scored exactly per generated token.
+
+    python bench/head_screen.py --program /tmp/gemma/screen > docs/results/head_screen_program_gemma3.json
+
 For each of --tokens final hidden states of the model on held-out prose (every 4th of the
 first 4 * tokens positions): how many rows the screen leaves, per number of bits kept (the
 screen reads those bits and the scales; the re-scoring reads whole rows). With --bundle, the
@@ -121,13 +129,85 @@ with tempfile.TemporaryDirectory() as d:
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
+def prose_prompts(count: int) -> list[str]:
+    from edgespec.corpus.varied_text import varied_lines
+
+    return varied_lines(count)["prose"][:count]
+
+
+def decode_side_by_side(bundle: Path, threads: int, prompts: list[str], new_tokens: int, runs: int) -> dict:
+    """`edgespec bench --mode both` in a fresh process: next_token ("ar") beside forward's logits ("ar-logits")."""
+    cmd = [sys.executable, "-m", "edgespec.cli", "bench", "--bundle", str(bundle), "--mode", "both", "--threads", str(threads), "--json"]
+    cmd += ["--runs", str(runs), "--max-new-tokens", str(new_tokens), *(a for p in prompts for a in ("--prompt", p))]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(done.stderr[-3000:])
+    stats = json.loads(done.stdout)
+    keep = ("tokens_per_s", "ms_per_call", "prefill_tokens_per_s")
+    return {
+        "screened_next_token": {k: stats["ar"][k] for k in keep},
+        "full_head_logits": {k: stats["ar-logits"][k] for k in keep},
+        "speedup_decode": round(stats["ar"]["tokens_per_s"] / stats["ar-logits"]["tokens_per_s"], 3),
+        "identical": f"{stats['lossless']['identical']}/{stats['lossless']['prompts']}",
+    }
+
+
+RESCORED_CHILD = """
+import json, sys, ctypes, statistics
+import edgespec
+import torch
+from edgespec.kernels import library
+from edgespec.runtime.session import open_bundle
+bundle, tokens = sys.argv[1], int(sys.argv[2])
+prompts = json.loads(sys.stdin.read())
+manifest, tokenizer, runner = open_bundle(bundle)
+lib = ctypes.CDLL(str(library.load()))
+lib.edgespec_argmax_exact_rows.restype = ctypes.c_int64
+counts = []
+for p in prompts:
+    ids = tokenizer.encode(p)
+    tok = runner.next_token(torch.tensor([ids]), 0)
+    lib.edgespec_argmax_exact_rows()
+    pos = len(ids)
+    for _ in range(tokens):
+        tok = runner.next_token(torch.tensor([[tok]]), pos)
+        counts.append(lib.edgespec_argmax_exact_rows())
+        pos += 1
+counts.sort()
+q = lambda f: counts[int(f * (len(counts) - 1))]
+print(json.dumps({"tokens": len(counts), "rows": runner.vocab_size, "median": q(0.5), "p90": q(0.9), "p99": q(0.99), "max": counts[-1]}))
+"""
+
+
+def rescored_rows(bundle: Path, prompts: list[str], tokens: int) -> dict:
+    """Outputs re-scored exactly per generated token (16 per pair of tiles holding a candidate)."""
+    done = subprocess.run([sys.executable, "-c", RESCORED_CHILD, str(bundle), str(tokens)], input=json.dumps(prompts), capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(done.stderr[-3000:])
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--source", default="gemma-3-270m", help="a model.source whose lm head is Q8_0 blocks")
     ap.add_argument("--tokens", type=int, default=50, help="hidden states screened")
     ap.add_argument("--bits", type=int, nargs="+", default=[4, 5, 6], help="bits of each code the screen keeps")
     ap.add_argument("--bundle", type=Path, help="also split this bundle's one-token forward by ETDump (the head's share)")
+    ap.add_argument("--program", type=Path, help="a bundle with next_token (quant.head_screen): decode with it beside the full head instead")
+    ap.add_argument("--prompts", type=int, default=12, help="--program: held-out prose prompts")
+    ap.add_argument("--new-tokens", type=int, default=64, help="--program: tokens per generation")
+    ap.add_argument("--runs", type=int, default=3, help="--program: runs per prompt and decoder (the median kept)")
+    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="--program: thread counts")
     a = ap.parse_args()
+    if a.program:
+        from edgespec.host import cpu_name
+
+        prompts = prose_prompts(a.prompts)
+        out = {"bundle": str(a.program), "cpu": cpu_name(), "prompts": len(prompts), "new_tokens": a.new_tokens}
+        out["decode"] = {str(t): decode_side_by_side(a.program, t, prompts, a.new_tokens, a.runs) for t in a.threads}
+        out["rescored_outputs_per_token"] = rescored_rows(a.program, prompts, a.new_tokens)
+        print(json.dumps(out, indent=1))
+        return
     h, head = final_hidden(a.source, a.tokens)
     out = {"source": a.source, "tokens": len(h), "screens": screen_counts(h, head, a.bits)}
     if a.bundle:

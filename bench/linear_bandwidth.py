@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import subprocess
 import sys
@@ -82,9 +81,9 @@ def main() -> None:
         if done.returncode != 0:
             sys.exit(done.stderr[-3000:])
         rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
-    cpu = next(
-        (line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")), platform.processor()
-    )
+    from edgespec.host import cpu_name
+
+    cpu = cpu_name()
     print(json.dumps({"cpu": cpu, "bundle": str(a.bundle), "reps": a.reps, "rows": rows}, indent=1))
 
 

@@ -21,7 +21,6 @@ import argparse
 import collections
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -140,9 +139,9 @@ def main() -> None:
         if done.returncode != 0:
             sys.exit(done.stderr[-3000:])
         rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
-    cpu = next(
-        (line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")), platform.processor()
-    )
+    from edgespec.host import cpu_name
+
+    cpu = cpu_name()
     print(json.dumps({"cpu": cpu, "bundle": str(a.bundle), "rows": rows}, indent=1))
 
 

@@ -5,7 +5,8 @@ For --rounds rounds, at each thread count in turn: `edgespec bench --mode ar` on
 choice (`EDGESPEC_KERNEL_PLAN=default`, what the kernel ran before it was chosen by
 measurement), then llama.cpp's `llama-bench -p 0 -n 128 -r --runs` on the GGUF the bundle came
 from. With --prefill N (64 by default), also a prompt of N tokens: one `forward` call of the
-bundle beside `llama-bench -p N`. Each program in a fresh process. Medians over rounds of
+bundle beside `llama-bench -p N`. A bundle whose program has `next_token` (quant.head_screen)
+decodes through it; its full head (`--mode ar-logits`, forward's logits) is measured beside it. Each program in a fresh process. Medians over rounds of
 tokens/s, and the ratios to llama.cpp and 2 threads over 1. llama.cpp is built outside the project (from the
 `llama-cpp-python` sdist's vendored source, `cmake -DGGML_NATIVE=ON`, target llama-bench).
 
@@ -18,20 +19,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 from pathlib import Path
 
 
-def edgespec_tok_s(bundle: Path, threads: int, runs: int, new_tokens: int, flags_only: bool) -> float:
+def edgespec_tok_s(bundle: Path, threads: int, runs: int, new_tokens: int, flags_only: bool, mode: str = "ar") -> float:
     env = dict(os.environ, **({"EDGESPEC_KERNEL_PLAN": "default"} if flags_only else {}))
-    cmd = [sys.executable, "-m", "edgespec.cli", "bench", "--bundle", str(bundle), "--mode", "ar", "--threads", str(threads)]
+    cmd = [sys.executable, "-m", "edgespec.cli", "bench", "--bundle", str(bundle), "--mode", mode, "--threads", str(threads)]
     done = subprocess.run([*cmd, "--runs", str(runs), "--max-new-tokens", str(new_tokens), "--json"], capture_output=True, text=True, env=env)
     if done.returncode != 0:
         sys.exit(done.stderr[-3000:])
-    return json.loads(done.stdout)["ar"]["tokens_per_s"]
+    return json.loads(done.stdout)[mode]["tokens_per_s"]
 
 
 # A prompt of N tokens through the bundle's `forward` in one call, in a fresh process: the
@@ -93,20 +93,28 @@ def main() -> None:
 
         source = json.loads((a.bundle / "manifest.json").read_text())["recipe"]["model"]["source"]
         gguf = embedded_path(source) if is_embedded(source) else Path(source)
-    kinds = ("edgespec", "edgespec_flags", "llama_cpp") + (("edgespec_prefill", "llama_cpp_prefill") if a.prefill else ())
+    # a program with next_token (quant.head_screen) decodes greedily through it; also measured: its full head (forward's logits)
+    screened = "next_token" in json.loads((a.bundle / "manifest.json").read_text())["methods"]
+    kinds = (
+        ("edgespec", "edgespec_flags", "llama_cpp")
+        + (("edgespec_full_head",) if screened else ())
+        + (("edgespec_prefill", "llama_cpp_prefill") if a.prefill else ())
+    )
     samples: dict[str, dict[int, list[float]]] = {k: {t: [] for t in a.threads} for k in kinds}
     for _ in range(a.rounds):
         for t in a.threads:
             samples["edgespec"][t].append(edgespec_tok_s(a.bundle, t, a.runs, a.new_tokens, False))
             samples["edgespec_flags"][t].append(edgespec_tok_s(a.bundle, t, a.runs, a.new_tokens, True))
             samples["llama_cpp"][t].append(llama_tok_s(a.llama_bench, gguf, t, a.runs, a.new_tokens))
+            if screened:
+                samples["edgespec_full_head"][t].append(edgespec_tok_s(a.bundle, t, a.runs, a.new_tokens, False, mode="ar-logits"))
             if a.prefill:
                 samples["edgespec_prefill"][t].append(edgespec_prefill_tok_s(a.bundle, t, a.runs, a.prefill))
                 samples["llama_cpp_prefill"][t].append(llama_tok_s(a.llama_bench, gguf, t, a.runs, a.new_tokens, prompt=a.prefill))
     med = {k: {t: round(statistics.median(v), 2) for t, v in per.items()} for k, per in samples.items()}
-    cpu = next(
-        (line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")), platform.processor()
-    )
+    from edgespec.host import cpu_name
+
+    cpu = cpu_name()
     out = {
         "cpu": cpu,
         "bundle": str(a.bundle),
@@ -117,6 +125,8 @@ def main() -> None:
         "vs_llama_cpp": {t: round(med["edgespec"][t] / med["llama_cpp"][t], 3) for t in a.threads},
         "flags_vs_llama_cpp": {t: round(med["edgespec_flags"][t] / med["llama_cpp"][t], 3) for t in a.threads},
     }
+    if screened:
+        out["full_head_vs_llama_cpp"] = {t: round(med["edgespec_full_head"][t] / med["llama_cpp"][t], 3) for t in a.threads}
     if a.prefill:
         out["prefill_tokens"] = a.prefill
         out["prefill_vs_llama_cpp"] = {t: round(med["edgespec_prefill"][t] / med["llama_cpp_prefill"][t], 3) for t in a.threads}

@@ -161,6 +161,11 @@ def test_gates_pass_and_fail_with_the_measured_margin():
     g = _by_name(check_gates(_report(lossless=(9, 10), events=3), GatesConfig()))
     assert not g["lossless"].passed and "1 differ" in g["lossless"].message
     assert not g["no_overflow"].passed
+    # an autoregressive program with next_token (a screened head): judged against forward's logits
+    screened = _report(spec=False, lossless=(9, 10))
+    screened["overall"]["ar-logits"] = {"tokens_per_s": 170.0}
+    g = _by_name(check_gates(screened, GatesConfig()))["lossless"]
+    assert not g.passed and g.message == "next_token's greedy output identical to forward's logits' on 9/10 prompts (1 differ)"
 
 
 def test_gates_that_do_not_apply():

@@ -8,6 +8,17 @@ import sys
 from pathlib import Path
 
 
+def cpu_name() -> str:
+    """The CPU's model name (/proc/cpuinfo's, else platform.processor()): what benchmark results name."""
+    import platform
+
+    try:
+        names = [line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")]
+    except OSError:
+        names = []
+    return names[0] if names else platform.processor()
+
+
 def usable_cpus(cgroup_root: Path = Path("/sys/fs/cgroup"), proc_cgroup: Path = Path("/proc/self/cgroup")) -> int:
     """CPUs this process may use: its affinity mask (os.cpu_count() where the OS has none),
     capped by a cgroup v2 CPU quota (`cpu.max`) of its cgroup or an ancestor's."""

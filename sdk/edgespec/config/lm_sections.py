@@ -283,7 +283,8 @@ class GatesConfig(Record):
 
     min_speedup: speculative / autoregressive decode tokens/s on the suites (median of the
     per-prompt ratios); 0 turns it off, > 0 requires speculative methods.
-    lossless: speculative greedy output identical to autoregressive greedy output on every prompt.
+    lossless: speculative greedy output identical to autoregressive greedy output on every
+    prompt; with `next_token` (quant.head_screen), its greedy output identical to forward's.
     min_score_ratio: the mean task score (averaged over suites) over the fp32 base model's on
     the same prompts is at least this, unless within the noise of the prompts; 0 turns it off.
     max_answer_nll_increase: the suite prompts' reference answers, teacher-forced: their mean

@@ -78,18 +78,16 @@ def _speedup(report: dict, g: GatesConfig) -> GateResult | GateNotJudged:
 def _lossless(report: dict, g: GatesConfig) -> GateResult | GateNotJudged:
     if not g.lossless:
         return _off("lossless", "false")
-    if report["overall"].get("spec") is None:
-        return GateNotJudged("lossless", "the program has no speculative methods: its only decoder is autoregressive")
+    faster = [name for name, what in (("spec", "speculative"), ("ar-logits", "forward's logits")) if report["overall"].get(name) is not None]
+    if not faster:
+        return GateNotJudged("lossless", "the program has no speculative methods nor next_token: its only decoder is autoregressive")
     counts = report["overall"]["lossless"]
     ok_n, n = counts["identical"], counts["prompts"]
     ok = ok_n == n
-    return GateResult(
-        "lossless",
-        ok,
-        f"{ok_n}/{n}",
-        "all",
-        f"speculative output identical to autoregressive on {ok_n}/{n} prompts" + ("" if ok else f" ({n - ok_n} differ)"),
+    what = " and ".join(
+        {"spec": "speculative output identical to autoregressive", "ar-logits": "next_token's greedy output identical to forward's logits'"}[f] for f in faster
     )
+    return GateResult("lossless", ok, f"{ok_n}/{n}", "all", f"{what} on {ok_n}/{n} prompts" + ("" if ok else f" ({n - ok_n} differ)"))
 
 
 SHORTFALL_P = 0.05  # the score gate fails a program whose shortfall is this unlikely to be the prompts' noise

@@ -1,9 +1,10 @@
 """`edgespec validate`: run a bundle's program on the task suites and judge it by the gates.
 
 Per prompt, the program decodes greedily with every decoder it has (autoregressive, and
-speculative when it has `spec_step`), side by side (edgespec.runtime.speed). The
-autoregressive answer is scored with the suite's metric; the speculative answers must be the
-same tokens (losslessness). The fp32 base model answers the same prompts (cached) for the
+speculative when it has `spec_step`; where it has `next_token`, autoregressive through it and
+through `forward`'s logits), side by side (edgespec.runtime.speed). The autoregressive answer
+is scored with the suite's metric; the other decoders' answers must be the same tokens
+(losslessness). The fp32 base model answers the same prompts (cached) for the
 score-ratio gate, and on held-out text the program's next-token distributions are compared
 with the fp32 source model's (edgespec.harness.fidelity) for the fidelity gates; one fp32
 model serves both. `measure_bundle` measures (typed `Measurements`), `judge` applies the gates
@@ -93,6 +94,8 @@ def measure_bundle(bundle_dir: str | Path, cfg: ValidateConfig, *, on_progress: 
     ids = _encode(examples, manifest, tokenizer, runner)
     # speculative decoding as the bundle decodes by default (its hybrid draft's lookup): what min_speedup judges
     decoders = dict([decoder(runner, "ar")] + ([decoder(runner, "spec", manifest=manifest)] if runner.has_spec else []))
+    if runner.has_next_token:  # "ar" reads the screened head (next_token); its tokens checked against forward's logits
+        decoders["ar-logits"] = decoder(runner, "ar-logits")[1]
     if cfg.lookup and runner.has_spec:
         decoders["lookup"] = decoder(runner, "spec", cfg.lookup)[1]
     rows = _run_suites(examples, ids, decoders, tokenizer, runner, cfg.runs, on_progress)

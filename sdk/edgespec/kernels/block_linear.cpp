@@ -33,7 +33,6 @@
 #include <executorch/runtime/kernel/kernel_includes.h>
 
 #include "block_linear.h"
-#include "block_linear/screen.h"
 #include "glue.h"
 #include "threadpool.h"
 #include "vec8.h"

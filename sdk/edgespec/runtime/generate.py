@@ -31,7 +31,7 @@ class GenerationResult:
     prompt_ids: list[int]
     completion_ids: list[int]
     stopped_by_eos: bool
-    prefill_s: float
+    prefill_s: float  # the prompt fed and its next token chosen (the first completion token)
     decode_s: float
     step_times_s: list[float] = field(default_factory=list)
     tokens_per_call: list[int] = field(default_factory=list)  # tokens emitted by each decode call (1 when autoregressive)
