@@ -142,7 +142,7 @@ def test_block_argmax_in_a_program_is_torchs_argmax_of_the_kernels_logits(screen
     lib.edgespec_argmax_exact_rows()  # reset
     method.execute([x[:1].contiguous()])
     exact = lib.edgespec_argmax_exact_rows()
-    screens = screened and any(lib.edgespec_path_supported(p) for p in (1, 2, 3))  # a SIMD screen (x86 for now)
+    screens = screened and any(lib.edgespec_path_supported(p) for p in (1, 2, 3, 4, 5))  # a SIMD screen: x86, or Arm's dot product
     assert exact == (3 * 16 if screens else rows), exact  # the pairs holding rows 100, 400 and 650
 
 

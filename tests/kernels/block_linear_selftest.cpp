@@ -1,9 +1,11 @@
 // Self-test of block_linear.h with no ExecuTorch: on random tiles of every format, every SIMD
 // path this CPU runs gives the portable path's bits, and a row's result does not depend
 // on how many rows the call carries (M = 1..16, and 70 for the prefill chunks) or on how the
-// tile rows are split among threads. Built and run by tests/test_block_linear.py, natively
-// and cross-compiled for aarch64 under qemu. Prints the formats tested (their tile bytes, by
-// Format id from 1) and the paths tested, the one dispatched to first; exit 1 on a mismatch.
+// tile rows are split among threads; and the head screen (block_linear/screen.h) gives the
+// portable screen's intervals on every path. Built and run by tests/test_block_linear.py,
+// natively and cross-compiled for aarch64 under qemu. Prints the formats tested (their tile
+// bytes, by Format id from 1) and the paths tested, the one dispatched to first; exit 1 on a
+// mismatch (the screen's said on stderr).
 
 #include <cmath>
 #include <cstdio>
@@ -13,6 +15,7 @@
 #include <vector>
 
 #include "block_linear.h"
+#include "block_linear/screen.h"
 
 namespace B = edgespec::blocks;
 
@@ -63,6 +66,47 @@ std::vector<float> run(B::Path path, int64_t format, const std::vector<uint8_t>&
   B::linear_tile_rows(path, format, w.data(), rows, m, n, 0, split, out.data());
   B::linear_tile_rows(path, format, w.data(), rows, m, n, split, nt, out.data());
   return out;
+}
+
+// Screens of random bytes (finite normal scales) for rows of random codes: every path's
+// intervals are the portable screen's bits. Returns the mismatches, each said on stderr.
+int screen_mismatches(const std::vector<B::Path>& paths, std::mt19937& rng) {
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_real_distribution<float> mag(0.5f, 2.f);
+  std::uniform_int_distribution<int> e(-12, -2);
+  int failures = 0;
+  for (int64_t k : {32, 192, 576}) {
+    for (int64_t n : {16, 40, 203}) {
+      const int64_t G = k / B::kBlock, pairs = (n + B::kPairRows - 1) / B::kPairRows;
+      std::vector<uint8_t> screen(pairs * G * B::kScreenPairBytes);
+      for (int64_t pb = 0; pb < pairs * G; ++pb) {
+        uint8_t* p = screen.data() + pb * B::kScreenPairBytes;
+        for (int64_t j = 0; j < B::kScreenScales; ++j) p[j] = static_cast<uint8_t>(byte(rng));
+        for (int r = 0; r < 16; ++r) {
+          const uint16_t h = float_to_half(std::ldexp(byte(rng) % 2 ? mag(rng) : -mag(rng), e(rng)));
+          std::memcpy(p + B::kScreenScales + 2 * r, &h, 2);
+        }
+      }
+      std::vector<int8_t> q(k);
+      std::vector<float> d(G), a(G);
+      std::vector<int32_t> c(G);
+      for (auto& v : q) v = static_cast<int8_t>(byte(rng) - 128);
+      for (auto& v : d) v = std::ldexp(mag(rng), e(rng));
+      B::screen_row_sums(q.data(), d.data(), G, c.data(), a.data());
+      const B::ScreenRow row{q.data(), d.data(), c.data(), a.data(), G};
+      std::vector<float> hi0(n), lo0(n), hi(n), lo(n);
+      B::screen_pairs(B::Path::kPortable, screen.data(), row, n, 0, pairs, hi0.data(), lo0.data());
+      for (B::Path path : paths) {
+        std::fill(hi.begin(), hi.end(), -1.f), std::fill(lo.begin(), lo.end(), -1.f);
+        B::screen_pairs(path, screen.data(), row, n, 0, pairs, hi.data(), lo.data());
+        if (std::memcmp(hi.data(), hi0.data(), n * sizeof(float)) != 0 || std::memcmp(lo.data(), lo0.data(), n * sizeof(float)) != 0) {
+          std::fprintf(stderr, "MISMATCH screen k=%lld n=%lld path=%s\n", static_cast<long long>(k), static_cast<long long>(n), B::path_name(path));
+          ++failures;
+        }
+      }
+    }
+  }
+  return failures;
 }
 
 }  // namespace
@@ -130,6 +174,7 @@ int main() {
       }
     }
   }
+  failures += screen_mismatches(paths, rng);
   std::printf("%s formats=", failures ? "FAILED" : "ok");
   for (int64_t f : formats) std::printf("%s%lld", f > 1 ? "," : "", static_cast<long long>(B::tile_bytes(f)));
   for (B::Path p : paths) std::printf(" %s", B::path_name(p));

@@ -174,9 +174,56 @@ __attribute__((target(EDGESPEC_SCREEN_AVX512))) inline void screen_pair_avx512(c
 }
 #endif
 
-// Whether `path` screens with SIMD code (x86 for now); elsewhere block_argmax computes the full
-// head (the portable screen is the paths' reference, slower than the full head's SIMD path).
-constexpr bool screen_has_simd(Path path) { return path == Path::kAvx2 || path == Path::kAvxVnni || path == Path::kAvx512Vnni; }
+#if EDGESPEC_ARM
+// NEON with the dot-product extension (`sdot`, as neon.h): a 128-bit register holds a group's 4
+// elements of 4 rows (pair rows 4q..4q+3 at 64c + 16q); their fifth bits, bytes 2q, 2q + 1 of a
+// uint64, spread to a lane each by a table lookup. A lane holds u - 16 (-16..15): u's low 4
+// bits under a high nibble of ones where the fifth bit is clear, zeros where it is set (one
+// bit select or shift-insert); dot(u, q_x) = dot(u - 16, q_x) + 16 sum(q_x), folded into c.
+__attribute__((target("arch=armv8.2-a+dotprod"))) inline void screen_pair_dotprod(const uint8_t* w, const ScreenRow& x, float* s2, float* b) {
+  static constexpr uint8_t kLaneBit[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};  // lane i: bit i % 8
+  const uint8x16_t low4 = vdupq_n_u8(0x0f), lane_bit = vld1q_u8(kLaneBit);
+  float32x4_t S[4], Bv[4];
+  for (int q = 0; q < 4; ++q) S[q] = vld1q_f32(s2 + 4 * q), Bv[q] = vld1q_f32(b + 4 * q);
+  for (int64_t g = 0; g < x.g; ++g) {
+    const uint8_t* t = w + g * kScreenPairBytes;
+    const int8_t* xq = x.q + g * kBlock;
+    int8x16_t xb[8];  // the activation's groups of 4, broadcast
+    for (int c = 0; c < 8; ++c) {
+      int32_t four;
+      std::memcpy(&four, xq + 4 * c, 4);
+      xb[c] = vreinterpretq_s8_s32(vdupq_n_s32(four));
+    }
+    uint8x16_t clear[4];  // the fifth bits inverted, uint64s 2i and 2i + 1
+    for (int i = 0; i < 4; ++i) clear[i] = vmvnq_u8(vld1q_u8(t + kScreenBits + 16 * i));
+    const int32_t sum = vaddlvq_s8(vld1q_s8(xq)) + vaddlvq_s8(vld1q_s8(xq + 16));
+    const int32x4_t cx = vdupq_n_s32(x.c[g] - 256 * sum);  // 16 dot(u, q_x) - c = 16 dot(u - 16, q_x) - (c - 256 sum(q_x))
+    const float32x4_t dx = vdupq_n_f32(x.d[g]), ax = vdupq_n_f32(x.a[g]);
+    for (int q = 0; q < 4; ++q) {
+      const uint8x16_t sel = vcombine_u8(vdup_n_u8(2 * q), vdup_n_u8(2 * q + 1)), sel_odd = vaddq_u8(sel, vdupq_n_u8(8));
+      int32x4_t lo = vdupq_n_s32(0), hi = vdupq_n_s32(0);  // elements 0..15, 16..31
+      for (int c = 0; c < 4; ++c) {  // the low nibbles' fifth bits in uint64 c, the high ones' in c + 4
+        const uint8x16_t v = vld1q_u8(t + 64 * c + 16 * q), idx = c % 2 ? sel_odd : sel;
+        const uint8x16_t ones_lo = vtstq_u8(vqtbl1q_u8(clear[c / 2], idx), lane_bit), ones_hi = vtstq_u8(vqtbl1q_u8(clear[2 + c / 2], idx), lane_bit);
+        lo = vdotq_s32(lo, vreinterpretq_s8_u8(vbslq_u8(low4, v, ones_lo)), xb[c]);
+        hi = vdotq_s32(hi, vreinterpretq_s8_u8(vsriq_n_u8(ones_hi, v, 4)), xb[4 + c]);
+      }
+      const float32x4_t dw = vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(reinterpret_cast<const uint16_t*>(t + kScreenScales) + 4 * q)));
+      const int32x4_t ival = vsubq_s32(vshlq_n_s32(vaddq_s32(lo, hi), 4), cx);
+      S[q] = vaddq_f32(S[q], vmulq_f32(vmulq_f32(dw, dx), vcvtq_f32_s32(ival)));
+      Bv[q] = vaddq_f32(Bv[q], vmulq_f32(vabsq_f32(dw), ax));
+    }
+  }
+  for (int q = 0; q < 4; ++q) vst1q_f32(s2 + 4 * q, S[q]), vst1q_f32(b + 4 * q, Bv[q]);
+}
+#endif
+
+// Whether `path` screens with SIMD code (x86's paths; Arm's, both through the dot-product
+// screen); elsewhere block_argmax computes the full head (the portable screen is the paths'
+// reference, slower than the full head's SIMD path).
+constexpr bool screen_has_simd(Path path) {
+  return path == Path::kAvx2 || path == Path::kAvxVnni || path == Path::kAvx512Vnni || path == Path::kDotprod || path == Path::kI8mm;
+}
 
 // What a range of pairs' screen found: the best lower bound, and whether every bound was finite.
 struct ScreenBest {
@@ -199,6 +246,10 @@ inline ScreenBest screen_pairs(Path path, const uint8_t* screen, const ScreenRow
     if (path == Path::kAvx512Vnni) screen_pair_avx512(w, x, ts, tbnd);
     else if (path == Path::kAvxVnni) screen_pair_avx2<Dot::kVnni>(w, x, ts, tbnd);
     else if (path == Path::kAvx2) screen_pair_avx2<Dot::kMaddubs>(w, x, ts, tbnd);
+    else
+#endif
+#if EDGESPEC_ARM
+    if (path == Path::kDotprod || path == Path::kI8mm) screen_pair_dotprod(w, x, ts, tbnd);
     else
 #endif
       screen_pair_portable(w, x, ts, tbnd);
