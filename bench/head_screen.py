@@ -17,6 +17,11 @@ outputs `edgespec::block_argmax` re-scored exactly per generated token.
 
     python bench/head_screen.py --program /tmp/gemma/screen > docs/results/head_screen_program_gemma3.json
 
+With --kernel: the screen's pass against the Q8_0 head's on one thread, a head that stays in
+cache (the arithmetic) and one of Gemma's size (memory).
+
+    python bench/head_screen.py --kernel > docs/results/head_screen_kernel.json
+
 For each of --tokens final hidden states of the model on held-out prose (every 4th of the
 first 4 * tokens positions): how many rows the screen leaves, per number of bits kept (the
 screen reads those bits and the scales; the re-scoring reads whole rows). With --bundle, the
@@ -187,6 +192,61 @@ def rescored_rows(bundle: Path, prompts: list[str], tokens: int) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def kernel_speed(rows: int, reps: int) -> dict:
+    """One row's pass, single-threaded, over a random head of `rows` x 640: the screen's
+    intervals (`edgespec_screen_intervals`, the widest path) against block_linear's Q8_0 pass
+    (`edgespec_bench_pass`, its fastest path and prefetch); medians of `reps`, ms (the screen's
+    time includes quantizing the row and writing the intervals). Small heads stay in cache
+    (the arithmetic), large ones stream from memory."""
+    import ctypes
+    import statistics
+    import time
+
+    import numpy as np
+
+    from edgespec.kernels import library
+    from edgespec.kernels.block_linear import BlockCodes, pack_screen
+
+    lib = ctypes.CDLL(str(library.load()))
+    i64 = ctypes.c_int64
+    lib.edgespec_screen_intervals.restype = i64
+    lib.edgespec_bench_new.restype, lib.edgespec_bench_new.argtypes = ctypes.c_void_p, [ctypes.POINTER(i64), i64, i64]
+    lib.edgespec_bench_pass.restype, lib.edgespec_bench_pass.argtypes = ctypes.c_double, [ctypes.c_void_p, i64, i64, i64, i64, i64, i64]
+    lib.edgespec_bench_free.argtypes = [ctypes.c_void_p]
+    path = next(p for p in (3, 2, 1, 5, 4, 0) if lib.edgespec_path_supported(i64(p)))
+    k = 640
+    g = torch.Generator().manual_seed(0)
+    head = BlockCodes(
+        "S8H", torch.randint(-128, 128, (rows, k), generator=g, dtype=torch.int8), (torch.rand(rows, k // BLOCK, generator=g) * 0.01).half().float()
+    )
+    screen = pack_screen(head).numpy()
+    x = (torch.randn(k, generator=g) * 3).numpy()
+    lo, hi = np.zeros(rows, np.float32), np.zeros(rows, np.float32)
+    ptr = lambda a: a.ctypes.data_as(ctypes.c_void_p)  # noqa: E731
+    bench = lib.edgespec_bench_new((i64 * 3)(rows, k, 3), 1, 1)
+    # the head at its best: every path this CPU runs, prefetching as the plan may choose (16 pair blocks, or none)
+    choices = [(q, pf) for q in (3, 2, 1) if lib.edgespec_path_supported(i64(q)) for pf in (16, 0)]
+    screen_ms, head_ms = [], {c: [] for c in choices}
+    for _ in range(reps):  # alternating
+        t0 = time.perf_counter()
+        lib.edgespec_screen_intervals(i64(path), ptr(x), i64(k), ptr(screen), i64(rows), ptr(lo), ptr(hi))
+        screen_ms.append(1e3 * (time.perf_counter() - t0))
+        for q, pf in choices:
+            head_ms[(q, pf)].append(lib.edgespec_bench_pass(bench, 1, q, pf, 1 << 40, 0, 1))
+    lib.edgespec_bench_free(bench)
+    s = statistics.median(screen_ms)
+    (hq, hpf), h = min(((c, statistics.median(v)) for c, v in head_ms.items()), key=lambda cv: cv[1])
+    return {
+        "rows": rows,
+        "screen_path": path,
+        "screen_mb": round(screen.nbytes / 1e6, 2),
+        "screen_ms": round(s, 4),
+        "q8_head_ms": round(h, 4),
+        "q8_head_choice": {"path": hq, "prefetch": hpf},
+        "head_over_screen": round(h / s, 3),
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--source", default="gemma-3-270m", help="a model.source whose lm head is Q8_0 blocks")
@@ -198,7 +258,13 @@ def main() -> None:
     ap.add_argument("--new-tokens", type=int, default=64, help="--program: tokens per generation")
     ap.add_argument("--runs", type=int, default=3, help="--program: runs per prompt and decoder (the median kept)")
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="--program: thread counts")
+    ap.add_argument("--kernel", action="store_true", help="the screen's pass against the Q8_0 head's, one thread, in cache and from memory")
     a = ap.parse_args()
+    if a.kernel:
+        from edgespec.host import cpu_name
+
+        print(json.dumps({"cpu": cpu_name(), "passes": [kernel_speed(4096, 301), kernel_speed(262144, 21)]}, indent=1))
+        return
     if a.program:
         from edgespec.host import cpu_name
 
