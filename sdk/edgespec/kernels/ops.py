@@ -35,12 +35,26 @@ import torch
 HEAD_SIZES = (16, 32, 48, 64, 96, 128, 256)  # what attention.cpp is compiled for
 
 _lib = torch.library.Library("edgespec", "DEF")
-_lib.define("attention(Tensor q, Tensor k_cache, Tensor v_cache, SymInt start_pos, Tensor? mask=None) -> Tensor")
+
+
+def _op(name: str, args: str, ref, fake=None) -> None:
+    """Define `edgespec::name(args) -> Tensor` and its out variant, `ref` the eager
+    implementation of both, `fake` their shape function for tracing (default: like the first
+    input)."""
+    _lib.define(f"{name}({args}) -> Tensor")
+    _lib.define(f"{name}.out({args}, *, Tensor(a!) out) -> Tensor(a!)")
+    torch.library.impl(_lib, name, "CompositeExplicitAutograd")(ref)
+
+    def out_variant(*args, out, **kwargs):
+        out.copy_(ref(*args, **kwargs))
+        return out
+
+    torch.library.impl(_lib, f"{name}.out", "CompositeExplicitAutograd")(out_variant)
+    torch.library.register_fake(f"edgespec::{name}")(fake or (lambda x, *rest, **kw: torch.empty_like(x)))
+    torch.library.register_fake(f"edgespec::{name}.out")(lambda *args, out, **kw: out)
+
+
 PROLOGUES = {"none": 0, "rms_norm": 1, "swiglu": 2}  # block_linear.cpp's Prologue
-_BLOCK_LINEAR_ARGS = "Tensor x, Tensor weight, int format, int out_features, int prologue=0, Tensor? norm_weight=None, float eps=0.0, Tensor? residual=None"
-_lib.define(f"block_linear({_BLOCK_LINEAR_ARGS}) -> Tensor")
-_lib.define(f"block_linear.out({_BLOCK_LINEAR_ARGS}, *, Tensor(a!) out) -> Tensor(a!)")
-_lib.define("attention.out(Tensor q, Tensor k_cache, Tensor v_cache, SymInt start_pos, Tensor? mask=None, *, Tensor(a!) out) -> Tensor(a!)")
 
 
 def reference_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, start_pos: int, mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -58,66 +72,7 @@ def reference_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.T
     return (scores.softmax(-1) @ v).transpose(0, 1)[None]  # [1, T, H, D]
 
 
-@torch.library.impl(_lib, "attention", "CompositeExplicitAutograd")
-def _attention(q, k_cache, v_cache, start_pos, mask=None):
-    return reference_attention(q, k_cache, v_cache, start_pos, mask)
-
-
-@torch.library.impl(_lib, "attention.out", "CompositeExplicitAutograd")
-def _attention_out(q, k_cache, v_cache, start_pos, mask=None, *, out):
-    out.copy_(reference_attention(q, k_cache, v_cache, start_pos, mask))
-    return out
-
-
-@torch.library.register_fake("edgespec::attention")
-def _attention_fake(q, k_cache, v_cache, start_pos, mask=None):
-    return torch.empty_like(q)
-
-
-@torch.library.register_fake("edgespec::attention.out")
-def _attention_out_fake(q, k_cache, v_cache, start_pos, mask=None, *, out):
-    return out
-
-
-def _block_linear_eager(x, weight, format, out_features, prologue=0, norm_weight=None, eps=0.0, residual=None):
-    from edgespec.kernels.block_linear import FORMAT_IDS, reference_block_linear, unpack
-
-    if prologue == PROLOGUES["rms_norm"]:
-        x = reference_rms_norm(x, norm_weight, eps)
-    elif prologue == PROLOGUES["swiglu"]:
-        x = reference_silu_mul(*x.chunk(2, -1))
-    name = {v: k for k, v in FORMAT_IDS.items()}[format]
-    y = reference_block_linear(x, unpack(weight, name, out_features, x.shape[-1]))
-    return y if residual is None else residual + y
-
-
-@torch.library.impl(_lib, "block_linear", "CompositeExplicitAutograd")
-def _block_linear(x, weight, format, out_features, prologue=0, norm_weight=None, eps=0.0, residual=None):
-    return _block_linear_eager(x, weight, format, out_features, prologue, norm_weight, eps, residual)
-
-
-@torch.library.impl(_lib, "block_linear.out", "CompositeExplicitAutograd")
-def _block_linear_out(x, weight, format, out_features, prologue=0, norm_weight=None, eps=0.0, residual=None, *, out):
-    out.copy_(_block_linear_eager(x, weight, format, out_features, prologue, norm_weight, eps, residual))
-    return out
-
-
-@torch.library.register_fake("edgespec::block_linear")
-def _block_linear_fake(x, weight, format, out_features, prologue=0, norm_weight=None, eps=0.0, residual=None):
-    return x.new_empty((*x.shape[:-1], out_features))
-
-
-@torch.library.register_fake("edgespec::block_linear.out")
-def _block_linear_out_fake(x, weight, format, out_features, prologue=0, norm_weight=None, eps=0.0, residual=None, *, out):
-    return out
-
-
-_lib.define("rms_norm(Tensor x, Tensor weight, float eps) -> Tensor")
-_lib.define("rms_norm.out(Tensor x, Tensor weight, float eps, *, Tensor(a!) out) -> Tensor(a!)")
-_lib.define("rope(Tensor x, Tensor cos, Tensor sin) -> Tensor")
-_lib.define("rope.out(Tensor x, Tensor cos, Tensor sin, *, Tensor(a!) out) -> Tensor(a!)")
-_lib.define("silu_mul(Tensor a, Tensor b) -> Tensor")
-_lib.define("silu_mul.out(Tensor a, Tensor b, *, Tensor(a!) out) -> Tensor(a!)")
+_op("attention", "Tensor q, Tensor k_cache, Tensor v_cache, SymInt start_pos, Tensor? mask=None", reference_attention)
 
 
 def reference_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -134,60 +89,34 @@ def reference_silu_mul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.silu(a) * b
 
 
-def _glue(name: str, ref) -> None:
-    torch.library.impl(_lib, name, "CompositeExplicitAutograd")(ref)
+def _block_linear_eager(x, weight, format, out_features, prologue=0, norm_weight=None, eps=0.0, residual=None):
+    from edgespec.kernels.block_linear import FORMAT_IDS, reference_block_linear, unpack
 
-    def out_variant(*args, out):
-        out.copy_(ref(*args))
-        return out
-
-    torch.library.impl(_lib, f"{name}.out", "CompositeExplicitAutograd")(out_variant)
-    torch.library.register_fake(f"edgespec::{name}")(lambda x, *rest: torch.empty_like(x))
-    torch.library.register_fake(f"edgespec::{name}.out")(lambda *args, out: out)
-
-
-_lib.define("argmax_rows(Tensor x) -> Tensor")
-_lib.define("argmax_rows.out(Tensor x, *, Tensor(a!) out) -> Tensor(a!)")
+    if prologue == PROLOGUES["rms_norm"]:
+        x = reference_rms_norm(x, norm_weight, eps)
+    elif prologue == PROLOGUES["swiglu"]:
+        x = reference_silu_mul(*x.chunk(2, -1))
+    name = {v: k for k, v in FORMAT_IDS.items()}[format]
+    y = reference_block_linear(x, unpack(weight, name, out_features, x.shape[-1]))
+    return y if residual is None else residual + y
 
 
-@torch.library.impl(_lib, "argmax_rows", "CompositeExplicitAutograd")
-def _argmax_rows(x):
-    return x.argmax(-1)
+_BLOCK_LINEAR_ARGS = "Tensor x, Tensor weight, int format, int out_features, int prologue=0, Tensor? norm_weight=None, float eps=0.0, Tensor? residual=None"
+_op("block_linear", _BLOCK_LINEAR_ARGS, _block_linear_eager, lambda x, weight, format, out_features, *rest, **kw: x.new_empty((*x.shape[:-1], out_features)))
+_op("rms_norm", "Tensor x, Tensor weight, float eps", reference_rms_norm)
+_op("rope", "Tensor x, Tensor cos, Tensor sin", reference_rope)
+_op("silu_mul", "Tensor a, Tensor b", reference_silu_mul)
 
 
-@torch.library.impl(_lib, "argmax_rows.out", "CompositeExplicitAutograd")
-def _argmax_rows_out(x, *, out):
-    out.copy_(x.argmax(-1))
-    return out
+def _rows_index(x, *rest, **kw):  # an index per row of x [..., N]: [...] int64
+    return x.new_empty(x.shape[:-1], dtype=torch.long)
 
 
-torch.library.register_fake("edgespec::argmax_rows")(lambda x: x.new_empty(x.shape[:-1], dtype=torch.long))
-torch.library.register_fake("edgespec::argmax_rows.out")(lambda x, *, out: out)
-
-
-for _name, _ref in (("rms_norm", reference_rms_norm), ("rope", reference_rope), ("silu_mul", reference_silu_mul)):
-    _glue(_name, _ref)
-
-
-_BLOCK_ARGMAX_ARGS = "Tensor x, Tensor weight, int format, int out_features, Tensor? screen=None"
-_lib.define(f"block_argmax({_BLOCK_ARGMAX_ARGS}) -> Tensor")
-_lib.define(f"block_argmax.out({_BLOCK_ARGMAX_ARGS}, *, Tensor(a!) out) -> Tensor(a!)")
+_op("argmax_rows", "Tensor x", lambda x: x.argmax(-1), _rows_index)
 
 
 def _block_argmax_eager(x, weight, format, out_features, screen=None):
     return _block_linear_eager(x, weight, format, out_features).argmax(-1)  # the screen changes which outputs are read, not the index
 
 
-@torch.library.impl(_lib, "block_argmax", "CompositeExplicitAutograd")
-def _block_argmax(x, weight, format, out_features, screen=None):
-    return _block_argmax_eager(x, weight, format, out_features, screen)
-
-
-@torch.library.impl(_lib, "block_argmax.out", "CompositeExplicitAutograd")
-def _block_argmax_out(x, weight, format, out_features, screen=None, *, out):
-    out.copy_(_block_argmax_eager(x, weight, format, out_features, screen))
-    return out
-
-
-torch.library.register_fake("edgespec::block_argmax")(lambda x, *rest, **kw: x.new_empty(x.shape[:-1], dtype=torch.long))
-torch.library.register_fake("edgespec::block_argmax.out")(lambda *args, out, **kw: out)
+_op("block_argmax", "Tensor x, Tensor weight, int format, int out_features, Tensor? screen=None", _block_argmax_eager, _rows_index)
