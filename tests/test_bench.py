@@ -125,6 +125,7 @@ def test_prompts_without_decode_calls_are_left_out_of_the_decode_numbers():
 class FakeRunner:
     max_seq_len = 64
     has_spec = True
+    has_next_token = False  # no screened head
     kernel_plan = None  # a program without block linears
 
     def __init__(self, path: Path):

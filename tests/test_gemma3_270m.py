@@ -74,7 +74,7 @@ def test_block_kernel_bundle_past_the_window(tmp_path):
     twice the window): every matrix carried, its bf16 normalizer search clean; a 600-token prompt gives the same last-row logits, bit for bit,
     prefilled in one call as prefilled to 300 and then fed one token per call (the windowed
     layers' masks and the exact attention keep rows independent of the call's shape); its
-    greedy continuation the same either way."""
+    greedy continuation the same either way, and through the screened head's next_token."""
     from click.testing import CliRunner
 
     from edgespec.cli import main
@@ -106,3 +106,11 @@ def test_block_kernel_bundle_past_the_window(tmp_path):
         stepped = runner.forward(ids[:, p : p + 1], p).clone()
     assert torch.equal(whole, stepped)
     assert continue_greedy(stepped, 600) == a
+    # the recipe's next_token (its head read through the 5-bit screen): the same greedy tokens,
+    # the prompt prefilled by it and every step through it
+    assert runner.has_next_token
+    tok, screened = runner.next_token(ids, 0), []
+    for p in range(600, 608):
+        screened.append(tok)
+        tok = runner.next_token(torch.tensor([[tok]]), p)
+    assert screened == a
