@@ -191,7 +191,7 @@ int64_t argmax_rows_of(const B::Choice& choice, const float* x, int64_t M, int64
       out[r] = full();
       continue;
     }
-    // the pairs holding a row whose upper bound reaches the best lower one (rows past n: -inf... unset; skipped)
+    // the pairs holding a row whose upper bound reaches the best lower one (the row that set it at least)
     picked.clear();
     for (int64_t p = 0; p < pairs; ++p) {
       const int64_t v0 = p * B::kPairRows, v1 = std::min(v0 + B::kPairRows, n);
@@ -223,7 +223,7 @@ int64_t argmax_rows_of(const B::Choice& choice, const float* x, int64_t M, int64
       }
     }
     exact += count * B::kPairRows;
-    out[r] = arg;
+    out[r] = arg >= 0 ? arg : full();  // (no candidate: not possible with finite bounds)
   }
   return exact;
 }
@@ -433,7 +433,7 @@ int64_t edgespec_screen_intervals(int64_t p, const float* x, int64_t K, const ui
 }
 
 // Outputs computed exactly by edgespec::block_argmax since the last call (reset to 0): n per
-// row without a screen, 8 per re-scored tile with one (bench/head_screen.py reads it).
+// row without a screen, 16 per re-scored pair of tiles with one (bench/head_screen.py reads it).
 int64_t edgespec_argmax_exact_rows() { return edgespec::g_exact_rows.exchange(0); }
 
 void edgespec_bench_free(void* handle) { delete static_cast<edgespec::Bench*>(handle); }
