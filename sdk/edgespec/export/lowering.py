@@ -96,11 +96,19 @@ def export_forward(model: torch.nn.Module, max_seq_len: int, attention: str = "c
     keeps the program runnable by ExecuTorch's stock LLM runner)."""
     from edgespec.export.swaps import executorch_ops
 
-    tokens = torch.zeros((1, 4), dtype=torch.long)
-    input_pos = torch.zeros((1,), dtype=torch.long)
-    seq = torch.export.Dim("seq_len", min=1, max=max_seq_len - 1)
     with torch.no_grad(), executorch_ops(model, attention):
-        return torch.export.export(model, (tokens, input_pos), dynamic_shapes=({1: seq}, None), strict=False)
+        return export_dynamic_length(model, max_seq_len)
+
+
+def export_dynamic_length(module: torch.nn.Module, max_seq_len: int) -> torch.export.ExportedProgram:
+    """`torch.export` of a module called as (tokens [1, T], input_pos [1]) with T in
+    [1, max_seq_len - 1] (a forward or next_token; the caller holds `executorch_ops`)."""
+    tokens, input_pos = torch.zeros((1, 4), dtype=torch.long), torch.zeros((1,), dtype=torch.long)
+    seq = torch.export.Dim("seq_len", min=1, max=max_seq_len - 1)
+    shapes = ({1: seq}, None)
+    if isinstance(module, MethodAsForward):  # its forward takes *args: one entry holding them all
+        shapes = (shapes,)
+    return torch.export.export(module, (tokens, input_pos), dynamic_shapes=shapes, strict=False)
 
 
 class MethodAsForward(torch.nn.Module):
@@ -120,13 +128,8 @@ def export_with_next_token(model: torch.nn.Module, max_seq_len: int, attention: 
     edgespec.export.constants.NEXT_TOKEN), both with a dynamic token count, sharing one KV cache."""
     from edgespec.export.swaps import executorch_ops
 
-    tokens, input_pos = torch.zeros((1, 4), dtype=torch.long), torch.zeros((1,), dtype=torch.long)
-    seq = torch.export.Dim("seq_len", min=1, max=max_seq_len - 1)
     with torch.no_grad(), executorch_ops(model, attention):
-        return {
-            name: torch.export.export(MethodAsForward(model, name), (tokens, input_pos), dynamic_shapes=(({1: seq}, None),), strict=False)
-            for name in (C.FORWARD, C.NEXT_TOKEN)
-        }
+        return {name: export_dynamic_length(MethodAsForward(model, name), max_seq_len) for name in (C.FORWARD, C.NEXT_TOKEN)}
 
 
 def lower_to_executorch(programs: dict[str, torch.export.ExportedProgram], meta: ProgramMeta, xnnpack: Delegation = "all") -> bytes:

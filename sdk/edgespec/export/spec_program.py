@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from edgespec.export import constants as C
-from edgespec.export.lowering import MethodAsForward
+from edgespec.export.lowering import MethodAsForward, export_dynamic_length
 from edgespec.export.swaps import executorch_ops
 from edgespec.speculative.step import SpecProgram
 from edgespec.speculative.tree import placeholder_draft
@@ -36,11 +36,9 @@ def example_step_inputs(program: SpecProgram) -> tuple[torch.Tensor, ...]:
 def export_spec_methods(program: SpecProgram, attention: str = "custom_sdpa") -> dict[str, torch.export.ExportedProgram]:
     """`torch.export` of forward (autoregressive, dynamic length) and spec_step, attending
     with `edgespec.export.swaps.EXPORT_ATTENTION[attention]` (`export.step_attention`)."""
-    seq = torch.export.Dim("seq_len", min=1, max=program.max_seq_len - 1)
-    tokens, pos = torch.zeros((1, 4), dtype=torch.long), torch.zeros((1,), dtype=torch.long)
     out = {}
     with torch.no_grad(), executorch_ops(program, attention):
-        out[C.FORWARD] = torch.export.export(MethodAsForward(program, "forward"), (tokens, pos), dynamic_shapes=(({1: seq}, None),), strict=False)
+        out[C.FORWARD] = export_dynamic_length(MethodAsForward(program, "forward"), program.max_seq_len)
         out[C.SPEC_STEP] = torch.export.export(MethodAsForward(program, "step"), example_step_inputs(program), strict=False)
     return out
 

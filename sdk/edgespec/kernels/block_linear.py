@@ -214,6 +214,7 @@ class BlockLinear(nn.Module):
         self.format = blocks.format
         self.register_buffer("packed", pack(blocks))
         self.register_buffer("bias", None if bias is None else bias.detach().float().clone())
+        self.register_buffer("screen", None)  # `add_screen_`: the 5-bit screen `argmax` reads
         self._blocks = blocks  # unpacked, for eager calls
         self.use_kernel = False
 
@@ -234,7 +235,7 @@ class BlockLinear(nn.Module):
         and computes exactly only the outputs that could be the largest."""
         if not self.use_kernel:
             return self(x).argmax(-1)
-        return torch.ops.edgespec.block_argmax(x, self.packed, FORMAT_IDS[self.format], self.out_features, getattr(self, "screen", None))
+        return torch.ops.edgespec.block_argmax(x, self.packed, FORMAT_IDS[self.format], self.out_features, self.screen)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.use_kernel:  # the op's schema: edgespec.kernels.ops (imported by `executorch_ops`)
