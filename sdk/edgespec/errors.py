@@ -1,4 +1,4 @@
-"""The errors edgespec raises for bad input and failed gates."""
+"""The errors edgespec raises for bad input and failed gates, and the notes it gives."""
 
 from __future__ import annotations
 
@@ -8,6 +8,10 @@ from typing import Any
 
 class EdgespecError(Exception):
     """A user-facing error: the message says what is wrong and how to fix it (the CLI prints it as one line, exit 2)."""
+
+
+class EdgespecNote(UserWarning):
+    """Something the user should know that needs nothing of them (a cache skipped or built again): the CLI prints it as one `note:` line."""
 
 
 class GateFailure(EdgespecError):

@@ -1,4 +1,5 @@
-"""The machine this process runs on: the CPUs it may use, whether another process still runs."""
+"""The machine this process runs on: the CPUs it may use, whether another process still runs,
+where edgespec keeps what it caches."""
 
 from __future__ import annotations
 
@@ -6,6 +7,12 @@ import math
 import os
 import sys
 from pathlib import Path
+
+
+def cache_dir(kind: str) -> Path:
+    """Where edgespec caches one `kind` of thing (kernels, models, reference, verified):
+    ``$EDGESPEC_CACHE/kind``, by default under ``~/.cache/edgespec``."""
+    return Path(os.environ.get("EDGESPEC_CACHE", Path.home() / ".cache" / "edgespec")) / kind
 
 
 def cpu_name() -> str:

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 import click
 
-from edgespec.errors import EdgespecError
+from edgespec.errors import EdgespecError, EdgespecNote
 
 _TERMINAL: list = []  # the stream edgespec's own lines go to while runtime logs are hidden
 
@@ -23,14 +23,14 @@ def err():
 
 def friendly(fn):
     """Run a command so that an EdgespecError (or the machine's OSError) ends it with one
-    `error: ...` line and a non-zero exit, and a recipe's deprecation warning is one `note:` line."""
+    `error: ...` line and a non-zero exit, and a note (`EdgespecNote`, a recipe's deprecation) is one `note:` line."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         from edgespec.config import RecipeDeprecation
 
         def note(message, category, *rest, **kw) -> None:
-            if issubclass(category, RecipeDeprecation):
+            if issubclass(category, (EdgespecNote, RecipeDeprecation)):
                 click.echo(f"note: {message}", file=err())
             else:
                 previous(message, category, *rest, **kw)
@@ -73,6 +73,7 @@ def quiet_runtime_logs() -> None:
         return
     ctx.meta["edgespec.quiet"] = True
     warnings.filterwarnings("ignore")
+    warnings.filterwarnings("default", category=EdgespecNote)  # edgespec's own notes still reach the terminal
     for name in ("torch", "torchao", "executorch"):
         logging.getLogger(name).setLevel(logging.ERROR)
     saved_stream = sys.stderr

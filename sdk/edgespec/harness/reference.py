@@ -15,11 +15,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from edgespec import __version__
+from edgespec import __version__, host
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("EDGESPEC_CACHE", Path.home() / ".cache" / "edgespec")) / "reference"
+    return host.cache_dir("reference")
 
 
 def _source_identity(source: str) -> list:

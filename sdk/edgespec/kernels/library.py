@@ -5,9 +5,10 @@ Python runtime uses) and load it, which registers the kernels.
 The library is cached under ``$EDGESPEC_CACHE`` (default ``~/.cache/edgespec``), keyed by
 the sources, the flags, the ExecuTorch version and this CPU (it is built with
 ``-march=native``), not by the compiler: a machine without one loads a cached build. A build
-is written to a temporary name holding the builder's pid first, so an interrupted build leaves
-nothing half-written under the library's name, and the next build removes the temporaries of
-builders that no longer run.
+is written to a temporary name holding the builder's pid first and fsynced before and after its
+rename, so neither an interrupted build nor a power loss leaves a partial file under the
+library's name, and the next build removes the temporaries of builders that no longer run. A
+cached library that does not load all the same (empty, truncated) is built again, once.
 """
 
 from __future__ import annotations
@@ -17,13 +18,17 @@ import hashlib
 import os
 import platform
 import shutil
+import struct
 import subprocess
 import tempfile
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
 
-from edgespec.errors import EdgespecError
-from edgespec.host import process_alive
+from edgespec.errors import EdgespecError, EdgespecNote
+from edgespec.host import cache_dir, process_alive
 from edgespec.packages import package_dir
 
 SOURCES = ("attention.cpp", "block_linear.cpp", "glue.cpp", "threadpool.cpp")  # compiled into one library
@@ -95,7 +100,7 @@ def cpu_key(cpuinfo: str | None = None) -> str:
 
 
 def kernels_dir() -> Path:
-    return Path(os.environ.get("EDGESPEC_CACHE", Path.home() / ".cache" / "edgespec")) / "kernels"
+    return cache_dir("kernels")
 
 
 def library_path() -> Path:
@@ -138,25 +143,45 @@ def compile_command(out: Path) -> list[str]:
     ]
 
 
-def build() -> Path:
-    """The library, compiled now if these sources/ExecuTorch/CPU have none cached."""
+def build(again: bool = False) -> Path:
+    """The library, compiled now if these sources/ExecuTorch/CPU have none cached (or `again`:
+    the cached one does not load)."""
     path = library_path()
-    if path.is_file():
+    if path.is_file() and not again:
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(path.parent)
     compiler()  # no compiler: say so before writing anything
-    fd, tmp = tempfile.mkstemp(prefix=f"{_TEMP}{os.getpid()}-", suffix=".so", dir=path.parent)
-    os.close(fd)
-    try:
-        done = subprocess.run(compile_command(Path(tmp)), capture_output=True, text=True)
+    with renamed_into_place(path, f"{_TEMP}{os.getpid()}-", ".so") as tmp:
+        done = subprocess.run(compile_command(tmp), capture_output=True, text=True)
         if done.returncode != 0:
             raise EdgespecError(f"building edgespec's kernels failed:\n{done.stderr.strip()[-3000:]}")
+    return path
+
+
+@contextmanager
+def renamed_into_place(path: Path, prefix: str, suffix: str) -> Iterator[Path]:
+    """A temporary in `path`'s directory for the block to write, renamed onto `path` when the
+    block ends (fsynced before the rename, and the directory after it: the name never holds a
+    partial file, even after a power loss); removed if the block raises."""
+    fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=path.parent)
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        _fsync(tmp)
         os.replace(tmp, path)
+        _fsync(path.parent)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
-    return path
+
+
+def _fsync(path: str | Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def remove_stale_temporaries(directory: Path) -> None:
@@ -171,7 +196,43 @@ def remove_stale_temporaries(directory: Path) -> None:
 @cache
 def load() -> Path:
     """Build if needed and load the library into this process: ExecuTorch's runtime can then
-    run programs that call edgespec's kernels. Idempotent."""
+    run programs that call edgespec's kernels. Idempotent. A cached library that does not load
+    is built again (one note), once."""
     path = build()
-    ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
+    error = _load(path)
+    if error is not None:
+        warnings.warn(f"the cached kernel library '{path}' does not load ({error}); building it again", EdgespecNote, stacklevel=2)
+        error = _load(build(again=True))
+        if error is not None:
+            raise EdgespecError(
+                f"edgespec's kernel library '{path}' was built again and still does not load: {error}; "
+                f"check that the compiler ({compiler()}) builds for this machine and that '{path.parent}' allows executables (else set EDGESPEC_CACHE to a directory that does)"
+            )
     return path
+
+
+def _load(path: Path) -> str | None:
+    """Load the library at `path` into this process: None, or why it does not load."""
+    try:
+        if _truncated(path):  # loading it could kill the process (SIGBUS) rather than fail
+            return "the file is truncated"
+        ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
+    except OSError as e:
+        return str(e)
+    return None
+
+
+def _truncated(path: Path) -> bool:
+    """Whether `path` is an ELF file cut short: it ends inside its header or before the end of
+    its section header table (what a linker writes last). Anything else the loader judges."""
+    with open(path, "rb") as f:
+        head = f.read(64)
+    if head[:4] != b"\x7fELF":
+        return False
+    if len(head) < 64:
+        return True
+    order = "<" if head[5] == 1 else ">"
+    word, shoff_at, shentsize_at = ("Q", 0x28, 0x3A) if head[4] == 2 else ("I", 0x20, 0x2E)  # ELF64, ELF32
+    (shoff,) = struct.unpack_from(order + word, head, shoff_at)
+    shentsize, shnum = struct.unpack_from(order + "HH", head, shentsize_at)
+    return os.path.getsize(path) < shoff + shentsize * shnum

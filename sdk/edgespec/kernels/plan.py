@@ -19,7 +19,9 @@ stage's candidates timed in interleaved passes (median of `reps`), and takes one
 seconds for the default model; the plan is cached beside the kernel library (whose name already holds the CPU,
 the sources and the flags) under the thread count and the shapes. Every choice gives the same
 bits (block_linear.h: every path, split and prefetch distance computes the same float
-operations), so a plan changes speed only.
+operations), so a plan changes speed only. A cached plan this CPU cannot install (damaged,
+edited, of another version) is measured again; a cache that cannot be written is skipped with a
+note, the plan measured every run.
 
 `EDGESPEC_KERNEL_PLAN=default` skips the measurement (the flags' choice: the widest path,
 prefetch 16, matrices under 128 KB on one thread).
@@ -32,13 +34,15 @@ import hashlib
 import json
 import os
 import statistics
-import tempfile
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from functools import cache
 from pathlib import Path
 
+from edgespec.config import Record, from_dict, parsing
+from edgespec.errors import EdgespecError, EdgespecNote
 from edgespec.kernels import library
 from edgespec.kernels.block_linear import FORMAT_IDS, PAIR_ROWS, TILE_BYTES
 
@@ -52,7 +56,7 @@ ENV = "EDGESPEC_KERNEL_PLAN"
 
 
 @dataclass(frozen=True)
-class Choice:
+class Choice(Record):
     """How a call computes: SIMD path, prefetch distance (pair blocks), and the split rule
     (calls whose tiles times their rows are fewer bytes than `min_parallel_bytes` run on one
     thread)."""
@@ -71,7 +75,7 @@ class Choice:
 
 
 @dataclass(frozen=True)
-class RegimePlan:
+class RegimePlan(Record):
     """One regime's winner, its median pass time and the default choice's, and the last
     stage's candidates (label -> median ms of a pass), all timed side by side."""
 
@@ -91,7 +95,7 @@ class RegimePlan:
 
 
 @dataclass(frozen=True)
-class KernelPlan:
+class KernelPlan(Record):
     threads: int
     calls: int  # op calls of one forward (the shapes timed)
     weight_mb: float
@@ -102,9 +106,13 @@ class KernelPlan:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, d: dict) -> KernelPlan:
-        regimes = {k: RegimePlan(v["rows"], Choice(**v["choice"]), v["ms"], v["default_ms"], v["tried"], v["timed"]) for k, v in d["regimes"].items()}
-        return cls(d["threads"], d["calls"], d["weight_mb"], regimes, d["tune_s"])
+    def from_json(cls, d: object) -> KernelPlan:
+        """The plan `to_json` gave; ValueError for anything else (another shape, another type)."""
+        try:
+            with parsing("kernel plan field"):
+                return from_dict(cls, d, "")
+        except EdgespecError as e:
+            raise ValueError(str(e)) from None
 
     def summary(self) -> dict:
         """What was chosen and why, per regime (for `edgespec bench --json`)."""
@@ -145,8 +153,10 @@ def current(regime: str) -> Choice:
 def install(plan: KernelPlan) -> None:
     """Make `plan`'s choices the ones every block-linear call of this process uses."""
     for name, r in plan.regimes.items():
-        if not _lib().edgespec_set_choice(list(REGIMES).index(name), PATHS.index(r.choice.path), r.choice.prefetch, r.choice.min_parallel_bytes):
-            raise ValueError(f"the plan's {name} path {r.choice.path!r} does not run on this CPU")
+        c = r.choice
+        known = name in REGIMES and c.path in PATHS
+        if not (known and _lib().edgespec_set_choice(list(REGIMES).index(name), PATHS.index(c.path), c.prefetch, c.min_parallel_bytes)):
+            raise ValueError(f"the plan's {name!r} choice ({c.path!r}, prefetch {c.prefetch}, {c.min_parallel_bytes} bytes) does not run on this CPU")
 
 
 def install_flags_choice() -> None:
@@ -271,14 +281,37 @@ def plan_program(forward: Callable[[int], object], threads: int) -> KernelPlan |
     if not shapes:
         return None
     path = plan_path(shapes, threads)
+    plan = _cached(path)
+    if plan is None:
+        plan = tune(shapes, threads, forward)
+        _save(plan, path)
+        install(plan)
+    return plan
+
+
+def _cached(path: Path) -> KernelPlan | None:
+    """The plan cached at `path`, installed; None (to measure it again) when there is none this
+    CPU runs: no file, an unreadable or damaged one, one of another shape or naming a regime or
+    choice this CPU does not have."""
     try:
         plan = KernelPlan.from_json(json.loads(path.read_text()))
-    except (OSError, ValueError, KeyError, TypeError):
-        plan = tune(shapes, threads, forward)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".plan-", suffix=".json", dir=path.parent)
-        with os.fdopen(fd, "w") as f:
-            json.dump(plan.to_json(), f, indent=1)
-        os.replace(tmp, path)
-    install(plan)
+        if plan.regimes.keys() != REGIMES.keys():
+            return None
+        install(plan)
+    except (OSError, ValueError):  # ValueError: not UTF-8, not JSON, not a plan, not a plan of this CPU
+        return None
     return plan
+
+
+def _save(plan: KernelPlan, path: Path) -> None:
+    """Cache `plan` at `path`; a cache that cannot be written is skipped with a note."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with library.renamed_into_place(path, ".plan-", ".json") as tmp:
+            tmp.write_text(json.dumps(plan.to_json(), indent=1))
+    except OSError as e:
+        warnings.warn(
+            f"the kernel plan could not be cached in '{path.parent}' ({e.strerror or e}), so it is measured again next run; set EDGESPEC_CACHE to a writable directory to keep it",
+            EdgespecNote,
+            stacklevel=3,
+        )

