@@ -59,7 +59,10 @@ def test_batch_writes_every_line_and_reports_bad_ones(tmp_path, pipelined):
     decode, _ = _fake_decode()
     stats = run_batch(decode, _encode, _text, tmp_path / "in.jsonl", tmp_path / "out.jsonl", gen_kwargs={"max_new_tokens": 4}, pipelined=pipelined)
     rows = _lines(tmp_path / "out.jsonl")
+    errors = [r for r in rows if "error" in r]  # recorded with their ids (a duplicate id is not: its first line is there)
+    rows = [r for r in rows if "error" not in r]
     assert [r["id"] for r in rows] == [f"p{i}" for i in range(20)]  # input order kept
+    assert [e["id"] for e in errors] == [errors[0]["id"], "x", "long"] and errors[0]["id"].startswith("sha256:")
     assert rows[5]["completion"] == _text([(sum(_encode("prompt number 5")) + k) % 50 for k in range(4)])
     assert stats.generated == 20 and len(stats.errors) == 4
     msgs = " | ".join(e["error"] for e in stats.errors)

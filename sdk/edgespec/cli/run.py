@@ -11,7 +11,7 @@ from edgespec.cli.terminal import THREADS, err, friendly, progress_bar, quiet_ru
 from edgespec.errors import EdgespecError
 
 
-def _load_bundle(bundle: str, verify: bool = False):
+def _load_bundle(bundle: str, verify: bool = True):
     from edgespec.runtime.session import open_bundle
 
     return open_bundle(bundle, verify=verify)
@@ -45,11 +45,22 @@ LOOKUP = click.option(
 @click.command()
 @click.option("--bundle", required=True, type=click.Path(), help="Bundle directory from `edgespec export`.")
 @click.option("--prompt", help="User prompt (or use --input for a batch).")
-@click.option("--input", "input_path", type=click.Path(dir_okay=False), help='Batch: a JSONL file, one {"id", "prompt"} object per line.')
+@click.option(
+    "--input",
+    "input_path",
+    type=click.Path(dir_okay=False),
+    help='Batch: a JSONL file, one {"id", "prompt"} object per line (without an id, a line is known by its prompt\'s hash).',
+)
 @click.option("--output", "output_path", type=click.Path(dir_okay=False), help="Batch: JSONL to append results to (resumable: finished ids are skipped).")
 @click.option("--max-new-tokens", default=128, show_default=True, type=click.IntRange(min=1))
-@click.option("--temperature", default=0.0, show_default=True, type=click.FloatRange(min=0.0), help="0 = greedy.")
-@click.option("--seed", default=0, show_default=True, type=int, help="Sampling seed (temperature > 0).")
+@click.option("--temperature", default=0.0, show_default=True, type=click.FloatRange(min=0.0), help="0 = greedy; a finite number.")
+@click.option(
+    "--seed",
+    default=0,
+    show_default=True,
+    type=click.IntRange(-(2**63), 2**64 - 1),
+    help="Sampling seed (temperature > 0): an integer from -2**63 to 2**64-1, what torch's generator takes.",
+)
 @MODE
 @LOOKUP
 @NGRAM
@@ -62,7 +73,12 @@ LOOKUP = click.option(
     help="Batch: prefill only where a prompt differs from what the KV cache holds (shared system prompt or context).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of streaming text.")
-@click.option("--verify", is_flag=True, help="Check every bundle file's SHA-256 against the manifest before loading.")
+@click.option(
+    "--verify/--no-verify",
+    default=True,
+    show_default=True,
+    help="Check every bundle file's SHA-256 against the manifest before loading (a file unchanged since this machine checked it is not hashed again).",
+)
 @THREADS
 @friendly
 def generate(
@@ -89,6 +105,9 @@ def generate(
         raise EdgespecError("give either --prompt or --input (with --output)")
     if input_path is not None and output_path is None:
         raise EdgespecError("--input needs --output (the JSONL file results are appended to)")
+    from edgespec.runtime.sampling import check_temperature
+
+    check_temperature(temperature)
     quiet_runtime_logs()
     set_thread_count(threads)
     from edgespec.models.tokenizer import StreamDecoder
@@ -159,7 +178,7 @@ def _generate_batch(run, tokenizer, input_path: str, output_path: str, kwargs: d
             run, lambda t: _prompt_ids(tokenizer, t, chat), tokenizer.decode, p, output_path, gen_kwargs=kwargs, pipelined=pipelined, on_item=on_item
         )
     for e in stats.errors:
-        where = f"line {e['line']}" if "line" in e else f"id {e['id']}"
+        where = ", ".join(f"{k} {e[k]}" for k in ("line", "id") if k in e)
         click.echo(f"skipped {where}: {e['error']}", file=err())
     click.echo(json.dumps(stats.as_dict()))
 

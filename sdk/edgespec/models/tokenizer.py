@@ -116,9 +116,16 @@ class Tokenizer:
 
     @classmethod
     def from_file(cls, path, **meta) -> Tokenizer:
+        """The tokenizer in a `tokenizer.json` file; EdgespecError naming the file when it is
+        unreadable or not a tokenizer."""
         from pathlib import Path
 
-        return cls.from_json(Path(path).read_text(), **meta)
+        try:
+            return cls.from_json(Path(path).read_text(encoding="utf-8"), **meta)
+        except OSError as e:
+            raise EdgespecError(f"cannot read tokenizer '{path}': {e.strerror}") from None
+        except Exception as e:  # the tokenizers library raises plain Exception for a file it cannot parse
+            raise EdgespecError(f"tokenizer '{path}' is not a tokenizer.json the tokenizers library reads ({str(e)[:200]}); re-export the bundle") from None
 
     @property
     def vocab_size(self) -> int:
@@ -157,11 +164,24 @@ def _compiled_template(source: str):
     return ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True).from_string(source)
 
 
+def check_text(text: str, what: str = "the prompt") -> str:
+    """text, or an EdgespecError when it is not valid Unicode: a lone surrogate, from a JSON
+    escape such as \\ud800 or from bytes that are not UTF-8 (Python decodes those in argv and
+    in files read with errors="surrogateescape" as \\udc80-\\udcff), which no tokenizer takes."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise EdgespecError(
+            f"{what} is not valid text: {text[e.start]!r} at character {e.start} (bytes that are not UTF-8, or a lone surrogate escape); give it as UTF-8 text"
+        ) from None
+    return text
+
+
 def encode_prompt(tokenizer: Tokenizer, text: str, chat_template: bool) -> list[int]:
     """Token ids of a user prompt: in the model's chat template when `chat_template` is set and
     the tokenizer has one, else the raw text (the recipe's `model.chat_template`, or
-    --no-chat-template). An empty prompt is an EdgespecError."""
-    if not text.strip():
+    --no-chat-template). An empty prompt, or one that is not valid text, is an EdgespecError."""
+    if not check_text(text).strip():
         raise EdgespecError("the prompt is empty")
     return tokenizer.encode(tokenizer.apply_chat_template(text) if chat_template and tokenizer.chat_template else text)
 

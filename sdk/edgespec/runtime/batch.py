@@ -4,14 +4,18 @@
     main thread:    decode with the program (one program, one thread) ─┤ bounded queue
     writer thread:  detokenize, append one JSON line, flush + fsync   ─┘
 
-Resumable: ids already in the output are skipped, and a torn last line (a killed writer) is
-cut off before appending, so a crash loses no finished line and duplicates none. A
-malformed input line (not JSON, no string "prompt", a prompt too long for the program) is
-reported and skipped; it never stops the batch.
+Resumable: ids already in the output are skipped (a line without an id has the SHA-256 of its
+prompt as id, so an edited input resumes what each line asks for), and a torn last line (not
+JSON: a killed writer) is cut off before appending, so a crash loses no finished line and
+duplicates none. A line that cannot be generated (not JSON, no string "prompt", text that is
+not valid UTF-8, a prompt too long for the program) is reported and recorded in the output as
+{"id", "line", "error"} (its id, else the SHA-256 of the line), so a rerun moves past it; it
+never stops the batch. Delete an error row to try its line again.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import queue
@@ -22,8 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from edgespec.errors import EdgespecError
+from edgespec.models.tokenizer import check_text
 
 _DONE = object()
+_TORN = object()  # a line that is not JSON
 
 
 @dataclass
@@ -52,30 +58,52 @@ class BatchStats:
 
 
 def finished_ids(output: Path) -> set[str]:
-    """Ids of the complete lines of an output file; a torn last line is cut off the file."""
+    """Ids of the complete lines of an output file. A torn last line (not JSON) is cut off the
+    file; a whole one without its newline (an edited file) gets one."""
     if not output.exists():
         return set()
     data = output.read_bytes()
     end = data.rfind(b"\n") + 1
-    if end < len(data):  # the writer died mid-line: drop the fragment
+    rows = [_json(line) for line in data[:end].splitlines()]
+    if end < len(data):
+        last = _json(data[end:])
         with open(output, "r+b") as f:
-            f.truncate(end)
+            if last is _TORN:  # the writer died mid-line: drop the fragment
+                f.truncate(end)
+            else:
+                f.seek(0, os.SEEK_END)
+                f.write(b"\n")
+                rows.append(last)
             f.flush()
             os.fsync(f.fileno())
-    done = set()
-    for line in data[:end].splitlines():
-        try:
-            done.add(str(json.loads(line)["id"]))
-        except (json.JSONDecodeError, KeyError, TypeError):
-            continue
-    return done
+    return {str(r["id"]) for r in rows if isinstance(r, dict) and "id" in r}
 
 
-def _parse(n: int, line: str) -> tuple[str, str]:
-    obj = json.loads(line)
+def _json(line: bytes):
+    """The JSON value of a line, or _TORN."""
+    try:
+        return json.loads(line)
+    except (ValueError, RecursionError):  # JSONDecodeError, bytes that are not UTF-8; nesting too deep
+        return _TORN
+
+
+def _sha256_key(text: str) -> str:
+    """The id of a line without one: 'sha256:' and 16 hex digits of its text (any code points)."""
+    return "sha256:" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def _given_id(obj) -> str | None:
+    """The id a parsed input line gives (as text), None if none; EdgespecError if it is not text."""
+    if not isinstance(obj, dict) or obj.get("id") is None:
+        return None
+    return check_text(str(obj["id"]), "the id")
+
+
+def _prompt(obj) -> str:
+    """The prompt of a parsed input line, else ValueError or EdgespecError (not valid text)."""
     if not isinstance(obj, dict) or not isinstance(obj.get("prompt"), str) or not obj["prompt"].strip():
         raise ValueError("expected a JSON object with a non-empty string 'prompt'")
-    return str(obj.get("id", n)), obj["prompt"]
+    return check_text(obj["prompt"])
 
 
 def run_batch(
@@ -109,37 +137,56 @@ def run_batch(
 
     def items():  # (id, prompt, ids) or an error dict, for every line not done yet
         seen = set(done)
-        with open(inp, encoding="utf-8", errors="replace") as f:
+        with open(inp, encoding="utf-8", errors="surrogateescape") as f:  # bytes that are not UTF-8: caught by check_text
             for n, line in enumerate(f, 1):
                 if not line.strip():
                     continue
                 stats.total_lines += 1
+                key = None
                 try:
-                    key, prompt = _parse(n, line)
-                except (json.JSONDecodeError, ValueError) as e:
-                    yield {"line": n, "error": f"malformed input: {e}"}
+                    obj = json.loads(line)
+                    key = _given_id(obj)
+                    prompt = _prompt(obj)
+                    named, key = key is not None, key or _sha256_key(prompt)
+                except (ValueError, RecursionError, EdgespecError) as e:  # RecursionError: JSON nested too deep
+                    key = key or _sha256_key(line)
+                    if key not in done:
+                        yield {"line": n, "id": key, "error": f"malformed input: {e}"}
+                    else:
+                        stats.skipped_done += 1
                     continue
                 if key in seen:
                     stats.skipped_done += key in done
                     if key not in done:
-                        yield {"line": n, "id": key, "error": "duplicate id in the input (first one kept)"}
+                        why = "duplicate id in the input" if named else "the same prompt as an earlier line without an id"
+                        yield {"line": n, "id": key, "error": f"{why} (first one kept)"}
                     continue
                 seen.add(key)
-                yield key, prompt, encode(prompt)
+                yield n, key, prompt, encode(prompt)
 
     def generate(item):
         if isinstance(item, dict):
             return item
-        key, prompt, ids = item
+        n, key, prompt, ids = item
         try:
             res = decode(ids, **gen_kwargs)
         except EdgespecError as e:  # e.g. a prompt longer than the program's context
-            return {"id": key, "error": str(e)}
+            return {"line": n, "id": key, "error": str(e)}
         return key, prompt, res
+
+    written = set(done)
+
+    def record(row: dict) -> None:
+        sink.write(json.dumps(row, ensure_ascii=False) + "\n")
+        sink.flush()
+        os.fsync(sink.fileno())  # a finished line survives a crash
+        written.add(row["id"])
 
     def write(result) -> None:
         if isinstance(result, dict):
             stats.errors.append(result)
+            if result["id"] not in written:  # not a duplicate of a line already in the output
+                record({"id": result["id"], "line": result["line"], "error": result["error"]})
         else:
             key, prompt, res = result
             row = {
@@ -152,9 +199,7 @@ def run_batch(
                 "tokens_per_call": round(res.mean_tokens_per_call, 3),
                 "reused_prefix_tokens": res.reused_prefix,
             }
-            sink.write(json.dumps(row, ensure_ascii=False) + "\n")
-            sink.flush()
-            os.fsync(sink.fileno())  # a finished line survives a crash
+            record(row)
             stats.generated += 1
             stats.new_tokens += len(res.completion_ids)
             stats.prompt_tokens += len(res.prompt_ids)

@@ -2,14 +2,28 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
+
+from edgespec.errors import EdgespecError
+
+MIN_TEMPERATURE = 1e-6  # a lower one is taken as this: logits / 1e-300 overflow float32 (as the spec program's clamp)
+
+
+def check_temperature(temperature: float) -> float:
+    """temperature, or an EdgespecError when it is not a finite number >= 0 (nan fails every
+    comparison; inf would sample uniformly, whatever the logits)."""
+    if not (math.isfinite(temperature) and temperature >= 0):
+        raise EdgespecError(f"temperature {temperature} is not a finite number >= 0; give --temperature 0 (greedy) or a positive number such as 0.7")
+    return temperature
 
 
 def sample(logits: torch.Tensor, temperature: float, generator: torch.Generator | None = None) -> int:
     """logits: [V] -> token id."""
     if temperature <= 0:
         return greedy(logits)
-    probs = torch.softmax(logits.float() / temperature, dim=-1)
+    probs = torch.softmax(logits.float() / max(check_temperature(temperature), MIN_TEMPERATURE), dim=-1)
     return int(torch.multinomial(probs, 1, generator=generator))
 
 

@@ -5,6 +5,8 @@
 - Fingerprints (SHA-256) of what decides a result: the base model's weights, the data's
   content, and for a run (`run_fingerprint`) the drafter and training settings. A checkpoint
   is resumed, and a feature file reused, only when its fingerprint matches.
+- `load_saved`: what edgespec's own `torch.save` wrote (tensors, numbers, strings), read with
+  weights_only=True: a pickle that would run code is refused, never run.
 """
 
 from __future__ import annotations
@@ -44,6 +46,18 @@ def examples_digest(examples: list[TrainExample]) -> str:
     return h.hexdigest()
 
 
+def load_saved(path: Path) -> dict | None:
+    """The dict saved at path, or None when the file is damaged, holds anything but a dict, or
+    holds more than tensors, numbers and strings (weights_only: such a pickle could run code)."""
+    try:
+        blob = torch.load(path, weights_only=True)
+    except OSError:
+        raise
+    except Exception:  # UnpicklingError (code), RuntimeError or EOFError (damaged), ...
+        return None
+    return blob if isinstance(blob, dict) else None
+
+
 def run_fingerprint(model: Drafter, examples: list[TrainExample], hp: TrainConfig, draft_ids: torch.Tensor | None = None) -> str:
     """What decides the trained weights: base model, drafter settings, draft vocabulary, data
     content and the training settings (not where they are written nor how often)."""
@@ -73,7 +87,7 @@ class FeatureCache:
     ):
         key = {"base": tensors_digest(model.base), "taps": model.taps, "bf16": bf16, "data": examples_digest(examples)}
         if path is not None and path.is_file():
-            blob = torch.load(path)
+            blob = load_saved(path) or {}  # unreadable: rebuilt, as for other data
             if blob.get("key") == key:
                 self.h = blob["h"]
                 return

@@ -8,7 +8,8 @@
 - Checkpoints (`ckpt.pt`, atomic) hold the drafter's weights, optimizer, step, the loss log
   and a fingerprint of what determines the weights (base model, data, drafter and training
   settings, `run_fingerprint`); `train_drafter` resumes from one only when the fingerprint
-  matches, and the feature cache is reused only for the same base model and data.
+  matches (and reads it with weights_only: a crafted ckpt.pt runs no code), and the feature
+  cache is reused only for the same base model and data.
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ import torch
 from torch import nn
 
 from edgespec.config import TrainConfig
+from edgespec.output_dir import claim_dir, written_names
 from edgespec.speculative.drafters import Drafter, new_drafter, save_drafter
-from edgespec.speculative.features import FeatureCache, run_fingerprint
+from edgespec.speculative.features import FeatureCache, load_saved, run_fingerprint
 from edgespec.speculative.loss import DraftLoss
 from edgespec.speculative.streams import count_parameters
 from edgespec.speculative.train_data import TrainExample, epoch_order, load_examples, make_batch
@@ -81,11 +83,15 @@ def train_drafter(
     log, step = TrainLog(), 0
     fingerprint = run_fingerprint(model, examples, hp, draft_ids)
     if ckpt_path.is_file():
-        blob = torch.load(ckpt_path, weights_only=False)
+        fresh = "delete it to start over, or set train.out_dir to a new directory"
+        blob = load_saved(ckpt_path)
+        if blob is None:
+            raise EdgespecError(
+                f"{ckpt_path} is damaged or holds more than tensors, numbers and strings (loading it could run code), so it is not read; {fresh}"
+            )
         if blob.get("fingerprint") != fingerprint:
             raise EdgespecError(
-                f"{ckpt_path} was written by a run with another base model, data or stream/training settings; "
-                "resuming it would mix two runs. Delete it to start over, or set train.out_dir to a new directory"
+                f"{ckpt_path} was written by a run with another base model, data or stream/training settings; resuming it would mix two runs: {fresh}"
             )
         params.load_state_dict(blob["params"])
         opt.load_state_dict(blob["opt"])
@@ -145,6 +151,10 @@ def train_drafter(
     return log
 
 
+# what a training run writes in train.out_dir (checkpoint, log, features, the drafter, the curve)
+RUN_FILES = written_names("*.pt", "*.tmp", "log.json", "loss.png")
+
+
 def train_from_recipe(recipe, on_status: Callable[[str], None] = lambda s: None, on_step: Callable[[int, TrainLog], None] = lambda step, log: None) -> dict:
     """`edgespec train`: base model -> features -> drafter training -> <drafter>.pt in out_dir
     (text-pair data in the chat template as the recipe's `model.chat_template` says)."""
@@ -152,14 +162,13 @@ def train_from_recipe(recipe, on_status: Callable[[str], None] = lambda s: None,
     from edgespec.speculative.vocab import draft_vocabulary
 
     s, t = recipe.drafter, recipe.train
+    out = claim_dir(t.out_dir, RUN_FILES, "train.out_dir")  # before the model loads
     torch.manual_seed(t.seed)
     src = read_source(recipe.model.source, max(recipe.model.max_seq_len, t.seq_len + s.gamma + 1))
     base = build_model(src)
     tok = tokenizer_of(src)
     model = new_drafter(base, s)
     params = model.params
-    out = Path(t.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     on_status("data")
     examples = load_examples(t.data, tok, t.seq_len, recipe.model.chat_template)
     if t.soft_weight > 0 and not any(e.topk_ids is not None for e in examples):
