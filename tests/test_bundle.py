@@ -58,8 +58,10 @@ if at == "old":
 else:
     exchange = B._exchange
     B._exchange = lambda a, b: exchange(a, b) and os._exit(9)
-with B.staged_bundle(out) as stage:
+with B.staged_bundle(out) as stage:  # a complete bundle: the old one's manifest over new files
     (stage / B.PROGRAM).write_bytes(b"new")
+    (stage / B.TOKENIZER).write_text("{}")
+    B.write_manifest(stage, B.read_manifest(out))
 """
 
 

@@ -95,7 +95,7 @@ def test_hostile_zip_is_refused_and_nothing_is_written(tmp_path, case, match):
         "symlink": lambda: _hostile(tmp_path, [(_link("model.pte"), b"/etc/passwd")], {"model.pte": _sha(b"/etc/passwd")}),
         "directory": lambda: _hostile(tmp_path, [("model.pte/", b"")], {"model.pte": _sha(b"")}),
         "duplicate": lambda: _hostile(tmp_path, [("model.pte", data), ("model.pte", data)], {"model.pte": _sha(data)}),
-        "corrupt": lambda: _hostile(tmp_path, [("model.pte", data)], {"model.pte": _sha(b"other")}),
+        "corrupt": lambda: _hostile(tmp_path, [("model.pte", data), ("tokenizer.json", data)], {"model.pte": _sha(b"other"), "tokenizer.json": _sha(data)}),
         "no_manifest": lambda: _zip_without_manifest(tmp_path),
         "bomb": lambda: _hostile(tmp_path, [("model.pte", b"\x00" * (1 << 20))], {"model.pte": _sha(b"\x00" * (1 << 20))}),
     }

@@ -69,7 +69,7 @@ def test_recipe_bytes(tmp_path_factory, raw):
 
 
 @FAST
-@given(st.dictionaries(st.sampled_from(["schema_version", "files", "methods", "model", "tokenizer", "speculative"]), json_values) | json_values)
+@given(st.dictionaries(st.sampled_from(["schema_version", "task", "files", "methods", "model", "tokenizer", "speculative"]), json_values) | json_values)
 def test_manifests(tmp_path_factory, data):
     d = tmp_path_factory.mktemp("b")
     if isinstance(data, dict) and "schema_version" in data and data["schema_version"] is None:
@@ -80,6 +80,57 @@ def test_manifests(tmp_path_factory, data):
         _works_or_says_why(verify_checksums, d, m)
     res = CliRunner().invoke(main, ["verify", "--bundle", str(d)])
     assert res.exit_code == 2 and res.output.startswith("error: ") and res.output.count("\n") == 1, res.output
+
+
+def _paths(data, prefix=()):
+    """Every (key path) of nested dicts in `data`."""
+    for k, v in data.items():
+        yield (*prefix, k)
+        if isinstance(v, dict):
+            yield from _paths(v, (*prefix, k))
+
+
+@pytest.fixture(scope="module")
+def valid_bundle_data(tmp_path_factory):
+    """A bundle's files (program bytes, tokenizer) and its valid manifest, as JSON data."""
+    from tests.manifests import tiny_manifest
+
+    from edgespec.bundle import PROGRAM, TOKENIZER, write_manifest
+
+    d = tmp_path_factory.mktemp("valid")
+    (d / PROGRAM).write_bytes(b"not a program")
+    (d / TOKENIZER).write_text("{}")
+    return d, write_manifest(d, tiny_manifest()).to_dict()
+
+
+@FAST
+@given(st.data())
+def test_manifest_fields_set_to_anything(valid_bundle_data, tmp_path_factory, data):
+    """A valid manifest with one field (at any depth) set to any JSON value, or removed, or
+    nested deeply: reading and verifying it works or is one EdgespecError; the CLI says one line."""
+    import copy
+
+    src, valid = valid_bundle_data
+    m = copy.deepcopy(valid)
+    path = data.draw(st.sampled_from(sorted(_paths(m), key=str)))
+    parent = m
+    for k in path[:-1]:
+        parent = parent[k]
+    how = data.draw(st.sampled_from(["value", "remove", "deep"]))
+    if how == "remove":
+        del parent[path[-1]]
+    else:
+        parent[path[-1]] = data.draw(json_values) if how == "value" else "<deep>"
+    d = tmp_path_factory.mktemp("b")
+    for f in src.iterdir():
+        (d / f.name).write_bytes(f.read_bytes())
+    (d / MANIFEST).write_text(json.dumps(m).replace('"<deep>"', "[" * 3000 + "]" * 3000))
+    got = _works_or_says_why(read_manifest, d)
+    if got is not None:
+        _works_or_says_why(verify_checksums, d, got)
+    for cmd in ("verify", "info"):
+        res = CliRunner().invoke(main, [cmd, "--bundle", str(d)])
+        assert res.exit_code == 0 or (res.exit_code == 2 and res.output.startswith("error: ") and res.output.count("\n") == 1), res.output
 
 
 @FAST

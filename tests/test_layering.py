@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parent.parent / "sdk"
 
 # lowest first; a module may import from its own layer and the layers below it
 LAYERS = (
-    ("edgespec", "errors", "packages", "host", "config"),  # shared basics ("edgespec" = __init__)
+    ("edgespec", "errors", "packages", "host", "output_dir", "config"),  # shared basics ("edgespec" = __init__)
     ("kernels",),  # edgespec's own ExecuTorch kernels (C++), their op schemas and their build
     ("models", "corpus"),  # the decoder, loaders, tokenizer; prompt suites and training data
     ("speculative", "quant", "numerics"),  # model transforms: streams and drafting, torchao, normalizers

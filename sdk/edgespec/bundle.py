@@ -7,6 +7,7 @@ never loses the bundle it was replacing.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -21,6 +22,7 @@ from edgespec.errors import EdgespecError
 from edgespec.host import process_alive
 from edgespec.manifest import LAYOUT, FileEntry, Manifest, parse_manifest
 from edgespec.manifest import SCHEMA_VERSION as SCHEMA_VERSION  # readers check it beside the file names
+from edgespec.output_dir import listing
 
 MANIFEST = LAYOUT.manifest
 PROGRAM = LAYOUT.program
@@ -42,16 +44,7 @@ def staged_bundle(outdir: str | Path, overwrite: bool = True) -> Iterator[Path]:
     On any exception the staging directory is removed and `outdir` is left untouched; a kill
     at any point leaves `outdir` as it was or restorable by the next export's cleanup.
     """
-    out = Path(outdir).resolve()
-    try:
-        if out.parent.is_dir():
-            _remove_stale_stages(out)  # first: it may put back the bundle a killed export had moved aside
-    except OSError as e:
-        raise EdgespecError(f"cannot write to output directory '{out.parent}': {e.strerror}") from None
-    if out.exists() and not out.is_dir():
-        raise EdgespecError(f"output '{out}' exists and is not a directory")
-    if out.exists() and not overwrite:
-        raise EdgespecError(f"output '{out}' already exists")
+    out = check_output(outdir, overwrite)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-{os.getpid()}-", dir=out.parent))
@@ -63,6 +56,55 @@ def staged_bundle(outdir: str | Path, overwrite: bool = True) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         raise
+
+
+def check_output(outdir: str | Path, overwrite: bool = True) -> Path:
+    """The absolute bundle path `outdir`, once it is known that a bundle may be written there:
+    nothing is there, or (`overwrite`) an empty directory or a bundle (`check_replaceable`).
+    Callers run it before slow work; `staged_bundle` runs it again."""
+    out = Path(outdir).resolve()
+    try:
+        if out.parent.is_dir():
+            _remove_stale_stages(out)  # first: it may put back the bundle a killed export had moved aside
+    except OSError as e:
+        raise EdgespecError(f"cannot write to output directory '{out.parent}': {e.strerror}") from None
+    if out.exists() and not out.is_dir():
+        raise EdgespecError(f"output '{out}' exists and is not a directory")
+    if out.exists() and not overwrite:
+        raise EdgespecError(f"output '{out}' already exists (--overwrite replaces a bundle there)")
+    if out.exists():
+        check_replaceable(out)
+    return out
+
+
+def check_replaceable(out: Path) -> None:
+    """Raise unless the existing directory `out` may be replaced: it is empty, or an edgespec
+    bundle (its manifest parses) holding nothing but its manifest's files. Anything else is the
+    user's, and a bundle is written elsewhere."""
+    try:
+        if not any(out.iterdir()):
+            return
+    except OSError as e:
+        raise EdgespecError(f"cannot read output directory '{out}': {e.strerror}") from None
+    way_out = "nothing was written: choose a new or empty directory (edgespec replaces only a bundle it wrote)"
+    try:
+        manifest = read_manifest(out)
+    except EdgespecError:
+        found = listing(e.name for e in out.iterdir())
+        raise EdgespecError(f"output '{out}' exists and is not an edgespec bundle (it holds {found}); {way_out}") from None
+    unlisted = [name for name in _tree_names(out) if name != MANIFEST and name not in manifest.files]
+    if unlisted:
+        raise EdgespecError(f"output '{out}' is a bundle but also holds files its manifest does not list ({listing(unlisted)}); {way_out}")
+
+
+def _tree_names(root: Path) -> list[str]:
+    """Every non-directory under `root` (links included, never followed), relative, with '/'."""
+    names = []
+    for top, dirs, files in os.walk(root):
+        rel = Path(top).relative_to(root)
+        names += [(rel / f).as_posix() for f in files]
+        names += [(rel / d).as_posix() for d in dirs if (Path(top) / d).is_symlink()]
+    return names
 
 
 def _replace_dir(new: Path, out: Path) -> None:
@@ -139,21 +181,91 @@ def read_manifest(bundle_dir: str | Path) -> Manifest:
     if not mf.is_file():
         raise EdgespecError(f"bundle '{d}' has no {MANIFEST}")
     try:
-        data = json.loads(mf.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise EdgespecError(f"bundle '{d}': {MANIFEST} is not valid JSON ({e})") from None
+        data = json.loads(mf.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+        raise EdgespecError(f"bundle '{d}': {MANIFEST} is not valid JSON ({_reason(e)})") from None
+    except OSError as e:
+        raise EdgespecError(f"bundle '{d}': cannot read {MANIFEST}: {e.strerror}") from None
     return parse_manifest(data, f"bundle '{d}': {MANIFEST}")
 
 
-def verify_checksums(bundle_dir: str | Path, manifest: Manifest) -> None:
-    """Raise if any file listed in the manifest is missing or differs."""
+def _reason(e: Exception) -> str:
+    return "nested too deeply" if isinstance(e, RecursionError) else str(e)
+
+
+def verify_checksums(bundle_dir: str | Path, manifest: Manifest, remembered: bool = False) -> None:
+    """Raise if a file the bundle's runtime reads is not in the manifest (an unlisted file
+    cannot be checked), or a listed file is missing or its SHA-256 differs. `remembered`: a
+    file unchanged since this machine last hashed it at the same path (`VerifiedFiles`) is not
+    hashed again: what opening a bundle does; `edgespec verify` hashes everything."""
     d = Path(bundle_dir)
+    unlisted = [n for n in manifest.needed_files() if n not in manifest.files]
+    if unlisted:
+        raise EdgespecError(f"bundle '{d}': {MANIFEST} does not list {listing(unlisted)}, so it cannot be checked; re-export the bundle")
+    seen = VerifiedFiles.load() if remembered else None
     for name, entry in manifest.files.items():
         p = d / name
         if not p.is_file():
             raise EdgespecError(f"bundle '{d}': file '{name}' listed in the manifest is missing")
+        if seen is not None and seen.holds(p, entry.sha256):
+            continue
         if sha256_file(p) != entry.sha256:
             raise EdgespecError(f"bundle '{d}': file '{name}' is corrupt (SHA-256 does not match the manifest)")
+        if seen is not None:
+            seen.add(p, entry.sha256)
+    if seen is not None:
+        seen.save()
+
+
+class VerifiedFiles:
+    """Files this machine hashed and found as their manifest says, by absolute path, with the
+    size, modification and status-change times and inode they had then
+    (``$EDGESPEC_CACHE/verified/files.json``). A file that still has all of them is taken as
+    unchanged: the same test `make` and rsync rely on, with the status-change time, which no
+    program can set back, beside the modification time. A cache that cannot be read is empty;
+    one that cannot be written is not kept."""
+
+    LIMIT = 256  # entries kept, the newest
+
+    def __init__(self, path: Path, entries: dict[str, list]):
+        self.path, self.entries = path, entries
+
+    @classmethod
+    def load(cls) -> VerifiedFiles:
+        from edgespec.host import cache_dir
+
+        path = cache_dir("verified") / "files.json"
+        try:
+            entries = json.loads(path.read_text())
+            if not isinstance(entries, dict):
+                entries = {}
+        except (OSError, ValueError, RecursionError):
+            entries = {}
+        return cls(path, entries)
+
+    @staticmethod
+    def _identity(p: Path, sha256: str) -> list:
+        st = p.stat()
+        return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev, sha256]
+
+    def holds(self, p: Path, sha256: str) -> bool:
+        return self.entries.get(str(p.resolve())) == self._identity(p, sha256)
+
+    def add(self, p: Path, sha256: str) -> None:
+        key = str(p.resolve())
+        self.entries.pop(key, None)
+        self.entries[key] = self._identity(p, sha256)
+
+    def save(self) -> None:
+        entries = dict(list(self.entries.items())[-self.LIMIT :])
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(json.dumps(entries))
+            tmp.replace(self.path)
+        except OSError:
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
 
 
 def drafter_weights(bundle_dir: str | Path, manifest: Manifest) -> Path:
@@ -230,8 +342,8 @@ def unpack_zip(zip_path: str | Path, outdir: str | Path, overwrite: bool = False
             raise EdgespecError(f"'{src}' declares {total:,} bytes unpacked, more than the limit of {max_bytes:,}")
         try:
             data = json.loads(_read_member(z, z.getinfo(MANIFEST), 1 << 20).decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise EdgespecError(f"'{src}': {MANIFEST} is not valid JSON ({e})") from None
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+            raise EdgespecError(f"'{src}': {MANIFEST} is not valid JSON ({_reason(e)})") from None
         manifest = parse_manifest(data, f"'{src}'")
         listed = set(manifest.files)
         extra = [n for n in names if n != MANIFEST and n not in listed]

@@ -41,6 +41,11 @@ class BundleLayout:
     normsearch_json: str = SEARCH_REPORT_JSON  # the normalizer search's report (numerics.search: true)
     asr_report_json: str = "asr_report.json"
 
+    def is_report(self, name: str) -> bool:
+        """Whether `name` is one of the files a validation report writes (its JSON, its
+        markdown, its plots): what a report directory may hold to be written over."""
+        return name in (self.report_md, self.report_json, self.asr_report_json) or name.endswith(".png")
+
     @staticmethod
     def rejected(outdir: str | Path) -> Path:
         """Where an export whose gates failed leaves its report: `<outdir>.rejected/`."""
@@ -49,6 +54,11 @@ class BundleLayout:
 
 
 LAYOUT = BundleLayout()
+
+
+def inside_bundle(name: str) -> bool:
+    """Whether a file name in a manifest stays inside the bundle: relative, no `..`, no NUL."""
+    return bool(name) and not name.startswith(("/", "\\")) and ".." not in Path(name).parts and "\x00" not in name
 
 
 @dataclass(frozen=True)
@@ -232,11 +242,14 @@ class Manifest(Record):
 
     def _check(self) -> None:
         for name in self.files:
-            safe = name and not name.startswith(("/", "\\")) and ".." not in Path(name).parts and "\x00" not in name
-            require(bool(safe), f"files.{name}", "must be a plain relative file name")
+            require(inside_bundle(name), f"files.{name}", "must be a plain relative file name")
 
     def file_bytes(self, name: str) -> int:
         return self.files[name].bytes
+
+    def needed_files(self) -> tuple[str, ...]:
+        """The files a runtime reads from the bundle: each must be listed, so checked."""
+        return (LAYOUT.program,)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -254,6 +267,13 @@ class LmManifest(Manifest):
     speculative: SpeculativeInfo | None = None
     validation: LmValidation | None = None
 
+    def _check(self) -> None:
+        super()._check()
+        require(inside_bundle(self.tokenizer.file), "tokenizer.file", "must be a plain relative file name inside the bundle")
+
+    def needed_files(self) -> tuple[str, ...]:
+        return (LAYOUT.program, self.tokenizer.file)
+
 
 @dataclass(frozen=True, kw_only=True)
 class AsrManifest(Manifest):
@@ -269,6 +289,10 @@ class AsrManifest(Manifest):
     streaming: dict[str, int]
     validation: AsrValidation | None = None
 
+    def needed_files(self) -> tuple[str, ...]:
+        host_frontend = self.recipe.model.frontend != "program"  # log-mel buffers read on the host
+        return (LAYOUT.program, LAYOUT.phoneme_tokens, *((LAYOUT.frontend,) if host_frontend else ()))
+
 
 MANIFEST_KINDS: dict[str, type[Manifest]] = {m.TASK: m for m in (LmManifest, AsrManifest)}
 
@@ -282,13 +306,15 @@ def parse_manifest(data: Any, where: str) -> LmManifest | AsrManifest:
     if version != SCHEMA_VERSION:
         raise EdgespecError(f"{where}: schema_version {version!r} is not supported (expected {SCHEMA_VERSION}; re-export the bundle with this edgespec)")
     task = data.get("task", LmManifest.TASK)  # manifests before speech bundles carry no task
-    if task not in MANIFEST_KINDS:
+    if not isinstance(task, str) or task not in MANIFEST_KINDS:
         raise EdgespecError(f"{where}: task {task!r} is not one of {list(MANIFEST_KINDS)}")
     try:
         with parsing("manifest field"):
             return from_dict(MANIFEST_KINDS[task], _upgrade(data), "")
     except EdgespecError as e:
         raise EdgespecError(f"{where}: {e}") from None
+    except RecursionError:
+        raise EdgespecError(f"{where}: nested too deeply to be a manifest") from None
 
 
 def _upgrade(data: dict) -> dict:

@@ -102,6 +102,11 @@ def validate(bundle, overrides, suites, prompts_per_suite, runs, seed, lookup, r
     from edgespec.tasks import task_of_manifest
 
     manifest = read_manifest(bundle)
+    if out:
+        from edgespec.manifest import LAYOUT
+        from edgespec.output_dir import claim_dir
+
+        claim_dir(out, LAYOUT.is_report, "report directory")  # before the slow part
     flags = dict(suites=suites, prompts_per_suite=prompts_per_suite, runs=runs, seed=seed, lookup=lookup, reference=reference, fidelity_chunks=fidelity_chunks)
     gates = aliases("validate.gates", min_speedup=min_speedup, min_score_ratio=min_score_ratio)
     recipe = bundle_recipe(manifest, [*aliases("validate", **flags), *gates, *overrides])

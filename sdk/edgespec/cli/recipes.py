@@ -19,7 +19,7 @@ from edgespec.errors import EdgespecError
     default="bundles/default",
     show_default=True,
     type=click.Path(file_okay=False),
-    help="Bundle directory to write. An existing one is replaced only by a complete, validated bundle (on Linux in one atomic swap); a killed export keeps it.",
+    help="Bundle directory to write: new, empty, or a bundle (replaced only by a complete, validated bundle, on Linux in one atomic swap; a killed export keeps it). A directory holding anything else is refused.",
 )
 @friendly
 def export(recipe_args: tuple[str, ...], outdir: str) -> None:
@@ -29,7 +29,9 @@ def export(recipe_args: tuple[str, ...], outdir: str) -> None:
     cfg = recipe_from_args(recipe_args)
     quiet_runtime_logs()
     from edgespec import tasks
+    from edgespec.bundle import check_output
 
+    check_output(outdir)  # before the bar and the slow part
     stages = tasks.export_stages(cfg)
     with progress_bar(len(stages), "export", "stage", bar_format="{desc}: {n_fmt}/{total_fmt} {bar} [{elapsed}] {postfix}") as bar:
 
@@ -61,8 +63,10 @@ def train(recipe_args: tuple[str, ...]) -> None:
 
     cfg = recipe_from_args(recipe_args)
     quiet_runtime_logs()
-    from edgespec.speculative.train import train_from_recipe
+    from edgespec.output_dir import claim_dir
+    from edgespec.speculative.train import RUN_FILES, train_from_recipe
 
+    claim_dir(cfg.train.out_dir, RUN_FILES, "train.out_dir")  # before the bar
     with progress_bar(cfg.train.steps, "train", "step") as bar:
 
         def on_step(step: int, log) -> None:
@@ -152,13 +156,15 @@ def normsearch(recipe_args: tuple[str, ...], outdir: str) -> None:
     cfg = recipe_from_args(recipe_args)
     quiet_runtime_logs()
     from edgespec.models.load import build_model, read_source, tokenizer_of
-    from edgespec.numerics.search import norm_layers, run_normsearch, write_search_report
+    from edgespec.numerics.search import REPORT_NAMES, norm_layers, run_normsearch, write_search_report
+    from edgespec.output_dir import claim_dir
+
+    claim_dir(outdir, REPORT_NAMES, "report directory")  # before the search
 
     src = read_source(cfg.model.source, cfg.model.max_seq_len)
     model = build_model(src)
     with progress_bar(len(norm_layers(model)), "normsearch", "layer") as bar:
         result = run_normsearch(model, tokenizer_of(src), cfg.numerics, chat_template=cfg.model.chat_template, on_layer=lambda name: bar.update(1))
-    Path(outdir).mkdir(parents=True, exist_ok=True)
     files = write_search_report(result, outdir)
     click.echo(json.dumps({"report": [str(Path(outdir) / f) for f in files], **result["summary"]}))
 

@@ -18,6 +18,9 @@ from pathlib import Path
 
 from edgespec.config import DistillConfig
 from edgespec.corpus.prompts import Prompt
+from edgespec.output_dir import claim_dir, written_names
+
+SHARD_NAMES = written_names("shard-*.pt", "shard-*.tmp")  # what a shard directory may hold
 
 # prompt ids -> (response ids, stopped at EOS); e.g. greedy `edgespec.runtime.generate.generate`
 Respond = Callable[[list[int]], tuple[list[int], bool]]
@@ -109,8 +112,7 @@ def distill_shards(
     from edgespec.errors import EdgespecError
     from edgespec.models.batched_decode import common_prefix, generate_stream
 
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = claim_dir(out_dir, SHARD_NAMES, "distill's shard directory")
     window = shard_size * sort_window
     order = [p for w in range(0, len(prompts), window) for p in sorted(prompts[w : w + window], key=lambda p: (len(p[2]), p[0]))]
     shards = [order[i : i + shard_size] for i in range(0, len(order), shard_size)]
@@ -261,6 +263,7 @@ def distill_from_model(
     from edgespec.models.load import build_model, read_source, tokenizer_of
     from edgespec.models.tokenizer import encode_prompt
 
+    claim_dir(out_dir, SHARD_NAMES, "distill's shard directory")  # before the model loads
     max_len = cfg.max_prompt_tokens + cfg.max_new_tokens
     src = read_source(source, max_len)
     tokenizer = tokenizer_of(src)

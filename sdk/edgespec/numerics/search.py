@@ -26,6 +26,9 @@ from edgespec.numerics import SEARCH_REPORT_JSON
 from edgespec.numerics.formats import FloatFormat, round_to_format
 from edgespec.numerics.prenorm import INF, emulated_pow_sum, plan_constant, plan_data_dependent
 from edgespec.numerics.stable_norm import NormChoice
+from edgespec.output_dir import written_names
+
+REPORT_NAMES = written_names(SEARCH_REPORT_JSON, "normsearch.md", "normsearch.png")  # what write_search_report writes
 
 COST_ORDER = ("none", "const", "linf", "l1")
 

@@ -13,18 +13,19 @@ from edgespec.runtime.generate import generate
 from edgespec.runtime.runner import ProgramRunner
 
 
-def open_bundle(bundle: str | Path, verify: bool = False) -> tuple[LmManifest, Tokenizer, ProgramRunner]:
+def open_bundle(bundle: str | Path, verify: bool = True) -> tuple[LmManifest, Tokenizer, ProgramRunner]:
     """(manifest, tokenizer, program runner) of a bundle directory.
 
-    The program is checked against the manifest (methods, metadata: cheap) before use;
-    `verify` also checks every file's SHA-256 against the manifest."""
+    `verify`: every file's SHA-256 is checked against the manifest first (a file unchanged
+    since this machine last checked it is not hashed again: edgespec.bundle.VerifiedFiles);
+    then the program is checked against the manifest (methods, metadata)."""
     from edgespec.bundle import read_manifest, verify_checksums
 
     manifest = read_manifest(bundle)
     if not isinstance(manifest, LmManifest):
         raise EdgespecError(f"bundle '{bundle}' is a {manifest.KIND} bundle, not a language model's: use `{manifest.USE.format(bundle=bundle)}`")
     if verify:
-        verify_checksums(bundle, manifest)
+        verify_checksums(bundle, manifest, remembered=True)
     tk = manifest.tokenizer
     tokenizer = Tokenizer.from_file(Path(bundle) / tk.file, chat_template=tk.chat_template, bos_id=tk.bos_id, eos_ids=tk.eos_ids, add_bos=tk.add_bos)
     runner = ProgramRunner(Path(bundle) / LAYOUT.program)

@@ -78,7 +78,7 @@ class Recognizer:
     """An ASR bundle loaded for recognition (threads: ExecuTorch threadpool size, 0 = default)."""
 
     def __init__(self, bundle_dir: str | Path, threads: int = 0):
-        from edgespec.bundle import read_manifest
+        from edgespec.bundle import read_manifest, verify_checksums
         from edgespec.runtime.runner import Program
 
         d = Path(bundle_dir)
@@ -87,6 +87,7 @@ class Recognizer:
             raise EdgespecError(
                 f"bundle '{d}' is a {self.manifest.KIND} bundle, not a speech recognizer's: use `{self.manifest.USE.format(bundle=d)}` (or export a speech bundle with `edgespec export recipes/conformer-hama.yaml`)"
             )
+        verify_checksums(d, self.manifest, remembered=True)
         set_threads(threads)
         self.runner = Program(d / LAYOUT.program)
         self.tokens: list[str] = json.loads((d / TOKENS).read_text(encoding="utf-8"))

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from edgespec.bundle import staged_bundle, write_manifest
 from edgespec.errors import GateFailure
 from edgespec.manifest import LAYOUT, GateResult, Manifest
+from edgespec.output_dir import claim_dir
 
 
 class StageClock:
@@ -92,6 +93,7 @@ def run_export(
         if recipe.validate.enabled:
             report = task.run_validation(stage_dir, recipe, on_progress)
             if not report["passed"]:
+                claim_dir(rejected, LAYOUT.is_report, "rejection report directory")
                 task.write_validation_report(report, rejected, f"(not written: {outdir})")
                 raise GateFailure([GateResult(**g) for g in report["gates"] if not g["passed"]], rejected)
             files = task.write_validation_report(report, stage_dir, str(outdir))
@@ -99,5 +101,6 @@ def run_export(
         stage("package")
         manifest = write_manifest(stage_dir, manifest)
         stage.stop()
-    shutil.rmtree(rejected, ignore_errors=True)  # a stale rejection of an earlier export
+    if rejected.is_dir() and all(LAYOUT.is_report(p.name) and p.is_file() for p in rejected.iterdir()):
+        shutil.rmtree(rejected, ignore_errors=True)  # a stale rejection of an earlier export
     return ExportResult(outdir, manifest, stage.seconds)
