@@ -108,3 +108,14 @@ def test_extract_sql():
     assert extract_sql("Here:\n```sql\nSELECT 1;\n```\nDone") == "SELECT 1"
     assert extract_sql("The query is SELECT name FROM artist; it works") == "SELECT name FROM artist"
     assert extract_sql("I don't know") == ""
+
+
+def test_extract_sql_ends_at_a_semicolon_outside_literals():
+    from edgespec.corpus.sqldb import extract_sql
+
+    assert (
+        extract_sql("SELECT name FROM track WHERE composer = 'Sully Erna; Tony Rombola'; -- done")
+        == "SELECT name FROM track WHERE composer = 'Sully Erna; Tony Rombola'"
+    )
+    assert extract_sql("```sql\nSELECT 'it''s;' FROM t;\n```") == "SELECT 'it''s;' FROM t"
+    assert extract_sql("SELECT 1; SELECT 2") == "SELECT 1"

@@ -133,4 +133,6 @@ def extract_sql(text: str) -> str:
     m = re.search(r"\b(SELECT|WITH)\b.*", body, re.S | re.I)
     if not m:
         return ""
-    return m.group(0).split(";")[0].strip()
+    # the statement ends at the first ';' outside a quoted literal ('it''s' is one literal)
+    end = re.match(r"""(?:[^;'"]|'[^']*'|"[^"]*")*""", m.group(0), re.S)
+    return end.group(0).strip()

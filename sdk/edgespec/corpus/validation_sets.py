@@ -131,6 +131,9 @@ def summarization(n: int, seed: int, split: Split = "validation") -> list[Exampl
 
 
 LANGUAGES = {"de": "German", "fr": "French"}
+# the instructions of the translation and sql suites, also those of the task fine-tunes' data (corpus.task_data)
+TRANSLATION_PROMPT = "Translate into {language}. Reply with the translation only.\n\n{text}"
+SQL_PROMPT = "SQLite database:\n{schema}\n\nWrite one SQL query that answers: {question}\nReply with the SQL only."
 
 
 def translation(n: int, seed: int, split: Split = "validation") -> list[Example]:
@@ -149,7 +152,7 @@ def translation(n: int, seed: int, split: Split = "validation") -> list[Example]
         Example(
             f"translation/{lang}/{pkg}",
             "translation",
-            f"Translate into {LANGUAGES[lang]}. Reply with the translation only.\n\n{src}",
+            TRANSLATION_PROMPT.format(language=LANGUAGES[lang], text=src),
             ref,
             "chrf",
             32,
@@ -291,7 +294,7 @@ def sql(n: int, seed: int, split: Split = "validation") -> list[Example]:
     out = []
     for i in range(n):
         question, ref = templates[i % len(templates)]()
-        prompt = f"SQLite database:\n{SCHEMA}\n\nWrite one SQL query that answers: {question}\nReply with the SQL only."
+        prompt = SQL_PROMPT.format(schema=SCHEMA, question=question)
         out.append(Example(f"sql/{i}", "sql", prompt, ref, "sql_execution", 64, source=f"chinook/{question}"))
     return out
 

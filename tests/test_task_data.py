@@ -1,0 +1,192 @@
+"""The task fine-tune's gold data (edgespec.corpus.task_data) and its scoring (BLEU, bootstrap
+intervals, task_scores in edgespec.harness.metrics)."""
+
+import math
+import random
+import re
+
+import pytest
+
+import edgespec.harness.metrics as M
+from edgespec.errors import EdgespecError
+
+# --- BLEU and intervals (hermetic) ------------------------------------------------------------
+
+
+def test_bleu_hand_computed():
+    # "the cat sat on the mat" vs "the cat is on the mat", 6 tokens each (BP = 1): clipped
+    # matches 5/6, 3/5, 1/4 and 0/3 -> smoothed 1/(2 * 3); (5/6 * 3/5 * 1/4 * 1/6)^(1/4) = 48^(-1/4)
+    assert M.bleu(["the cat sat on the mat"], ["the cat is on the mat"]) == pytest.approx(48**-0.25, abs=1e-12)
+    # every precision 1, 5 of 6 reference tokens: BP = exp(1 - 6/5)
+    assert M.bleu(["the cat sat on the"], ["the cat sat on the mat"]) == pytest.approx(math.exp(-0.2), abs=1e-12)
+    # corpus level: statistics are summed before the precisions are taken
+    assert M.bleu(["a b c d", "x"], ["a b c d", "y"]) == pytest.approx((4 / 5 * 3 / 3 * 2 / 2 * 1 / 1) ** 0.25 * 1.0, abs=1e-12)
+    assert M.bleu(["Hallo, Welt."], ["Hallo, Welt."]) == 1.0
+    assert M.bleu_tokens("Hallo, Welt. 3.5 x-y 1-2") == ["Hallo", ",", "Welt", ".", "3.5", "x-y", "1", "-", "2"]
+    assert M.bleu(["ab"], ["cd"]) == 0.0 and M.bleu([""], ["a b"]) == 0.0 and M.bleu(["a b"], ["a b c d e"]) == 0.0
+
+
+def test_bleu_matches_sacrebleu():
+    from sacrebleu.metrics import BLEU
+
+    rng = random.Random(0)
+    words = "the cat sat on a mat Bibliothek für SVG-Dateien zur Darstellung, bibliothèque de ( ) 3.5 x . 1-2 &amp;".split()
+    text = lambda: " ".join(rng.choices(words, k=rng.randint(0, 14)))  # noqa: E731
+    for _ in range(200):
+        n = rng.randint(1, 6)
+        hyps, refs = [text() for _ in range(n)], [text() or "x" for _ in range(n)]
+        assert M.bleu(hyps, refs) == pytest.approx(BLEU().corpus_score(hyps, [refs]).score / 100, abs=1e-9), (hyps, refs)
+
+
+def test_bootstrap_interval():
+    values = [1.0] * 30 + [0.0] * 70
+    mean, lo, hi = M.bootstrap_interval(values)
+    assert mean == 0.3 and lo < 0.3 < hi and (lo, hi) == M.bootstrap_interval(values)[1:]  # fixed seed
+    assert 0.19 < lo < 0.23 and 0.37 < hi < 0.41  # the normal approximation: 0.3 -/+ 1.96 * 0.046
+    # 10 clusters of identical items: the interval of 10 independent items, wider
+    _, clo, chi = M.bootstrap_interval(values, groups=[i // 10 for i in range(100)])
+    assert chi - clo > 1.5 * (hi - lo)
+    assert M.bootstrap_interval([1.0] * 5) == (1.0, 1.0, 1.0)
+
+
+# --- the datasets (read apt's Translation files, Chinook, SmolLM2's tokenizer) -------------------
+
+
+@pytest.fixture(scope="module")
+def T():
+    from edgespec.corpus import task_data
+
+    return task_data
+
+
+def _english(ex) -> str:
+    return ex.prompt.split("\n\n", 1)[1]
+
+
+@pytest.mark.slow
+def test_translation_splits_are_disjoint(T):
+    train, held = (T.task_examples("translation_de", s) for s in T.SPLITS)
+    assert len(held) >= 200 and len(train) >= 2000
+    assert T.split_overlap("translation_de") == {"source": 0, "prompt": 0, "reference": 0, "group": 0}
+    md5 = lambda xs: {x.source.removeprefix("debian/") for x in xs}  # noqa: E731
+    assert not md5(train) & md5(held) and len(md5(held)) == len(held)
+    assert not {_english(x) for x in train} & {_english(x) for x in held}
+    # no shared sentence either (families), and one held-out description per family
+    sentences = lambda xs: {s for x in xs for s in T.long_sentences(_english(x))}  # noqa: E731
+    assert not sentences(train) & sentences(held)
+    assert len({x.group for x in held}) == len(held)
+
+
+@pytest.mark.slow
+def test_translation_leaves_the_validation_slice_out(T):
+    from edgespec.corpus.validation_sets import debian_descriptions, split_of
+
+    en, de = debian_descriptions("en"), debian_descriptions("de")
+    validation_texts = {long for (pkg, _), (_, long) in en.items() if split_of(pkg) == "validation"}
+    by_md5: dict[str, set[str]] = {}
+    for pkg, md5 in de:
+        by_md5.setdefault(md5, set()).add(pkg)
+    for split in T.SPLITS:
+        for x in T.task_examples("translation_de", split):
+            md5 = x.source.removeprefix("debian/")
+            assert {split_of(p) for p in by_md5[md5] if (p, md5) in en} == {split}, x.id  # the stream prompts' slices
+            assert _english(x) not in validation_texts
+            assert x.reference == de[(min(by_md5[md5]), md5)][1]
+    # nor any validation suite prompt's text: its long descriptions (summarization) and synopses (translation)
+    from edgespec.harness.suites import SUITES
+
+    shown = " ".join(e.prompt for name in ("summarization", "translation") for e in SUITES[name].build(200, 0))
+    for x in T.task_examples("translation_de", "heldout") + T.task_examples("translation_de", "train", 500):
+        assert _english(x) not in shown
+
+
+@pytest.mark.slow
+def test_translation_answers_within_token_bounds(T):
+    count = T.count_tokens()
+    lo, hi = T.ANSWER_TOKENS
+    for split in T.SPLITS:
+        assert all(lo <= count(x.reference) <= hi for x in T.task_examples("translation_de", split))
+
+
+@pytest.mark.slow
+def test_sql_templates_and_splits(T):
+    names = [t.name for t in T.SQL_TEMPLATES]
+    assert len(names) >= 40 and len(set(names)) == len(names)
+    assert all(len(t.questions) >= 3 for t in T.SQL_TEMPLATES)
+    held = {n for n in names if T.template_split(n) == "heldout"}
+    assert 0.15 * len(names) <= len(held) <= 0.35 * len(names)
+    train_ex, held_ex = (T.task_examples("sql_chinook", s) for s in T.SPLITS)
+    assert len(held_ex) >= 200 and len(train_ex) >= 2000
+    assert {x.group.removeprefix("template/") for x in held_ex} == held
+    assert not {x.group for x in train_ex} & {x.group for x in held_ex}
+    assert T.split_overlap("sql_chinook") == {"source": 0, "prompt": 0, "reference": 0, "group": 0}
+    # every table of the schema is asked about
+    from edgespec.corpus.sqldb import SCHEMA
+
+    tables = re.findall(r"CREATE TABLE (\w+)", SCHEMA)
+    assert all(any(re.search(rf"\b{t}\b", tpl.sql) for tpl in T.SQL_TEMPLATES) for t in tables)
+
+
+@pytest.mark.slow
+def test_every_sql_reference_executes_non_empty(T):
+    from edgespec.corpus.sqldb import execution_match, extract_sql, run_query
+
+    for t in T.SQL_TEMPLATES:
+        got = T.fillings(t)
+        assert len(got) >= min(3, len(t.questions) if not t.pools else 3), t.name
+        for question, sql in got[:5]:
+            rows = run_query(sql)
+            assert 0 < len(rows) <= T.SQL_MAX_ROWS and rows != [(0,)] and rows != [(None,)], (t.name, question)
+            assert execution_match(extract_sql(f"```sql\n{sql};\n```"), sql)
+    for x in T.task_examples("sql_chinook", "heldout"):
+        assert T._answerable(run_query(x.reference)), x.id
+
+
+@pytest.mark.slow
+def test_sql_top_answers_are_unique(T):
+    """ORDER BY ... LIMIT k references: the k-th and (k+1)-th rows differ in the sort key, so
+    the answer does not depend on how ties are broken."""
+    from edgespec.corpus.sqldb import run_query
+
+    for t in T.SQL_TEMPLATES:
+        for _, sql in T.fillings(t)[:30] if "LIMIT" in t.sql else ():
+            key, k = re.search(r"ORDER BY (.*) DESC LIMIT (\d+)$", sql).groups()
+            rows = run_query(re.sub(r"^SELECT .*? FROM", f"SELECT {key} FROM", sql).replace(f"LIMIT {k}", f"LIMIT {int(k) + 1}"))
+            assert len(rows) <= int(k) or rows[int(k) - 1] != rows[int(k)], sql
+
+
+@pytest.mark.slow
+def test_sql_questions_are_not_the_validation_suites(T):
+    from edgespec.corpus.validation_sets import sql
+
+    validation = {e.source for e in sql(512, 0)}
+    assert not validation & {x.source for s in T.SPLITS for x in T.task_examples("sql_chinook", s)}
+    assert all(x.prompt.startswith("SQLite database:\nCREATE TABLE") for x in T.task_examples("sql_chinook", "heldout", 5))
+
+
+@pytest.mark.slow
+def test_deterministic_for_a_seed(T):
+    for task in T.TASKS:
+        a = T.task_examples(task, "heldout", 50, seed=3)
+        assert a == T.task_examples(task, "heldout", 50, seed=3)
+        assert a[:20] == T.task_examples(task, "heldout", 20, seed=3)  # a larger n only adds
+        assert a != T.task_examples(task, "heldout", 50, seed=4)
+        assert sorted(x.id for x in T.task_examples(task, "train", seed=1)) == sorted(x.id for x in T.task_examples(task, "train", seed=2))
+    assert T._sql_splits() == T._sql_splits() == T._split_cache("sql_chinook")  # a fresh build is the same
+    assert T._translation_splits() == T._split_cache("translation_de")
+    with pytest.raises(EdgespecError, match="unknown task"):
+        T.task_examples("poetry", "train")
+    with pytest.raises(EdgespecError, match="unknown split"):
+        T.task_examples("sql_chinook", "validation")
+
+
+@pytest.mark.slow
+def test_task_scores(T):
+    for task in T.TASKS:
+        ex = T.task_examples(task, "heldout", 40)
+        gold = M.task_scores(ex, [x.reference for x in ex], samples=200)
+        assert list(gold) == list(T.TASKS[task].metrics) and all(v == pytest.approx((1.0, 1.0, 1.0)) for v in gold.values())
+        wrong = M.task_scores(ex, [ex[(i + 1) % len(ex)].reference for i in range(len(ex))], samples=200)
+        assert all(lo <= s <= hi and s < 0.5 for s, lo, hi in wrong.values()), wrong
+    with pytest.raises(ValueError):
+        M.task_scores(ex, [])
