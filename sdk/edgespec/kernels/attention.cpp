@@ -285,10 +285,13 @@ Tensor& attention_out(KernelRuntimeContext& ctx, const Tensor& q, const Tensor& 
                       q.scalar_type() == ScalarType::Float && k_cache.scalar_type() == ScalarType::Float &&
                           v_cache.scalar_type() == ScalarType::Float,
                       InvalidArgument, out, "edgespec::attention: fp32 only");
+  ET_KERNEL_CHECK_MSG(ctx, out.scalar_type() == ScalarType::Float, InvalidArgument, out, "edgespec::attention: out must be fp32");
   const int64_t T = q.size(1), H = q.size(2), D = q.size(3);
   const int64_t S = k_cache.size(1), Hkv = k_cache.size(2);
   ET_KERNEL_CHECK_MSG(ctx, q.size(0) == 1 && k_cache.size(3) == D && Hkv > 0 && H % Hkv == 0 && v_cache.size(1) == S, InvalidArgument, out,
                       "edgespec::attention: shapes do not match");
+  ET_KERNEL_CHECK_MSG(ctx, k_cache.size(0) == 1 && v_cache.sizes() == k_cache.sizes(), InvalidArgument, out,
+                      "edgespec::attention: the caches must both be [1, S, Hkv, D]");
   const AttendRows attend = attend_rows_for(D);
   ET_KERNEL_CHECK_MSG(ctx, attend != nullptr, InvalidArgument, out, "edgespec::attention: head size must be 16, 32, 48, 64, 96, 128 or 256");
   const float* mask_data = nullptr;
@@ -300,7 +303,8 @@ Tensor& attention_out(KernelRuntimeContext& ctx, const Tensor& q, const Tensor& 
     mask_data = mk.const_data_ptr<float>();
     N = mk.size(1);
   } else {
-    ET_KERNEL_CHECK_MSG(ctx, start_pos >= 0 && start_pos + T <= S, InvalidArgument, out, "edgespec::attention: rows past the cache");
+    // start_pos + T <= S without the sum, which overflows for a start_pos near 2^63
+    ET_KERNEL_CHECK_MSG(ctx, start_pos >= 0 && start_pos <= S - T, InvalidArgument, out, "edgespec::attention: rows past the cache");
   }
   ET_KERNEL_CHECK(ctx, executorch::runtime::resize_tensor(out, q.sizes()) == executorch::runtime::Error::Ok, InvalidArgument, out);
 

@@ -54,6 +54,18 @@ std::vector<int64_t> g_recorded;  // (n, K, format) of each call while recording
 
 enum Prologue : int64_t { kNone = 0, kRmsNorm = 1, kSwiGlu = 2 };  // edgespec/kernels/ops.py's PROLOGUES
 
+// The bytes of a packed weight of n rows over G blocks in `format` (tile_rows(n) * G tiles of
+// tile_bytes(format)), or -1 where the product does not fit int64 (no tensor's size equals it:
+// an out_features far past the weight's cannot wrap to its size). For n checked by is_size.
+int64_t packed_bytes(int64_t n, int64_t G, int64_t format) {
+  int64_t tiles, bytes;
+  if (__builtin_mul_overflow(B::tile_rows(n), G, &tiles) || __builtin_mul_overflow(tiles, B::tile_bytes(format), &bytes)) return -1;
+  return bytes;
+}
+
+// out_features as a tensor's last size: 0 .. SizesType's maximum (the output's sizes are SizesType)
+bool is_size(int64_t n) { return n >= 0 && n <= std::numeric_limits<SizesType>::max(); }
+
 // What row r of a call feeds the linear, for rows of x that are `stride` floats apart.
 struct Input {
   const float* x;
@@ -123,9 +135,11 @@ Tensor& block_linear_out(KernelRuntimeContext& ctx, const Tensor& x, const Tenso
                       prologue != kRmsNorm || (norm_weight.has_value() && norm_weight.value().scalar_type() == ScalarType::Float &&
                                                norm_weight.value().numel() == K),
                       InvalidArgument, out, "edgespec::block_linear: the rms_norm prologue needs an fp32 norm_weight of K elements");
-  const int64_t G = K / B::kBlock, NT = B::tile_rows(n);
-  ET_KERNEL_CHECK_MSG(ctx, weight.scalar_type() == ScalarType::Byte && weight.numel() == NT * G * tb, InvalidArgument, out,
+  ET_KERNEL_CHECK_MSG(ctx, is_size(n), InvalidArgument, out, "edgespec::block_linear: out_features must be 0 to 2^31 - 1");
+  const int64_t G = K / B::kBlock;
+  ET_KERNEL_CHECK_MSG(ctx, weight.scalar_type() == ScalarType::Byte && weight.numel() == packed_bytes(n, G, format), InvalidArgument, out,
                       "edgespec::block_linear: packed weight size does not match N, K and the format");
+  ET_KERNEL_CHECK_MSG(ctx, out.scalar_type() == ScalarType::Float, InvalidArgument, out, "edgespec::block_linear: out must be fp32");
   SizesType sizes[8];
   for (int64_t i = 0; i + 1 < x.dim(); ++i) sizes[i] = static_cast<SizesType>(x.size(i));
   sizes[x.dim() - 1] = static_cast<SizesType>(n);
@@ -234,20 +248,22 @@ Tensor& block_argmax_out(KernelRuntimeContext& ctx, const Tensor& x, const Tenso
                          const executorch::aten::optional<Tensor>& screen, Tensor& out) {
   ET_KERNEL_CHECK_MSG(ctx, x.scalar_type() == ScalarType::Float && x.dim() >= 1 && x.dim() <= 8, InvalidArgument, out,
                       "edgespec::block_argmax: x must be fp32 [..., K]");
-  const int64_t tb = B::tile_bytes(format), K = x.size(x.dim() - 1), G = K / B::kBlock, NT = B::tile_rows(n);
-  ET_KERNEL_CHECK_MSG(ctx, tb > 0 && n > 0 && K > 0 && K % B::kBlock == 0, InvalidArgument, out,
-                      "edgespec::block_argmax: a known format, n > 0 and K a multiple of 32");
-  ET_KERNEL_CHECK_MSG(ctx, weight.scalar_type() == ScalarType::Byte && weight.numel() == NT * G * tb, InvalidArgument, out,
+  const int64_t tb = B::tile_bytes(format), K = x.size(x.dim() - 1), G = K / B::kBlock;
+  ET_KERNEL_CHECK_MSG(ctx, tb > 0 && K > 0 && K % B::kBlock == 0, InvalidArgument, out,
+                      "edgespec::block_argmax: a known format and K a multiple of 32");
+  ET_KERNEL_CHECK_MSG(ctx, n > 0 && is_size(n), InvalidArgument, out, "edgespec::block_argmax: out_features must be 1 to 2^31 - 1");
+  ET_KERNEL_CHECK_MSG(ctx, weight.scalar_type() == ScalarType::Byte && weight.numel() == packed_bytes(n, G, format), InvalidArgument, out,
                       "edgespec::block_argmax: packed weight size does not match N, K and the format");
+  // (n and G fit 32 bits: the screen's size, NT / 2 * G * 352 bytes, fits int64)
   ET_KERNEL_CHECK_MSG(ctx,
                       !screen.has_value() || (format == B::kS8H && screen.value().scalar_type() == ScalarType::Byte &&
-                                              screen.value().numel() == NT / 2 * G * B::kScreenPairBytes),
+                                              screen.value().numel() == B::tile_rows(n) / 2 * G * B::kScreenPairBytes),
                       InvalidArgument, out, "edgespec::block_argmax: a screen is for S8H weights, 352 bytes per 16 rows and block of 32");
+  ET_KERNEL_CHECK_MSG(ctx, out.scalar_type() == ScalarType::Long, InvalidArgument, out, "edgespec::block_argmax: int64 out");
   SizesType sizes[8];
   for (int64_t i = 0; i + 1 < x.dim(); ++i) sizes[i] = static_cast<SizesType>(x.size(i));
   ET_KERNEL_CHECK(ctx, executorch::runtime::resize_tensor(out, {sizes, static_cast<size_t>(x.dim() - 1)}) == executorch::runtime::Error::Ok,
                   InvalidArgument, out);
-  ET_KERNEL_CHECK_MSG(ctx, out.scalar_type() == ScalarType::Long, InvalidArgument, out, "edgespec::block_argmax: int64 out");
   const int64_t M = x.numel() / K;
   g_exact_rows += argmax_rows_of(g_plan[B::regime_of(1)], x.const_data_ptr<float>(), M, K, weight.const_data_ptr<uint8_t>(), format, n,
                                  screen.has_value() ? screen.value().const_data_ptr<uint8_t>() : nullptr, out.mutable_data_ptr<int64_t>());

@@ -34,7 +34,9 @@ Tensor& rms_norm_out(KernelRuntimeContext& ctx, const Tensor& x, const Tensor& w
   ET_KERNEL_CHECK_MSG(ctx, x.scalar_type() == ScalarType::Float && weight.scalar_type() == ScalarType::Float && x.dim() >= 1, InvalidArgument,
                       out, "edgespec::rms_norm: fp32 x [..., D] and weight [D]");
   const int64_t D = x.size(x.dim() - 1);
+  ET_KERNEL_CHECK_MSG(ctx, D >= 1, InvalidArgument, out, "edgespec::rms_norm: x's rows must hold D >= 1 elements");
   ET_KERNEL_CHECK_MSG(ctx, weight.numel() == D, InvalidArgument, out, "edgespec::rms_norm: weight must have D elements");
+  ET_KERNEL_CHECK_MSG(ctx, out.scalar_type() == ScalarType::Float, InvalidArgument, out, "edgespec::rms_norm: out must be fp32");
   ET_KERNEL_CHECK(ctx, resize_like(x, out), InvalidArgument, out);
   const float* xd = x.const_data_ptr<float>();
   float* o = out.mutable_data_ptr<float>();
@@ -45,6 +47,9 @@ Tensor& rms_norm_out(KernelRuntimeContext& ctx, const Tensor& x, const Tensor& w
 Tensor& rope_out(KernelRuntimeContext& ctx, const Tensor& x, const Tensor& cos, const Tensor& sin, Tensor& out) {
   ET_KERNEL_CHECK_MSG(ctx, x.scalar_type() == ScalarType::Float && x.dim() == 4 && cos.dim() == 2 && sin.dim() == 2, InvalidArgument, out,
                       "edgespec::rope: fp32 x [B, T, H, D], cos and sin [T, D]");
+  ET_KERNEL_CHECK_MSG(ctx, cos.scalar_type() == ScalarType::Float && sin.scalar_type() == ScalarType::Float, InvalidArgument, out,
+                      "edgespec::rope: cos and sin must be fp32");
+  ET_KERNEL_CHECK_MSG(ctx, out.scalar_type() == ScalarType::Float, InvalidArgument, out, "edgespec::rope: out must be fp32");
   const int64_t B = x.size(0), T = x.size(1), H = x.size(2), D = x.size(3);
   ET_KERNEL_CHECK_MSG(ctx, D % 2 == 0 && cos.size(0) == T && cos.size(1) == D && sin.size(0) == T && sin.size(1) == D, InvalidArgument, out,
                       "edgespec::rope: cos and sin must be [T, D] with D even");
@@ -71,6 +76,7 @@ Tensor& rope_out(KernelRuntimeContext& ctx, const Tensor& x, const Tensor& cos, 
 Tensor& silu_mul_out(KernelRuntimeContext& ctx, const Tensor& a, const Tensor& b, Tensor& out) {
   ET_KERNEL_CHECK_MSG(ctx, a.scalar_type() == ScalarType::Float && b.scalar_type() == ScalarType::Float && a.numel() == b.numel(),
                       InvalidArgument, out, "edgespec::silu_mul: fp32 a and b of one shape");
+  ET_KERNEL_CHECK_MSG(ctx, out.scalar_type() == ScalarType::Float, InvalidArgument, out, "edgespec::silu_mul: out must be fp32");
   ET_KERNEL_CHECK(ctx, resize_like(a, out), InvalidArgument, out);
   glue::silu_mul_span(a.const_data_ptr<float>(), b.const_data_ptr<float>(), a.numel(), out.mutable_data_ptr<float>());
   return out;

@@ -11,6 +11,8 @@
 #include <thread>
 #include <vector>
 
+#include <pthread.h>
+
 #include <executorch/runtime/kernel/thread_parallel_interface.h>
 
 #if defined(__x86_64__) || defined(_M_X64)
@@ -115,6 +117,27 @@ std::mutex g_mutex;  // held by the thread running a section (and while the pool
 std::unique_ptr<Pool> g_pool;
 thread_local bool t_in_section = false;
 
+// fork() (threadpool.h): the forking thread takes g_mutex first, so no section is running
+// (one on another thread is waited for; a fork from inside a section's task, which no kernel
+// makes, skips this); the parent releases it after; the child, whose only thread is the
+// forking one, leaks the pool (its workers were not copied: joining them, or waiting for them
+// in a section, would never end), so its next section starts a pool of its own, and releases it.
+bool g_fork_locked = false;
+void before_fork() {
+  if (t_in_section) return;
+  g_mutex.lock();
+  g_fork_locked = true;
+}
+void after_fork_in_parent() {
+  if (!g_fork_locked) return;
+  g_fork_locked = false;
+  g_mutex.unlock();
+}
+void after_fork_in_child() {
+  (void)g_pool.release();
+  after_fork_in_parent();
+}
+
 }  // namespace
 
 int64_t threads() { return std::max<int64_t>(executorch::extension::get_thread_count(), 1); }
@@ -127,6 +150,8 @@ void parallel_for_raw(int64_t begin, int64_t end, int64_t grain, RangeFn fn, voi
   std::unique_lock<std::mutex> lock(g_mutex, std::try_to_lock);
   if (!lock.owns_lock()) return fn(context, begin, end);  // another thread's section is running
   if (!g_pool || g_pool->threads() != want) {
+    static const int fork_handlers = pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child);  // once, before any worker starts
+    (void)fork_handlers;
     g_pool.reset();
     g_pool = std::make_unique<Pool>(want);
   }

@@ -11,6 +11,12 @@
 // The pool has as many threads as ExecuTorch's (`executorch::extension::get_thread_count()`,
 // set by `_unsafe_reset_threadpool`), the caller included; a change of that count rebuilds it.
 // A call from inside a task, or from a second thread while the pool is busy, runs serially.
+//
+// fork(): a child has only the thread that forked, not the pool's workers, so a section with
+// the parent's pool would wait for them forever. A fork handler (pthread_atfork, installed
+// with the first pool) waits for a section running on another thread to end, and in the child
+// drops the pool unjoined (leaked: its threads are not there to join); the child's first
+// section starts a pool of its own. A program embedding edgespec may fork after its kernels ran.
 
 #pragma once
 

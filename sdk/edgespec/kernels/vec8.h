@@ -59,7 +59,9 @@ inline v8f exp_nonpositive(v8f x) {
   p = p * r + splat(0.5f);
   p = p * r + splat(1.0f);
   p = p * r + splat(1.0f);
-  const v8i bits = (__builtin_convertvector(k, v8i) + 127) << 23;
+  // a NaN lane (x NaN) takes k = 0 before the conversion (converting a NaN to an integer is
+  // undefined behaviour); its p is NaN, hence its result
+  const v8i bits = (__builtin_convertvector(k == k ? k : splat(0.f), v8i) + 127) << 23;
   return p * (v8f)bits;  // a vector cast reinterprets the bits
 }
 

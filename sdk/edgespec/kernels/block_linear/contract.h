@@ -148,8 +148,8 @@ inline void quantize_rows(const float* x, int64_t m, int64_t k, int8_t* q, float
       v8f r = (v[c] * splat(id) + round_shift) - round_shift;
       r = r > splat(127.f) ? splat(127.f) : r;
       r = r < splat(-127.f) ? splat(-127.f) : r;
-      v8i ci = __builtin_convertvector(r, v8i);
-      if (!all_finite) ci = v8i{};
+      if (!all_finite) r = splat(0.f);  // zero codes, chosen before the conversion: a NaN lane's would be undefined behaviour
+      const v8i ci = __builtin_convertvector(r, v8i);
       sum += ci;
       const v8c c8 = __builtin_convertvector(ci, v8c);
       std::memcpy(qb + 8 * c, &c8, 8);
