@@ -12,6 +12,13 @@ For the base model and each drafter weights file (`--weights`, repeatable; strea
 
     python bench/shared_quality.py --weights sdk/edgespec/weights/smollm2-135m-streams-shared.pt \\
         --weights sdk/edgespec/weights/smollm2-135m-hydra-mix4k.pt > docs/results/shared_quality.json
+
+`--task NAME` (edgespec.corpus.task_data: sql_chinook, translation_de) measures a task
+fine-tune on its own held-out split instead: the perplexity of the gold answers, the task's
+metrics with their 95% intervals (harness.metrics.task_scores), tokens per call and
+losslessness on the same `--n` items:
+
+    python bench/shared_quality.py --task sql_chinook --n 200 --weights runs/sql-shared-c/streams.pt
 """
 
 from __future__ import annotations
@@ -46,6 +53,8 @@ def main() -> None:
     ap.add_argument("--texts", type=int, default=120, help="held-out prompts with reference answers (perplexity)")
     ap.add_argument("--per-suite", type=int, default=8, help="prompts per validation suite")
     ap.add_argument("--max-seq-len", type=int, default=1024)
+    ap.add_argument("--task", help="a task of edgespec.corpus.task_data: its held-out split instead of the suites")
+    ap.add_argument("--n", type=int, default=200, help="held-out items of --task")
     args = ap.parse_args()
 
     from edgespec.config import SUITE_NAMES
@@ -63,22 +72,36 @@ def main() -> None:
     src = read_source("smollm2-135m-instruct", args.max_seq_len)
     base = build_model(src).eval()
     tok = tokenizer_of(src)
-    pairs = [(p.text, p.reference) for p in mixed_prompts("heldout", args.texts) if p.reference]
-    examples = [ex for name in SUITE_NAMES for ex in load_suite(name, args.per_suite)]
+    if args.task:
+        from edgespec.corpus.task_data import TASKS, task_examples
+        from edgespec.harness.metrics import task_scores
+
+        examples = task_examples(args.task, "heldout", args.n)
+        pairs = [(ex.prompt, ex.reference) for ex in examples]
+        suite_of, suites, budget = (lambda ex: ex.task), [args.task], TASKS[args.task].max_new_tokens
+    else:
+        pairs = [(p.text, p.reference) for p in mixed_prompts("heldout", args.texts) if p.reference]
+        examples = [ex for name in SUITE_NAMES for ex in load_suite(name, args.per_suite)]
+        suite_of, suites = (lambda ex: ex.suite), list(SUITE_NAMES)
     ids = [encode_prompt(tok, ex.prompt, True) for ex in examples]
     kw = dict(max_seq_len=args.max_seq_len, eos_ids=src.eos_ids)
+    new_tokens = (lambda ex: budget) if args.task else (lambda ex: ex.max_new_tokens)
 
     def quality(logits_of, step) -> tuple[dict, list[list[int]]]:
         nll = answer_nll(logits_of, tok, pairs)
-        outs = [generate(step, p, max_new_tokens=ex.max_new_tokens, **kw).completion_ids for ex, p in zip(examples, ids)]
-        scores = [score(ex.metric, tok.decode(o), ex) for ex, o in zip(examples, outs)]
-        per_suite = {name: statistics.fmean(s for ex, s in zip(examples, scores) if ex.suite == name) for name in SUITE_NAMES}
+        outs = [generate(step, p, max_new_tokens=new_tokens(ex), **kw).completion_ids for ex, p in zip(examples, ids)]
+        texts = [tok.decode(o) for o in outs]
+        scores = [score(ex.metric, t, ex) for ex, t in zip(examples, texts)]
+        per_suite = {name: statistics.fmean(s for ex, s in zip(examples, scores) if suite_of(ex) == name) for name in suites}
         row = {
             "perplexity": round(math.exp(statistics.fmean(nll)), 4),
             "answer_tokens": len(nll),
             "suite_scores": {k: round(v, 4) for k, v in per_suite.items()},
             "mean_score": round(statistics.fmean(per_suite.values()), 4),
         }
+        if args.task:  # each metric with its 95% interval, and a few answers to read
+            row["task_scores"] = {m: [round(x, 4) for x in v] for m, v in task_scores(examples, texts).items()}
+            row["examples"] = [{"id": ex.id, "answer": t[:300], "reference": ex.reference[:300]} for ex, t in list(zip(examples, texts))[:3]]
         return row, outs
 
     t0 = time.time()
@@ -92,13 +115,14 @@ def main() -> None:
         if cfg.mode == "shared":  # the main stream carries the adapters: a model of its own
             row, outs = quality(lambda t, d=drafter: base.output(d.forward_train(t)[0]).float(), methods.forward)
             row["perplexity_vs_base"] = round(row["perplexity"] / base_row["perplexity"] - 1, 4)
-            row["score_change_in_prompts"] = {k: round((row["suite_scores"][k] - base_row["suite_scores"][k]) * args.per_suite, 2) for k in SUITE_NAMES}
+            if not args.task:
+                row["score_change_in_prompts"] = {k: round((row["suite_scores"][k] - base_row["suite_scores"][k]) * args.per_suite, 2) for k in SUITE_NAMES}
         else:
             row, outs = {}, base_outs
-        calls, same = {name: [] for name in SUITE_NAMES}, 0
+        calls, same = {name: [] for name in suites}, 0
         for ex, p, ar in zip(examples, ids, outs):
-            res = generate(methods.forward, p, max_new_tokens=ex.max_new_tokens, spec=methods, **kw)
-            calls[ex.suite] += res.tokens_per_call
+            res = generate(methods.forward, p, max_new_tokens=new_tokens(ex), spec=methods, **kw)
+            calls[suite_of(ex)] += res.tokens_per_call
             same += res.completion_ids == ar
         per_suite = {k: round(statistics.fmean(v), 3) for k, v in calls.items()}
         row |= {
@@ -110,7 +134,7 @@ def main() -> None:
         }
         rows[Path(w).name] = row
         print(f"{w} {time.time() - t0:.0f}s {json.dumps(row)}", file=sys.stderr)
-    print(json.dumps({"texts": len(pairs), "per_suite": args.per_suite, "suites": list(SUITE_NAMES), "rows": rows}, indent=1))
+    print(json.dumps({"task": args.task, "texts": len(pairs), "per_suite": args.per_suite, "suites": suites, "rows": rows}, indent=1))
 
 
 if __name__ == "__main__":

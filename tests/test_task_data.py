@@ -190,3 +190,21 @@ def test_task_scores(T):
         assert all(lo <= s <= hi and s < 0.5 for s, lo, hi in wrong.values()), wrong
     with pytest.raises(ValueError):
         M.task_scores(ex, [])
+
+
+@pytest.mark.slow
+def test_training_reads_a_tasks_train_split_by_name():
+    """train.data: task:NAME trains on the task's gold train split, prompts in the chat template."""
+    from edgespec.corpus.task_data import task_examples
+    from edgespec.models.load import read_source, tokenizer_of
+    from edgespec.models.tokenizer import encode_prompt
+    from edgespec.speculative.train_data import load_examples
+
+    tok = tokenizer_of(read_source("smollm2-135m-instruct", 512))
+    got = load_examples("task:sql_chinook", tok, 320, chat_template=True)
+    gold = task_examples("sql_chinook", "train")
+    assert len(got) == len(gold)
+    first = encode_prompt(tok, gold[0].prompt, True)
+    assert got[0].n_prompt == len(first) and got[0].tokens == first + tok.encode(gold[0].reference)
+    with pytest.raises(EdgespecError, match="unknown task"):
+        load_examples("task:nope", tok, 320, chat_template=True)

@@ -158,7 +158,8 @@ class TrainConfig(Record):
     """Stream training (``edgespec train``; edgespec.speculative.train takes it as is).
 
     data: a JSONL file, either self-distilled (``prompt_ids``/``response_ids``, written by
-    ``edgespec distill``) or text pairs (``prompt``/``response``). stream_weights: a_j, the
+    ``edgespec distill``) or text pairs (``prompt``/``response``), or ``task:NAME``: the train
+    split of a task's gold pairs (edgespec.corpus.task_data: translation_de, sql_chinook). stream_weights: a_j, the
     loss weight of stream j (paper: 0.1 each); main_weight: a0, the next-token loss weight
     (shared mode only). soft_weight: b in (1 - b) CE(hard) + b CE(teacher's top-K) for each
     stream, and in shared mode for the main stream too, where the teacher's top-K term stands

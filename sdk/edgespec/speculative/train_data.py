@@ -19,17 +19,25 @@ class TrainExample:
     topk_p: torch.Tensor | None = None
 
 
+TASK_PREFIX = "task:"  # train.data naming a task's gold training split (edgespec.corpus.task_data)
+
+
 def load_examples(path: str | Path, tokenizer, seq_len: int, chat_template: bool) -> list[TrainExample]:
     """Self-distilled rows (prompt_ids/response_ids: a JSONL file from `edgespec distill
     --bundle`, or a directory of shards from `edgespec distill --source`) or text pairs
-    (prompt/response; the prompt in the chat template when `chat_template`, as
-    `encode_prompt`), cut to seq_len tokens."""
+    (prompt/response: a JSONL file, or ``task:NAME``, the train split of a task's gold data,
+    built now from installed data); the prompt in the chat template when `chat_template`, as
+    `encode_prompt`; cut to seq_len tokens."""
     from edgespec.corpus.distill import read_shards
     from edgespec.corpus.prompts import iter_jsonl
     from edgespec.errors import EdgespecError
     from edgespec.models.tokenizer import encode_prompt
 
-    if Path(path).is_dir():
+    if str(path).startswith(TASK_PREFIX):
+        from edgespec.corpus.task_data import task_examples
+
+        rows = ((n, {"prompt": e.prompt, "response": e.reference}) for n, e in enumerate(task_examples(str(path)[len(TASK_PREFIX) :], "train"), 1))
+    elif Path(path).is_dir():
         rows = ((n, row) for n, row in enumerate(read_shards(path), 1))
     else:
         rows = iter_jsonl(path, skip_torn=True)
