@@ -23,14 +23,12 @@ def err():
 
 def friendly(fn):
     """Run a command so that an EdgespecError (or the machine's OSError) ends it with one
-    `error: ...` line and a non-zero exit, and a note (`EdgespecNote`, a recipe's deprecation) is one `note:` line."""
+    `error: ...` line and a non-zero exit, and a note (`EdgespecNote`: a cache rebuilt, a recipe's older form) is one `note:` line."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        from edgespec.config import RecipeDeprecation
-
         def note(message, category, *rest, **kw) -> None:
-            if issubclass(category, (EdgespecNote, RecipeDeprecation)):
+            if issubclass(category, EdgespecNote):  # RecipeDeprecation is one
                 click.echo(f"note: {message}", file=err())
             else:
                 previous(message, category, *rest, **kw)

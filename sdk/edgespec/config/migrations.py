@@ -3,9 +3,12 @@
 
 from __future__ import annotations
 
+from edgespec.errors import EdgespecNote
 
-class RecipeDeprecation(UserWarning):
-    """A recipe written in an older form was read; the message says what to write instead."""
+
+class RecipeDeprecation(EdgespecNote):
+    """A recipe written in an older form was read; the message says what to write instead (a
+    note: the CLI prints it as one `note:` line, also in commands that hide runtime logs)."""
 
 
 _RENAMED_SECTIONS: dict[str, tuple[str, dict[str, str]]] = {"streams": ("drafter", {"drafter": "kind"})}
