@@ -73,12 +73,12 @@ def main() -> None:
     base = build_model(src).eval()
     tok = tokenizer_of(src)
     if args.task:
-        from edgespec.corpus.task_data import TASKS, task_examples
+        from edgespec.corpus.task_data import FINETUNE_TASKS, task_examples
         from edgespec.harness.metrics import task_scores
 
         examples = task_examples(args.task, "heldout", args.n)
         pairs = [(ex.prompt, ex.reference) for ex in examples]
-        suite_of, suites, budget = (lambda ex: ex.task), [args.task], TASKS[args.task].max_new_tokens
+        suite_of, suites, budget = (lambda ex: ex.task), [args.task], FINETUNE_TASKS[args.task].max_new_tokens
     else:
         pairs = [(p.text, p.reference) for p in mixed_prompts("heldout", args.texts) if p.reference]
         examples = [ex for name in SUITE_NAMES for ex in load_suite(name, args.per_suite)]

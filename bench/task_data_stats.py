@@ -30,8 +30,8 @@ def main() -> None:
     argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     count = T.count_tokens()
     out: dict = {"tokenizer": T.TOKENIZER_SOURCE, "tasks": {}}
-    for name, task in T.TASKS.items():
-        splits = {s: T.task_examples(name, s) for s in T.SPLITS}
+    for name, task in T.FINETUNE_TASKS.items():
+        splits = {s: T.task_examples(name, s) for s in T.TASK_SPLITS}
         texts = {s: {source_text(x) for x in v} for s, v in splits.items()}
         sentences = {s: {t for x in v for t in T.long_sentences(x)} for s, v in texts.items()}
         out["tasks"][name] = {
@@ -48,7 +48,7 @@ def main() -> None:
                 "long_sentence": len(sentences["train"] & sentences["heldout"]),
             },
         }
-    templates = {s: sorted(t.name for t in T.SQL_TEMPLATES if T.template_split(t.name) == s) for s in T.SPLITS}
+    templates = {s: sorted(t.name for t in T.SQL_TEMPLATES if T.template_split(t.name) == s) for s in T.TASK_SPLITS}
     out["tasks"]["sql_chinook"]["templates"] = {
         "count": {s: len(v) for s, v in templates.items()},
         "heldout": templates["heldout"],

@@ -65,7 +65,7 @@ def _english(ex) -> str:
 
 @pytest.mark.slow
 def test_translation_splits_are_disjoint(T):
-    train, held = (T.task_examples("translation_de", s) for s in T.SPLITS)
+    train, held = (T.task_examples("translation_de", s) for s in T.TASK_SPLITS)
     assert len(held) >= 200 and len(train) >= 2000
     assert T.split_overlap("translation_de") == {"source": 0, "prompt": 0, "reference": 0, "group": 0}
     md5 = lambda xs: {x.source.removeprefix("debian/") for x in xs}  # noqa: E731
@@ -86,7 +86,7 @@ def test_translation_leaves_the_validation_slice_out(T):
     by_md5: dict[str, set[str]] = {}
     for pkg, md5 in de:
         by_md5.setdefault(md5, set()).add(pkg)
-    for split in T.SPLITS:
+    for split in T.TASK_SPLITS:
         for x in T.task_examples("translation_de", split):
             md5 = x.source.removeprefix("debian/")
             assert {split_of(p) for p in by_md5[md5] if (p, md5) in en} == {split}, x.id  # the stream prompts' slices
@@ -104,7 +104,7 @@ def test_translation_leaves_the_validation_slice_out(T):
 def test_translation_answers_within_token_bounds(T):
     count = T.count_tokens()
     lo, hi = T.ANSWER_TOKENS
-    for split in T.SPLITS:
+    for split in T.TASK_SPLITS:
         assert all(lo <= count(x.reference) <= hi for x in T.task_examples("translation_de", split))
 
 
@@ -115,7 +115,7 @@ def test_sql_templates_and_splits(T):
     assert all(len(t.questions) >= 3 for t in T.SQL_TEMPLATES)
     held = {n for n in names if T.template_split(n) == "heldout"}
     assert 0.15 * len(names) <= len(held) <= 0.35 * len(names)
-    train_ex, held_ex = (T.task_examples("sql_chinook", s) for s in T.SPLITS)
+    train_ex, held_ex = (T.task_examples("sql_chinook", s) for s in T.TASK_SPLITS)
     assert len(held_ex) >= 200 and len(train_ex) >= 2000
     assert {x.group.removeprefix("template/") for x in held_ex} == held
     assert not {x.group for x in train_ex} & {x.group for x in held_ex}
@@ -160,13 +160,13 @@ def test_sql_questions_are_not_the_validation_suites(T):
     from edgespec.corpus.validation_sets import sql
 
     validation = {e.source for e in sql(512, 0)}
-    assert not validation & {x.source for s in T.SPLITS for x in T.task_examples("sql_chinook", s)}
+    assert not validation & {x.source for s in T.TASK_SPLITS for x in T.task_examples("sql_chinook", s)}
     assert all(x.prompt.startswith("SQLite database:\nCREATE TABLE") for x in T.task_examples("sql_chinook", "heldout", 5))
 
 
 @pytest.mark.slow
 def test_deterministic_for_a_seed(T):
-    for task in T.TASKS:
+    for task in T.FINETUNE_TASKS:
         a = T.task_examples(task, "heldout", 50, seed=3)
         assert a == T.task_examples(task, "heldout", 50, seed=3)
         assert a[:20] == T.task_examples(task, "heldout", 20, seed=3)  # a larger n only adds
@@ -182,10 +182,10 @@ def test_deterministic_for_a_seed(T):
 
 @pytest.mark.slow
 def test_task_scores(T):
-    for task in T.TASKS:
+    for task in T.FINETUNE_TASKS:
         ex = T.task_examples(task, "heldout", 40)
         gold = M.task_scores(ex, [x.reference for x in ex], samples=200)
-        assert list(gold) == list(T.TASKS[task].metrics) and all(v == pytest.approx((1.0, 1.0, 1.0)) for v in gold.values())
+        assert list(gold) == list(T.FINETUNE_TASKS[task].metrics) and all(v == pytest.approx((1.0, 1.0, 1.0)) for v in gold.values())
         wrong = M.task_scores(ex, [ex[(i + 1) % len(ex)].reference for i in range(len(ex))], samples=200)
         assert all(lo <= s <= hi and s < 0.5 for s, lo, hi in wrong.values()), wrong
     with pytest.raises(ValueError):

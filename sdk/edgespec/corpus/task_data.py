@@ -47,8 +47,8 @@ from typing import Literal
 from edgespec.corpus.validation_sets import LANGUAGES, SQL_PROMPT, TRANSLATION_PROMPT, debian_descriptions, split_of
 from edgespec.errors import EdgespecError
 
-Split = Literal["train", "heldout"]
-SPLITS: tuple[Split, ...] = ("train", "heldout")
+TaskSplit = Literal["train", "heldout"]
+TASK_SPLITS: tuple[TaskSplit, ...] = ("train", "heldout")
 
 
 @dataclass(frozen=True)
@@ -718,7 +718,7 @@ SQL_PER_TEMPLATE = {"train": 120, "heldout": 40}  # fillings per template at mos
 SQL_MAX_ROWS = 50  # a reference answering with more rows is not a question one asks
 
 
-def template_split(name: str) -> Split:
+def template_split(name: str) -> TaskSplit:
     """Where a template's questions go: a fixed hash of its name."""
     return "heldout" if _unit_hash(f"sql-template/{name}") % SQL_HELDOUT_BUCKETS == 0 else "train"
 
@@ -784,7 +784,7 @@ def _sql_splits() -> dict[str, tuple[TaskExample, ...]]:
 
 # --- the registry ---------------------------------------------------------------------------
 
-TASKS: dict[str, Task] = {
+FINETUNE_TASKS: dict[str, Task] = {
     t.name: t
     for t in (
         Task("translation_de", _translation_splits, ("chrf", "bleu"), 256, "apt Translation-en/-de (Debian bookworm main): long descriptions"),
@@ -795,16 +795,16 @@ TASKS: dict[str, Task] = {
 
 @cache
 def _split_cache(task: str) -> dict[str, tuple[TaskExample, ...]]:
-    return TASKS[task].build()
+    return FINETUNE_TASKS[task].build()
 
 
-def task_examples(task: str, split: Split, n: int | None = None, seed: int = 0) -> list[TaskExample]:
+def task_examples(task: str, split: TaskSplit, n: int | None = None, seed: int = 0) -> list[TaskExample]:
     """The examples of a task's split, shuffled by `seed`, the first n (all when None): the
     split itself does not depend on the seed, and a larger n only adds examples."""
-    if task not in TASKS:
-        raise EdgespecError(f"unknown task '{task}' (known: {', '.join(TASKS)})")
-    if split not in SPLITS:
-        raise EdgespecError(f"unknown split '{split}' (known: {', '.join(SPLITS)})")
+    if task not in FINETUNE_TASKS:
+        raise EdgespecError(f"unknown task '{task}' (known: {', '.join(FINETUNE_TASKS)})")
+    if split not in TASK_SPLITS:
+        raise EdgespecError(f"unknown split '{split}' (known: {', '.join(TASK_SPLITS)})")
     items = list(_split_cache(task)[split])
     random.Random(seed).shuffle(items)
     return items if n is None else items[:n]
@@ -813,5 +813,5 @@ def task_examples(task: str, split: Split, n: int | None = None, seed: int = 0) 
 def split_overlap(task: str) -> dict[str, int]:
     """What the train and held-out splits share (all 0 by construction): source keys, prompts
     (the English text / the question with the schema), references, and split units (groups)."""
-    a, b = (_split_cache(task)[s] for s in SPLITS)
+    a, b = (_split_cache(task)[s] for s in TASK_SPLITS)
     return {f: len({getattr(x, f) for x in a} & {getattr(x, f) for x in b}) for f in ("source", "prompt", "reference", "group")}

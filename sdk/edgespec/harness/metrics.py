@@ -227,11 +227,11 @@ def bootstrap_interval(
 
 
 def task_scores(examples: list, predictions: list[str], samples: int = 2000, seed: int = 0) -> dict[str, tuple[float, float, float]]:
-    """Each of the task's metrics (`TASKS[task].metrics`) over `task_data.TaskExample`s and the
+    """Each of the task's metrics (`FINETUNE_TASKS[task].metrics`) over `task_data.TaskExample`s and the
     model's answers to them: (score, low, high), a 95% cluster-bootstrap interval over the
     examples' groups (`bootstrap_interval`). chrF and execution match: the mean of per-example
     scores; BLEU: corpus BLEU of the resampled examples."""
-    from edgespec.corpus.task_data import TASKS
+    from edgespec.corpus.task_data import FINETUNE_TASKS
 
     if not examples or len(examples) != len(predictions):
         raise ValueError(f"task_scores: {len(predictions)} predictions for {len(examples)} examples")
@@ -242,7 +242,7 @@ def task_scores(examples: list, predictions: list[str], samples: int = 2000, see
     }
     groups = [ex.group for ex in examples]
     out = {}
-    for metric in TASKS[examples[0].task].metrics:
+    for metric in FINETUNE_TASKS[examples[0].task].metrics:
         item, statistic = per_item[metric]
         out[metric] = bootstrap_interval([item(p, ex) for p, ex in zip(predictions, examples)], statistic, groups, samples, seed)
     return out

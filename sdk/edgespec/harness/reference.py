@@ -18,10 +18,6 @@ from typing import Any
 from edgespec import __version__, host
 
 
-def cache_dir() -> Path:
-    return host.cache_dir("reference")
-
-
 def _source_identity(source: str) -> list:
     from edgespec.models.load import embedded_path, is_embedded
 
@@ -50,7 +46,7 @@ def reference_completions(
     """Greedy completion ids of the fp32 base model of `source` for each prompt (budget = max
     new tokens); `model()` gives that model (`load_reference`), called only on a cache miss."""
     key = hashlib.sha256(json.dumps([__version__, _source_identity(source), max_seq_len, prompts, budgets, list(eos_ids)]).encode()).hexdigest()[:24]
-    path = cache_dir() / f"{key}.json"
+    path = host.cache_dir("reference") / f"{key}.json"
     if path.is_file():
         try:
             return json.loads(path.read_text())["completions"]
