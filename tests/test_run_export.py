@@ -18,6 +18,7 @@ def _task(passed: bool, seen: list):
     def build_bundle_files(recipe, stage_dir: Path, stage):
         stage("load")
         (stage_dir / B.PROGRAM).write_bytes(b"program")
+        (stage_dir / B.TOKENIZER).write_text("{}")
         stage("lower")
         return tiny_manifest()
 
@@ -50,7 +51,7 @@ def test_a_passing_export_writes_the_bundle_with_its_report(tmp_path):
     assert stages == ["load", "lower", "validate", "package"] and set(res.stage_seconds) == set(stages)
     assert seen == [7] and (out / "report.md").read_text() == str(out.resolve())
     m = B.read_manifest(out)
-    assert m.reports == ("report.md",) and set(m.files) == {B.PROGRAM, "recipe.yaml", "report.md"}
+    assert m.reports == ("report.md",) and set(m.files) == {B.PROGRAM, B.TOKENIZER, "recipe.yaml", "report.md"}
     B.verify_checksums(out, m)
     assert not (tmp_path / "b.rejected").exists() and sorted(p.name for p in tmp_path.iterdir()) == ["b"]
 
@@ -68,3 +69,14 @@ def test_validation_off_skips_the_task_validation(tmp_path):
     seen = []
     E.run_export(_task(False, seen), Recipe().replace(validate={"enabled": False}), tmp_path / "b")
     assert seen == [] and B.read_manifest(tmp_path / "b").validation is None
+
+
+def test_a_rejection_path_holding_other_files_is_neither_removed_nor_written(tmp_path):
+    from edgespec.errors import EdgespecError
+
+    (tmp_path / "b.rejected").mkdir()
+    (tmp_path / "b.rejected" / "thesis.tex").write_text("mine")
+    E.run_export(_task(True, []), Recipe(), tmp_path / "b")  # a pass: not removed as a stale rejection
+    with pytest.raises(EdgespecError, match="rejection report directory .* holds files edgespec did not write"):
+        E.run_export(_task(False, []), Recipe(), tmp_path / "b")
+    assert [p.name for p in (tmp_path / "b.rejected").iterdir()] == ["thesis.tex"]
