@@ -205,6 +205,6 @@ def test_training_reads_a_tasks_train_split_by_name():
     gold = task_examples("sql_chinook", "train")
     assert len(got) == len(gold)
     first = encode_prompt(tok, gold[0].prompt, True)
-    assert got[0].n_prompt == len(first) and got[0].tokens == first + tok.encode(gold[0].reference)
+    assert got[0].n_prompt == len(first) and got[0].tokens == first + tok.encode(gold[0].reference) + [tok.eos_ids[0]]  # it learns to stop
     with pytest.raises(EdgespecError, match="unknown task"):
         load_examples("task:nope", tok, 320, chat_template=True)

@@ -47,7 +47,9 @@ def load_examples(path: str | Path, tokenizer, seq_len: int, chat_template: bool
             prompt, resp = row["prompt_ids"], row["response_ids"]
         elif "prompt" in row and "response" in row:
             prompt = encode_prompt(tokenizer, row["prompt"], chat_template)
-            resp = tokenizer.encode(row["response"])
+            # a gold answer ends with the end of its turn, as distilled ones end with the EOS the
+            # model gave: without it a fine-tune never learns to stop
+            resp = tokenizer.encode(row["response"]) + list(tokenizer.eos_ids[:1])
         else:
             raise EdgespecError(f"{path}:{n}: expected prompt_ids/response_ids or prompt/response")
         if resp:
