@@ -22,7 +22,7 @@ from edgespec.errors import EdgespecError
 from edgespec.host import process_alive
 from edgespec.manifest import LAYOUT, FileEntry, Manifest, parse_manifest
 from edgespec.manifest import SCHEMA_VERSION as SCHEMA_VERSION  # readers check it beside the file names
-from edgespec.output_dir import listing
+from edgespec.output_dir import listing, renamed_into_place
 
 MANIFEST = LAYOUT.manifest
 PROGRAM = LAYOUT.program
@@ -258,14 +258,10 @@ class VerifiedFiles:
 
     def save(self) -> None:
         entries = dict(list(self.entries.items())[-self.LIMIT :])
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        try:
+        with contextlib.suppress(OSError):
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp.write_text(json.dumps(entries))
-            tmp.replace(self.path)
-        except OSError:
-            with contextlib.suppress(OSError):
-                tmp.unlink(missing_ok=True)
+            with renamed_into_place(self.path, f".{self.path.name}.", ".tmp") as tmp:
+                tmp.write_text(json.dumps(entries))
 
 
 def drafter_weights(bundle_dir: str | Path, manifest: Manifest) -> Path:

@@ -11,7 +11,10 @@ directory is claimed by `edgespec.bundle.staged_bundle`, which adds the manifest
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Callable, Iterable
+import os
+import tempfile
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from edgespec.errors import EdgespecError
@@ -52,3 +55,28 @@ def claim_dir(path: str | Path, ours: NameRule, what: str) -> Path:
     except OSError as e:
         raise EdgespecError(f"cannot create {what} '{p}': {e.strerror}") from None
     return p
+
+
+@contextmanager
+def renamed_into_place(path: Path, prefix: str, suffix: str) -> Iterator[Path]:
+    """A temporary in `path`'s directory for the block to write, renamed onto `path` when the
+    block ends (fsynced before the rename, and the directory after it: the name never holds a
+    partial file, even after a power loss); removed if the block raises."""
+    fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=path.parent)
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        _fsync(tmp)
+        os.replace(tmp, path)
+        _fsync(path.parent)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _fsync(path: str | Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -20,15 +20,13 @@ import platform
 import shutil
 import struct
 import subprocess
-import tempfile
 import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
 
 from edgespec.errors import EdgespecError, EdgespecNote
 from edgespec.host import cache_dir, process_alive
+from edgespec.output_dir import renamed_into_place
 from edgespec.packages import package_dir
 
 SOURCES = ("attention.cpp", "block_linear.cpp", "glue.cpp", "threadpool.cpp")  # compiled into one library
@@ -157,31 +155,6 @@ def build(again: bool = False) -> Path:
         if done.returncode != 0:
             raise EdgespecError(f"building edgespec's kernels failed:\n{done.stderr.strip()[-3000:]}")
     return path
-
-
-@contextmanager
-def renamed_into_place(path: Path, prefix: str, suffix: str) -> Iterator[Path]:
-    """A temporary in `path`'s directory for the block to write, renamed onto `path` when the
-    block ends (fsynced before the rename, and the directory after it: the name never holds a
-    partial file, even after a power loss); removed if the block raises."""
-    fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=path.parent)
-    os.close(fd)
-    try:
-        yield Path(tmp)
-        _fsync(tmp)
-        os.replace(tmp, path)
-        _fsync(path.parent)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
-def _fsync(path: str | Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def remove_stale_temporaries(directory: Path) -> None:

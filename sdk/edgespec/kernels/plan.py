@@ -45,6 +45,7 @@ from edgespec.config import Record, from_dict, parsing
 from edgespec.errors import EdgespecError, EdgespecNote
 from edgespec.kernels import library
 from edgespec.kernels.block_linear import FORMAT_IDS, PAIR_ROWS, TILE_BYTES
+from edgespec.output_dir import renamed_into_place
 
 PATHS = ("portable", "avx2", "avx-vnni", "avx512-vnni", "neon-dotprod", "neon-i8mm")  # block_linear.h's Path values
 REGIMES = {"one_row": 1, "few_rows": 4, "many_rows": 64}  # block_linear.h's Regime order; rows timed
@@ -307,7 +308,7 @@ def _save(plan: KernelPlan, path: Path) -> None:
     """Cache `plan` at `path`; a cache that cannot be written is skipped with a note."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with library.renamed_into_place(path, ".plan-", ".json") as tmp:
+        with renamed_into_place(path, ".plan-", ".json") as tmp:
             tmp.write_text(json.dumps(plan.to_json(), indent=1))
     except OSError as e:
         warnings.warn(

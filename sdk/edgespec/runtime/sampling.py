@@ -7,8 +7,7 @@ import math
 import torch
 
 from edgespec.errors import EdgespecError
-
-MIN_TEMPERATURE = 1e-6  # a lower one is taken as this: logits / 1e-300 overflow float32 (as the spec program's clamp)
+from edgespec.speculative.accept import MIN_TEMPERATURE
 
 
 def check_temperature(temperature: float) -> float:

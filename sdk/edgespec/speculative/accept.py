@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import torch
 
+MIN_TEMPERATURE = 1e-6  # a lower temperature is taken as this: logits / 1e-300 overflow float32
+
 
 def accept_tree(
     children: torch.Tensor,
@@ -52,7 +54,7 @@ def accept_tree(
     R, k = children.shape
     greedy = temperature <= 0
     # greedy: scores = logits (the caller passes zero noise); sampling: logits / T + gumbel
-    scaled = logits * torch.where(greedy, 1.0, 1.0 / temperature.clamp(min=1e-6))  # [R, V]
+    scaled = logits * torch.where(greedy, 1.0, 1.0 / temperature.clamp(min=MIN_TEMPERATURE))  # [R, V]
     scores = scaled + gumbel
     best = logits.argmax(-1)  # [R]
     cand = node_tokens[children]  # [R, k] candidate tokens of each node's children
