@@ -5,6 +5,7 @@ equal to its eager reference for every format and every row count."""
 
 from __future__ import annotations
 
+import functools
 import shutil
 import subprocess
 from pathlib import Path
@@ -308,12 +309,11 @@ def test_k_m_file_is_carried_not_rounded(tmp_path, main, kernel_format):
     assert (wq(x) - exact).norm() / exact.norm() < 0.01
 
 
-def _tiny_block_kernel_program():
-    """A tiny Llama with every linear on edgespec's block kernel, lowered with no delegate:
-    (the eager model, the `.pte`'s bytes). 9 query heads over 3 key/value heads, as SmolLM2:
-    decoding at 2 threads splits a group of heads between the threads."""
+def _tiny_block_kernel_model():
+    """A tiny Llama with every linear on edgespec's block kernel (seeded: the same weights each
+    call). 9 query heads over 3 key/value heads, as SmolLM2: decoding at 2 threads splits a
+    group of heads between the threads."""
     from edgespec.config import QuantConfig
-    from edgespec.export.lowering import ProgramMeta, export_forward, lower_to_executorch
     from edgespec.kernels import library
     from edgespec.models.llama import LlamaArgs
     from edgespec.quant import plan_quantization, quantize_
@@ -324,8 +324,26 @@ def _tiny_block_kernel_program():
     model = random_transformer(args)
     summary = quantize_(model, plan_quantization(model, QuantConfig(scheme="8da4w", kernel="edgespec")))
     assert len(summary.rounded) == 2 * 7 + 1 and all(isinstance(m, BlockLinear) for m in (model.output, model.layers[1].feed_forward.w2))
-    model.eval()
-    return model, lower_to_executorch({"forward": export_forward(model, args.max_seq_len, "exact")}, ProgramMeta(64, 97, 2, 1, (2,)), xnnpack="none")
+    return model.eval()
+
+
+def _lower_block_kernel_program(model) -> bytes:
+    """The model lowered with no delegate (block kernel, fused glue, edgespec's attention)."""
+    from edgespec.export.lowering import ProgramMeta, export_forward, lower_to_executorch
+
+    return lower_to_executorch({"forward": export_forward(model, model.args.max_seq_len, "exact")}, ProgramMeta(64, 97, 2, 1, (2,)), xnnpack="none")
+
+
+@functools.cache
+def _tiny_block_kernel_pte() -> bytes:
+    """The tiny model's program, lowered once for the tests that read it (a lowering costs a
+    minute or more)."""
+    return _lower_block_kernel_program(_tiny_block_kernel_model())
+
+
+def _tiny_block_kernel_program():
+    """(a fresh tiny eager model, its program's bytes)."""
+    return _tiny_block_kernel_model(), _tiny_block_kernel_pte()
 
 
 @pytest.mark.slow
@@ -377,7 +395,7 @@ def test_glue_folded_into_the_linears_changes_no_bit(monkeypatch):
     assert targets.count("edgespec.rms_norm.default") == 1 and "edgespec.silu_mul.default" not in targets and "aten.add.Tensor" not in targets
     assert targets.count("aten.split_with_sizes.default") == 2  # q/k/v's, one per layer
     monkeypatch.setattr(fusion, "fuse_block_linear_glue", lambda ep: ep)
-    _, plain = _tiny_block_kernel_program()
+    plain = _lower_block_kernel_program(_tiny_block_kernel_model())
     tokens = torch.randint(0, 97, (1, 9), generator=torch.Generator().manual_seed(1))
     assert torch.equal(_forwards(folded, tokens), _forwards(plain, tokens))
 
