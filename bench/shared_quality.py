@@ -54,7 +54,13 @@ def main() -> None:
     ap.add_argument("--per-suite", type=int, default=8, help="prompts per validation suite")
     ap.add_argument("--max-seq-len", type=int, default=1024)
     ap.add_argument("--task", help="a task of edgespec.corpus.task_data: its held-out split instead of the suites")
-    ap.add_argument("--n", type=int, default=200, help="held-out items of --task")
+    ap.add_argument("--n", type=int, default=200, help="items of --task (its --split)")
+    ap.add_argument(
+        "--split",
+        default="heldout",
+        choices=["heldout", "train"],
+        help="the split of --task measured (train: what the fine-tune saw, to tell memorization from generalization)",
+    )
     args = ap.parse_args()
 
     from edgespec.config import SUITE_NAMES
@@ -76,7 +82,7 @@ def main() -> None:
         from edgespec.corpus.task_data import FINETUNE_TASKS, task_examples
         from edgespec.harness.metrics import task_scores
 
-        examples = task_examples(args.task, "heldout", args.n)
+        examples = task_examples(args.task, args.split, args.n)
         pairs = [(ex.prompt, ex.reference) for ex in examples]
         suite_of, suites, budget = (lambda ex: ex.task), [args.task], FINETUNE_TASKS[args.task].max_new_tokens
     else:
@@ -134,7 +140,12 @@ def main() -> None:
         }
         rows[Path(w).name] = row
         print(f"{w} {time.time() - t0:.0f}s {json.dumps(row)}", file=sys.stderr)
-    print(json.dumps({"task": args.task, "texts": len(pairs), "per_suite": args.per_suite, "suites": suites, "rows": rows}, indent=1))
+    print(
+        json.dumps(
+            {"task": args.task, "split": args.split if args.task else None, "texts": len(pairs), "per_suite": args.per_suite, "suites": suites, "rows": rows},
+            indent=1,
+        )
+    )
 
 
 if __name__ == "__main__":
