@@ -18,7 +18,8 @@ fine-tune on its own held-out split instead: the perplexity of the gold answers,
 metrics with their 95% intervals (harness.metrics.task_scores), tokens per call and
 losslessness on the same `--n` items:
 
-    python bench/shared_quality.py --task sql_chinook --n 200 --weights runs/sql-shared-c/streams.pt
+    python bench/shared_quality.py --task sql_chinook --n 200 --weights runs/sql-shared-c/streams.pt \\
+        --base-cache runs/sql_chinook_base200.json   # the base's row, measured once for every arm
 """
 
 from __future__ import annotations
@@ -60,6 +61,11 @@ def main() -> None:
         default="heldout",
         choices=["heldout", "train"],
         help="the split of --task measured (train: what the fine-tune saw, to tell memorization from generalization)",
+    )
+    ap.add_argument(
+        "--base-cache",
+        type=Path,
+        help="a JSON file holding the base model's row and answers: read when it was made for the same items and budget, else measured and written (the base is the slow part: it writes to the end of its budget)",
     )
     args = ap.parse_args()
 
@@ -111,7 +117,24 @@ def main() -> None:
         return row, outs
 
     t0 = time.time()
-    base_row, base_outs = quality(lambda t: base.output(base.hidden(t, torch.tensor([0]))).float(), eager_step(base))
+    key = {
+        "task": args.task,
+        "split": args.split,
+        "n": args.n,
+        "texts": args.texts,
+        "per_suite": args.per_suite,
+        "max_seq_len": args.max_seq_len,
+        "prompts": ids,
+    }
+    cached = json.loads(args.base_cache.read_text()) if args.base_cache and args.base_cache.exists() else None
+    if cached is not None and cached.get("key") == key:
+        base_row, base_outs = cached["row"], cached["outs"]
+    else:
+        base_row, base_outs = quality(lambda t: base.output(base.hidden(t, torch.tensor([0]))).float(), eager_step(base))
+        if args.base_cache:
+            tmp = args.base_cache.with_suffix(".tmp")
+            tmp.write_text(json.dumps({"key": key, "row": base_row, "outs": base_outs}))
+            tmp.replace(args.base_cache)
     print(f"base {time.time() - t0:.0f}s {json.dumps(base_row)}", file=sys.stderr)
     rows = {"base": base_row}
     for w in args.weights:
