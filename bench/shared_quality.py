@@ -75,6 +75,7 @@ def main() -> None:
     from edgespec.harness.suites import load_suite
     from edgespec.models.load import build_model, read_source, tokenizer_of
     from edgespec.models.tokenizer import encode_prompt
+    from edgespec.output_dir import renamed_into_place
     from edgespec.runtime.generate import eager_step, generate
     from edgespec.speculative.drafters import load_drafter
     from edgespec.speculative.step import EagerSpecMethods, SpecProgram
@@ -117,24 +118,17 @@ def main() -> None:
         return row, outs
 
     t0 = time.time()
-    key = {
-        "task": args.task,
-        "split": args.split,
-        "n": args.n,
-        "texts": args.texts,
-        "per_suite": args.per_suite,
-        "max_seq_len": args.max_seq_len,
-        "prompts": ids,
-    }
+    # what the base's row is a function of: its items (prompts and references) and budgets
+    key = {"prompts": ids, "pairs": pairs, "max_new_tokens": [new_tokens(ex) for ex in examples], "max_seq_len": args.max_seq_len}
+    key = json.loads(json.dumps(key))  # as it reads back (tuples become lists)
     cached = json.loads(args.base_cache.read_text()) if args.base_cache and args.base_cache.exists() else None
     if cached is not None and cached.get("key") == key:
         base_row, base_outs = cached["row"], cached["outs"]
     else:
         base_row, base_outs = quality(lambda t: base.output(base.hidden(t, torch.tensor([0]))).float(), eager_step(base))
         if args.base_cache:
-            tmp = args.base_cache.with_suffix(".tmp")
-            tmp.write_text(json.dumps({"key": key, "row": base_row, "outs": base_outs}))
-            tmp.replace(args.base_cache)
+            with renamed_into_place(args.base_cache, ".base-", ".json") as tmp:
+                tmp.write_text(json.dumps({"key": key, "row": base_row, "outs": base_outs}))
     print(f"base {time.time() - t0:.0f}s {json.dumps(base_row)}", file=sys.stderr)
     rows = {"base": base_row}
     for w in args.weights:
