@@ -150,7 +150,7 @@ def test_sql_top_answers_are_unique(T):
 
     for t in T.SQL_TEMPLATES:
         for _, sql in T.fillings(t)[:30] if "LIMIT" in t.sql else ():
-            key, k = re.search(r"ORDER BY (.*) DESC LIMIT (\d+)$", sql).groups()
+            key, k = re.search(r"ORDER BY (.*) (?:ASC|DESC) LIMIT (\d+)$", sql).groups()
             rows = run_query(re.sub(r"^SELECT .*? FROM", f"SELECT {key} FROM", sql).replace(f"LIMIT {k}", f"LIMIT {int(k) + 1}"))
             assert len(rows) <= int(k) or rows[int(k) - 1] != rows[int(k)], sql
 
@@ -162,6 +162,24 @@ def test_sql_questions_are_not_the_validation_suites(T):
     validation = {e.source for e in sql(512, 0)}
     assert not validation & {x.source for s in T.TASK_SPLITS for x in T.task_examples("sql_chinook", s)}
     assert all(x.prompt.startswith("SQLite database:\nCREATE TABLE") for x in T.task_examples("sql_chinook", "heldout", 5))
+
+
+@pytest.mark.slow
+def test_sql_prompts_show_the_tables_their_reference_reads(T):
+    """As in sql-create-context (the paper's SqlContext): each question comes with the CREATE
+    TABLE statements of the tables its reference reads, every column of each."""
+    from edgespec.corpus.sqldb import SCHEMA, SUITE_SCHEMA, tables_read
+
+    whole = dict(re.findall(r"CREATE TABLE (\w+) (.*);", SCHEMA))
+    assert len(whole) == 11
+    for x in T.task_examples("sql_chinook", "train", 300) + T.task_examples("sql_chinook", "heldout", 100):
+        shown = dict(re.findall(r"CREATE TABLE (\w+) (.*);", x.prompt))
+        assert tuple(shown) == tables_read(x.reference) and shown and all(whole[t] == cols for t, cols in shown.items()), x.id
+    assert tables_read("SELECT a FROM track JOIN album ON 1 WHERE x IN (SELECT y FROM genre)") == ("album", "genre", "track")
+    # the validation suite's prompt is what it was: 6 tables, a subset of the database's columns
+    suite = dict(re.findall(r"CREATE TABLE (\w+) \((.*)\);", SUITE_SCHEMA))
+    assert list(suite) == ["artist", "album", "genre", "track", "customer", "invoice"]
+    assert all(set(cols.split(", ")) <= set(whole[t][1:-1].split(", ")) for t, cols in suite.items())
 
 
 @pytest.mark.slow

@@ -17,33 +17,115 @@ from pathlib import Path
 
 from edgespec.errors import EdgespecError
 
-SCHEMA = """\
-CREATE TABLE artist (id INTEGER PRIMARY KEY, name TEXT);
-CREATE TABLE album (id INTEGER PRIMARY KEY, title TEXT, artist_id INTEGER REFERENCES artist(id));
-CREATE TABLE genre (id INTEGER PRIMARY KEY, name TEXT);
-CREATE TABLE track (id INTEGER PRIMARY KEY, name TEXT, album_id INTEGER REFERENCES album(id), genre_id INTEGER REFERENCES genre(id), composer TEXT, milliseconds INTEGER, unit_price REAL);
-CREATE TABLE customer (id INTEGER PRIMARY KEY, first_name TEXT, last_name TEXT, city TEXT, country TEXT);
-CREATE TABLE invoice (id INTEGER PRIMARY KEY, customer_id INTEGER REFERENCES customer(id), invoice_date TEXT, total REAL);"""
-
-# fixture model -> (table, [(column, fixture field)])
-_TABLES = {
-    "chinook.artist": ("artist", [("name", "name")]),
-    "chinook.album": ("album", [("title", "title"), ("artist_id", "artist")]),
-    "chinook.genre": ("genre", [("name", "name")]),
-    "chinook.track": (
-        "track",
-        [
-            ("name", "name"),
-            ("album_id", "album"),
-            ("genre_id", "genre"),
-            ("composer", "composer"),
-            ("milliseconds", "milliseconds"),
-            ("unit_price", "unit_price"),
-        ],
+# table -> (the fixture's model, its columns after `id` as (column, SQL type, fixture field));
+# a column named <table>_id references that table's id
+_TABLES: dict[str, tuple[str, tuple[tuple[str, str, str], ...]]] = {
+    "artist": ("chinook.artist", (("name", "TEXT", "name"),)),
+    "album": ("chinook.album", (("title", "TEXT", "title"), ("artist_id", "INTEGER", "artist"))),
+    "genre": ("chinook.genre", (("name", "TEXT", "name"),)),
+    "media_type": ("chinook.mediatype", (("name", "TEXT", "name"),)),
+    "track": (
+        "chinook.track",
+        (
+            ("name", "TEXT", "name"),
+            ("album_id", "INTEGER", "album"),
+            ("genre_id", "INTEGER", "genre"),
+            ("composer", "TEXT", "composer"),
+            ("milliseconds", "INTEGER", "milliseconds"),
+            ("unit_price", "REAL", "unit_price"),
+            ("media_type_id", "INTEGER", "mediatype"),
+            ("bytes", "INTEGER", "bytes"),
+        ),
     ),
-    "chinook.customer": ("customer", [("first_name", "firstname"), ("last_name", "lastname"), ("city", "city"), ("country", "country")]),
-    "chinook.invoice": ("invoice", [("customer_id", "customer"), ("invoice_date", "invoicedate"), ("total", "total")]),
+    "playlist": ("chinook.playlist", (("name", "TEXT", "name"),)),
+    "playlist_track": ("chinook.playlisttrack", (("playlist_id", "INTEGER", "playlist"), ("track_id", "INTEGER", "track"))),
+    "employee": (
+        "chinook.employee",
+        (
+            ("first_name", "TEXT", "firstname"),
+            ("last_name", "TEXT", "lastname"),
+            ("title", "TEXT", "title"),
+            ("reports_to", "INTEGER", "reports_to"),
+            ("birth_date", "TEXT", "birthdate"),
+            ("hire_date", "TEXT", "hiredate"),
+            ("city", "TEXT", "city"),
+            ("country", "TEXT", "country"),
+            ("email", "TEXT", "email"),
+        ),
+    ),
+    "customer": (
+        "chinook.customer",
+        (
+            ("first_name", "TEXT", "firstname"),
+            ("last_name", "TEXT", "lastname"),
+            ("city", "TEXT", "city"),
+            ("country", "TEXT", "country"),
+            ("company", "TEXT", "company"),
+            ("state", "TEXT", "state"),
+            ("email", "TEXT", "email"),
+            ("support_rep_id", "INTEGER", "support_rep"),
+        ),
+    ),
+    "invoice": (
+        "chinook.invoice",
+        (
+            ("customer_id", "INTEGER", "customer"),
+            ("invoice_date", "TEXT", "invoicedate"),
+            ("total", "REAL", "total"),
+            ("billing_city", "TEXT", "billingcity"),
+            ("billing_country", "TEXT", "billingcountry"),
+        ),
+    ),
+    "invoice_line": (
+        "chinook.invoiceline",
+        (("invoice_id", "INTEGER", "invoice"), ("track_id", "INTEGER", "track"), ("unit_price", "REAL", "unit_price"), ("quantity", "INTEGER", "quantity")),
+    ),
 }
+_REFERENCES = {"support_rep_id": "employee", "reports_to": "employee"}  # foreign keys not named <table>_id
+
+
+def create_statements(columns: dict[str, tuple[str, ...]] | None = None) -> str:
+    """CREATE TABLE statements of the given tables and columns (`id` always first; all tables
+    and columns when None), in the database's table order."""
+    lines = []
+    for table, (_, cols) in _TABLES.items():
+        if columns is not None and table not in columns:
+            continue
+        parts = ["id INTEGER PRIMARY KEY"]
+        for name, kind, _ in cols:
+            if columns is None or name in columns[table]:
+                ref = _REFERENCES.get(name) or (name[: -len("_id")] if name.endswith("_id") else None)
+                parts.append(f"{name} {kind}" + (f" REFERENCES {ref}(id)" if ref else ""))
+        lines.append(f"CREATE TABLE {table} ({', '.join(parts)});")
+    return "\n".join(lines)
+
+
+SCHEMA = create_statements()  # the whole database: 11 tables
+# what the validation suite's sql prompts show, unchanged since the suite's first version
+SUITE_SCHEMA = create_statements(
+    {
+        "artist": ("name",),
+        "album": ("title", "artist_id"),
+        "genre": ("name",),
+        "track": ("name", "album_id", "genre_id", "composer", "milliseconds", "unit_price"),
+        "customer": ("first_name", "last_name", "city", "country"),
+        "invoice": ("customer_id", "invoice_date", "total"),
+    }
+)
+
+
+def tables_read(sql: str) -> tuple[str, ...]:
+    """The tables a query names after FROM or JOIN, in the database's order."""
+    named = set(re.findall(r"\b(?:FROM|JOIN)\s+(\w+)", sql, re.I))
+    return tuple(t for t in _TABLES if t in named)
+
+
+def schema_of(sql: str) -> str:
+    """The CREATE TABLE statements of the tables a query reads, as SQL-with-context datasets
+    (sql-create-context, the Speculative Streaming paper's SqlContext) give with each question."""
+    return create_statements({t: tuple(c for c, _, _ in _TABLES[t][1]) for t in tables_read(sql)})
+
+
 MAX_STEPS = 2_000_000  # SQLite VM instructions per query (a cross join of tracks stops here)
 MAX_ROWS = 1000
 
@@ -67,20 +149,29 @@ def fixture_path() -> Path:
 @functools.cache
 def _rows() -> dict[str, list[tuple]]:
     data = json.loads(fixture_path().read_text())
-    out: dict[str, list[tuple]] = {table: [] for table, _ in _TABLES.values()}
+    by_model = {model: (table, cols) for table, (model, cols) in _TABLES.items()}
+    out: dict[str, list[tuple]] = {table: [] for table in _TABLES}
     for obj in data:
-        spec = _TABLES.get(obj["model"])
+        spec = by_model.get(obj["model"])
         if spec:
             table, cols = spec
-            out[table].append((obj["pk"], *(obj["fields"].get(f) for _, f in cols)))
+            out[table].append((obj["pk"], *(_value(obj["fields"].get(f)) for _, _, f in cols)))
     return out
+
+
+def _value(v: object) -> object:
+    """A fixture value as the database holds it: dates as 'YYYY-MM-DD HH:MM:SS' (the fixture's
+    ISO 'T...Z' form; the first 10 characters, what queries read, are the same)."""
+    if isinstance(v, str) and re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", v):
+        return v[:10] + " " + v[11:19]
+    return v
 
 
 def connect() -> sqlite3.Connection:
     """A fresh in-memory Chinook database, read-only from here on."""
     con = sqlite3.connect(":memory:")
     con.executescript(SCHEMA)
-    for table, cols in _TABLES.values():
+    for table, (_, cols) in _TABLES.items():
         marks = ",".join("?" * (len(cols) + 1))
         con.executemany(f"INSERT INTO {table} VALUES ({marks})", _rows()[table])
     con.commit()

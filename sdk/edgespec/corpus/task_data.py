@@ -195,6 +195,13 @@ SQL_POOLS: dict[str, tuple[tuple[str, ...], str]] = {
     "many": (("count",), _INTS.format(10, 30, 2)),
     "spend": (("amount",), _INTS.format(36, 48, 1)),
     "invoice_amount": (("amount",), _INTS.format(2, 20, 1)),
+    "media_type": (("media_type",), "SELECT name FROM media_type ORDER BY id"),
+    "playlist": (("playlist",), "SELECT name FROM playlist GROUP BY name HAVING COUNT(*) = 1 ORDER BY MIN(id)"),
+    "employee": (("employee", "first", "last"), "SELECT first_name || ' ' || last_name, first_name, last_name FROM employee ORDER BY id"),
+    "hire_year": (("year",), "SELECT DISTINCT substr(hire_date, 1, 4) FROM employee ORDER BY 1"),
+    "employee_city": (("city",), "SELECT DISTINCT city FROM employee ORDER BY city"),
+    "state": (("state",), "SELECT DISTINCT state FROM customer WHERE state IS NOT NULL ORDER BY state"),
+    "price": (("price",), "SELECT DISTINCT unit_price FROM track ORDER BY unit_price"),
 }
 
 _TRACK_ALBUM = "FROM track JOIN album ON album.id = track.album_id"
@@ -202,6 +209,12 @@ _TRACK_ARTIST = f"{_TRACK_ALBUM} JOIN artist ON artist.id = album.artist_id"
 _TRACK_GENRE = "FROM track JOIN genre ON genre.id = track.genre_id"
 _INVOICE_CUSTOMER = "FROM invoice JOIN customer ON customer.id = invoice.customer_id"
 _CUSTOMER_IS = "customer.first_name = '{first}' AND customer.last_name = '{last}'"
+_EMPLOYEE_IS = "employee.first_name = '{first}' AND employee.last_name = '{last}'"
+_TRACK_MEDIA = "FROM track JOIN media_type ON media_type.id = track.media_type_id"
+_PLAYLIST_IS = "FROM playlist_track JOIN playlist ON playlist.id = playlist_track.playlist_id WHERE playlist.name = '{playlist}'"
+_PLAYLIST_TRACK = "FROM playlist_track JOIN playlist ON playlist.id = playlist_track.playlist_id JOIN track ON track.id = playlist_track.track_id"
+_CUSTOMER_REP = "FROM customer JOIN employee ON employee.id = customer.support_rep_id"
+_LINE_CUSTOMER = "FROM invoice_line JOIN invoice ON invoice.id = invoice_line.invoice_id JOIN customer ON customer.id = invoice.customer_id"
 
 T = SqlTemplate
 SQL_TEMPLATES: tuple[SqlTemplate, ...] = (
@@ -710,6 +723,531 @@ SQL_TEMPLATES: tuple[SqlTemplate, ...] = (
         ),
         "SELECT substr(invoice_date, 1, 4), SUM(total) FROM invoice GROUP BY substr(invoice_date, 1, 4)",
     ),
+    # --- media types, file sizes
+    T(
+        "media_type_track_count",
+        (
+            "How many tracks are stored as {media_type}?",
+            "Count the tracks whose media type is '{media_type}'.",
+            "What is the number of tracks in the format {media_type}?",
+        ),
+        f"SELECT COUNT(*) {_TRACK_MEDIA} WHERE media_type.name = '{{media_type}}'",
+        ("media_type",),
+    ),
+    T(
+        "track_media_type",
+        (
+            "In which media format is the track '{track}' stored?",
+            "What is the media type of '{track}'?",
+            "Give the name of the media type of the track '{track}'.",
+        ),
+        f"SELECT media_type.name {_TRACK_MEDIA} WHERE track.name = '{{track}}'",
+        ("track",),
+    ),
+    T(
+        "tracks_per_media_type",
+        (
+            "How many tracks does each media type have?",
+            "For every media type, give its name and its number of tracks.",
+            "List each media type with the count of its tracks.",
+        ),
+        f"SELECT media_type.name, COUNT(*) {_TRACK_MEDIA} GROUP BY media_type.id",
+    ),
+    T(
+        "media_type_average_bytes",
+        (
+            "What is the average file size in bytes of {media_type} tracks?",
+            "On average, how many bytes does a track stored as '{media_type}' take?",
+            "Compute the mean size in bytes of the tracks whose media type is {media_type}.",
+        ),
+        f"SELECT AVG(track.bytes) {_TRACK_MEDIA} WHERE media_type.name = '{{media_type}}'",
+        ("media_type",),
+    ),
+    T(
+        "genre_media_types",
+        (
+            "Which media types are used by tracks of the {genre} genre?",
+            "List the distinct media types of the {genre} tracks.",
+            "In which formats are the tracks of the genre {genre} stored?",
+        ),
+        f"SELECT DISTINCT media_type.name {_TRACK_MEDIA} JOIN genre ON genre.id = track.genre_id WHERE genre.name = '{{genre}}'",
+        ("genre",),
+    ),
+    T(
+        "album_bytes",
+        (
+            "How many bytes do all tracks of the album '{album}' take together?",
+            "What is the total file size in bytes of the album '{album}'?",
+            "Sum the sizes in bytes of the tracks on '{album}'.",
+        ),
+        f"SELECT SUM(track.bytes) {_TRACK_ALBUM} WHERE album.title = '{{album}}'",
+        ("album",),
+    ),
+    T(
+        "track_bytes",
+        ("What is the file size in bytes of the track '{track}'?", "How many bytes does '{track}' take?", "Give the size of the track '{track}' in bytes."),
+        "SELECT bytes FROM track WHERE name = '{track}'",
+        ("track",),
+    ),
+    T(
+        "largest_files",
+        (
+            "Which {n} tracks have the largest files? Give their names.",
+            "List the names of the {n} biggest tracks by file size.",
+            "Name the {n} tracks that take the most bytes.",
+        ),
+        "SELECT name FROM track ORDER BY bytes DESC LIMIT {n}",
+        ("top",),
+    ),
+    T(
+        "longest_tracks",
+        (
+            "List the names of the {n} longest tracks.",
+            "Which are the {n} tracks with the longest duration?",
+            "Give the {n} longest tracks of the catalog by name.",
+        ),
+        "SELECT name FROM track ORDER BY milliseconds DESC LIMIT {n}",
+        ("top",),
+    ),
+    # --- playlists
+    T(
+        "playlist_track_count",
+        (
+            "How many tracks are on the playlist '{playlist}'?",
+            "Count the tracks of the playlist '{playlist}'.",
+            "What is the number of tracks in the playlist {playlist}?",
+        ),
+        f"SELECT COUNT(*) {_PLAYLIST_IS}",
+        ("playlist",),
+    ),
+    T(
+        "track_playlists",
+        (
+            "On which playlists does the track '{track}' appear?",
+            "List the names of the playlists containing '{track}'.",
+            "Which playlists include the track '{track}'?",
+        ),
+        "SELECT playlist.name FROM playlist_track JOIN playlist ON playlist.id = playlist_track.playlist_id "
+        "JOIN track ON track.id = playlist_track.track_id WHERE track.name = '{track}'",
+        ("track",),
+    ),
+    T(
+        "playlist_genres",
+        (
+            "Which genres are on the playlist '{playlist}'?",
+            "List the distinct genres of the tracks in the playlist '{playlist}'.",
+            "What genres does the playlist {playlist} contain?",
+        ),
+        f"SELECT DISTINCT genre.name {_PLAYLIST_TRACK} JOIN genre ON genre.id = track.genre_id WHERE playlist.name = '{{playlist}}'",
+        ("playlist",),
+    ),
+    T(
+        "playlist_minutes",
+        (
+            "How many minutes of music does the playlist '{playlist}' hold?",
+            "What is the total length in minutes of the playlist '{playlist}'?",
+            "Give the combined duration in minutes of the tracks on {playlist}.",
+        ),
+        f"SELECT SUM(track.milliseconds) / 60000.0 {_PLAYLIST_TRACK} WHERE playlist.name = '{{playlist}}'",
+        ("playlist",),
+    ),
+    T(
+        "playlist_artist_tracks",
+        (
+            "How many tracks by {artist} are on the playlist '{playlist}'?",
+            "Count the tracks of the artist {artist} in the playlist '{playlist}'.",
+            "In the playlist '{playlist}', how many tracks are by {artist}?",
+        ),
+        f"SELECT COUNT(*) {_PLAYLIST_TRACK} JOIN album ON album.id = track.album_id JOIN artist ON artist.id = album.artist_id "
+        "WHERE playlist.name = '{playlist}' AND artist.name = '{artist}'",
+        ("playlist", "artist"),
+    ),
+    T(
+        "genre_playlist_count",
+        (
+            "On how many playlists does a {genre} track appear?",
+            "How many different playlists contain tracks of the genre {genre}?",
+            "Count the playlists holding at least one {genre} track.",
+        ),
+        "SELECT COUNT(DISTINCT playlist_track.playlist_id) FROM playlist_track JOIN track ON track.id = playlist_track.track_id "
+        "JOIN genre ON genre.id = track.genre_id WHERE genre.name = '{genre}'",
+        ("genre",),
+    ),
+    T(
+        "artist_playlist_count",
+        (
+            "On how many playlists do tracks by {artist} appear?",
+            "Count the distinct playlists that hold a track of {artist}.",
+            "How many playlists include music by {artist}?",
+        ),
+        "SELECT COUNT(DISTINCT playlist_track.playlist_id) FROM playlist_track JOIN track ON track.id = playlist_track.track_id "
+        "JOIN album ON album.id = track.album_id JOIN artist ON artist.id = album.artist_id WHERE artist.name = '{artist}'",
+        ("artist",),
+    ),
+    T(
+        "playlist_longest_track",
+        (
+            "What is the longest track on the playlist '{playlist}'?",
+            "Name the track with the longest duration in the playlist '{playlist}'.",
+            "Which track of the playlist {playlist} lasts longest?",
+        ),
+        f"SELECT track.name {_PLAYLIST_TRACK} WHERE playlist.name = '{{playlist}}' ORDER BY track.milliseconds DESC LIMIT 1",
+        ("playlist",),
+    ),
+    # --- employees and support representatives
+    T(
+        "employee_title",
+        ("What is the job title of {employee}?", "Which position does the employee {employee} hold?", "Give the title of the employee {employee}."),
+        f"SELECT title FROM employee WHERE {_EMPLOYEE_IS}",
+        ("employee",),
+    ),
+    T(
+        "employee_manager",
+        ("Who does {employee} report to? Give first and last name.", "Name the manager of the employee {employee}.", "Which employee is {employee}'s manager?"),
+        "SELECT manager.first_name, manager.last_name FROM employee JOIN employee AS manager ON manager.id = employee.reports_to "
+        "WHERE employee.first_name = '{first}' AND employee.last_name = '{last}'",
+        ("employee",),
+    ),
+    T(
+        "employee_reports",
+        (
+            "Which employees report to {employee}? Give first and last names.",
+            "List the employees whose manager is {employee}.",
+            "Who reports directly to {employee}?",
+        ),
+        f"SELECT first_name, last_name FROM employee WHERE reports_to = (SELECT id FROM employee WHERE {_EMPLOYEE_IS})",
+        ("employee",),
+    ),
+    T(
+        "employee_customer_count",
+        (
+            "How many customers does the support representative {employee} look after?",
+            "Count the customers whose support rep is {employee}.",
+            "What is the number of customers supported by {employee}?",
+        ),
+        f"SELECT COUNT(*) {_CUSTOMER_REP} WHERE {_EMPLOYEE_IS}",
+        ("employee",),
+    ),
+    T(
+        "employee_customer_countries",
+        (
+            "From which countries are the customers of {employee}?",
+            "List the distinct countries of the customers supported by {employee}.",
+            "In which countries live the customers whose support rep is {employee}?",
+        ),
+        f"SELECT DISTINCT customer.country {_CUSTOMER_REP} WHERE {_EMPLOYEE_IS}",
+        ("employee",),
+    ),
+    T(
+        "employee_sales",
+        (
+            "What is the total of the invoices of the customers supported by {employee}?",
+            "How much did the customers of the support rep {employee} spend in total?",
+            "Sum the invoice totals of {employee}'s customers.",
+        ),
+        f"SELECT SUM(invoice.total) {_INVOICE_CUSTOMER} JOIN employee ON employee.id = customer.support_rep_id "
+        "WHERE employee.first_name = '{first}' AND employee.last_name = '{last}'",
+        ("employee",),
+    ),
+    T(
+        "customer_support_rep",
+        (
+            "Who is the support representative of the customer {customer}?",
+            "Name the employee who supports {customer}.",
+            "Which support rep looks after {customer}? Give first and last name.",
+        ),
+        f"SELECT employee.first_name, employee.last_name {_CUSTOMER_REP} WHERE {_CUSTOMER_IS}",
+        ("customer",),
+    ),
+    T(
+        "employees_hired_in_year",
+        (
+            "Which employees were hired in {year}? Give first and last names.",
+            "List the employees whose hire date is in {year}.",
+            "Who joined the company in {year}?",
+        ),
+        "SELECT first_name, last_name FROM employee WHERE substr(hire_date, 1, 4) = '{year}'",
+        ("hire_year",),
+    ),
+    T(
+        "employees_in_city",
+        (
+            "Which employees live in {city}? Give first and last names.",
+            "List the employees based in the city of {city}.",
+            "Name the employees whose city is {city}.",
+        ),
+        "SELECT first_name, last_name FROM employee WHERE city = '{city}'",
+        ("employee_city",),
+    ),
+    T(
+        "oldest_employee",
+        ("Who is the oldest employee? Give first and last name.", "Name the employee with the earliest birth date.", "Which employee was born first?"),
+        "SELECT first_name, last_name FROM employee ORDER BY birth_date ASC LIMIT 1",
+    ),
+    T(
+        "employees_per_title",
+        (
+            "How many employees hold each job title?",
+            "For every job title, give the title and its number of employees.",
+            "List each employee title with how many employees have it.",
+        ),
+        "SELECT title, COUNT(*) FROM employee GROUP BY title",
+    ),
+    T(
+        "rep_with_most_customers",
+        (
+            "Which support representative has the most customers? Give first and last name.",
+            "Name the employee who supports the largest number of customers.",
+            "Who is the support rep with the most customers?",
+        ),
+        f"SELECT employee.first_name, employee.last_name {_CUSTOMER_REP} GROUP BY employee.id ORDER BY COUNT(*) DESC LIMIT 1",
+    ),
+    # --- more about customers
+    T(
+        "customer_company",
+        ("Which company does {customer} work for?", "What is the company of the customer {customer}?", "Give the company name of {customer}."),
+        f"SELECT company FROM customer WHERE {_CUSTOMER_IS}",
+        ("customer",),
+    ),
+    T(
+        "customer_email",
+        ("What is the email address of {customer}?", "Give the email of the customer {customer}.", "How can {customer} be reached by email?"),
+        f"SELECT email FROM customer WHERE {_CUSTOMER_IS}",
+        ("customer",),
+    ),
+    T(
+        "state_customers",
+        (
+            "Which customers live in the state {state}? Give first and last names.",
+            "List the customers whose state is '{state}'.",
+            "Name the customers from the state {state}.",
+        ),
+        "SELECT first_name, last_name FROM customer WHERE state = '{state}'",
+        ("state",),
+    ),
+    T(
+        "country_customer_names",
+        (
+            "List the first and last names of the customers from {country}.",
+            "Which customers live in {country}? Give their names.",
+            "Name every customer whose country is {country}.",
+        ),
+        "SELECT first_name, last_name FROM customer WHERE country = '{country}'",
+        ("country",),
+    ),
+    T(
+        "country_city_customer_counts",
+        (
+            "How many customers does each city in {country} have?",
+            "For the cities of {country}, give each city and its number of customers.",
+            "List the cities of {country} with how many customers live in each.",
+        ),
+        "SELECT city, COUNT(*) FROM customer WHERE country = '{country}' GROUP BY city",
+        ("country",),
+    ),
+    T(
+        "country_top_customer",
+        (
+            "Who is the customer from {country} who spent the most? Give first and last name.",
+            "Name the customer in {country} with the largest total of invoices.",
+            "Which customer of {country} has spent the most money?",
+        ),
+        f"SELECT customer.first_name, customer.last_name {_INVOICE_CUSTOMER} WHERE customer.country = '{{country}}' GROUP BY customer.id ORDER BY SUM(invoice.total) DESC LIMIT 1",
+        ("country",),
+    ),
+    T(
+        "customer_last_invoice",
+        (
+            "When was the last invoice of {customer}?",
+            "What is the date of the most recent invoice of {customer}?",
+            "Give the latest invoice date of the customer {customer}.",
+        ),
+        f"SELECT MAX(invoice.invoice_date) {_INVOICE_CUSTOMER} WHERE {_CUSTOMER_IS}",
+        ("customer",),
+    ),
+    T(
+        "customer_average_invoice",
+        (
+            "What is the average invoice total of {customer}?",
+            "On average, how much is an invoice of {customer}?",
+            "Compute the mean invoice amount of the customer {customer}.",
+        ),
+        f"SELECT AVG(invoice.total) {_INVOICE_CUSTOMER} WHERE {_CUSTOMER_IS}",
+        ("customer",),
+    ),
+    # --- invoice lines: what was sold
+    T(
+        "customer_tracks_bought",
+        ("How many tracks has {customer} bought?", "What is the number of tracks purchased by {customer}?", "Count the tracks that {customer} paid for."),
+        f"SELECT SUM(invoice_line.quantity) {_LINE_CUSTOMER} WHERE {_CUSTOMER_IS}",
+        ("customer",),
+    ),
+    T(
+        "customer_genres_bought",
+        (
+            "Which genres has {customer} bought tracks of?",
+            "List the distinct genres of the tracks purchased by {customer}.",
+            "What genres of music did {customer} buy?",
+        ),
+        f"SELECT DISTINCT genre.name {_LINE_CUSTOMER} JOIN track ON track.id = invoice_line.track_id JOIN genre ON genre.id = track.genre_id WHERE {_CUSTOMER_IS}",
+        ("customer",),
+    ),
+    T(
+        "customer_artist_count",
+        (
+            "How many different artists has {customer} bought music from?",
+            "Count the distinct artists of the tracks bought by {customer}.",
+            "From how many artists did {customer} purchase tracks?",
+        ),
+        f"SELECT COUNT(DISTINCT album.artist_id) {_LINE_CUSTOMER} JOIN track ON track.id = invoice_line.track_id "
+        f"JOIN album ON album.id = track.album_id WHERE {_CUSTOMER_IS}",
+        ("customer",),
+    ),
+    T(
+        "track_times_sold",
+        ("How many times has the track '{track}' been sold?", "What quantity of '{track}' was sold in total?", "Count the sales of the track '{track}'."),
+        "SELECT SUM(invoice_line.quantity) FROM invoice_line JOIN track ON track.id = invoice_line.track_id WHERE track.name = '{track}'",
+        ("track",),
+    ),
+    T(
+        "genre_sales",
+        (
+            "How much revenue did tracks of the {genre} genre bring in?",
+            "What is the total sales amount of {genre} tracks?",
+            "Sum unit price times quantity over the sold tracks of the genre {genre}.",
+        ),
+        "SELECT SUM(invoice_line.unit_price * invoice_line.quantity) FROM invoice_line JOIN track ON track.id = invoice_line.track_id "
+        "JOIN genre ON genre.id = track.genre_id WHERE genre.name = '{genre}'",
+        ("genre",),
+    ),
+    T(
+        "artist_tracks_sold",
+        ("How many tracks by {artist} have been sold?", "What is the number of sold tracks of the artist {artist}?", "Count the track sales of {artist}."),
+        "SELECT SUM(invoice_line.quantity) FROM invoice_line JOIN track ON track.id = invoice_line.track_id "
+        "JOIN album ON album.id = track.album_id JOIN artist ON artist.id = album.artist_id WHERE artist.name = '{artist}'",
+        ("artist",),
+    ),
+    T(
+        "best_selling_genre",
+        ("Which genre sold the most tracks?", "Name the genre with the largest number of tracks sold.", "What is the best-selling genre by quantity?"),
+        "SELECT genre.name FROM invoice_line JOIN track ON track.id = invoice_line.track_id JOIN genre ON genre.id = track.genre_id "
+        "GROUP BY genre.id ORDER BY SUM(invoice_line.quantity) DESC LIMIT 1",
+    ),
+    T(
+        "year_tracks_sold",
+        ("How many tracks were sold in {year}?", "What is the number of tracks sold during {year}?", "Count the tracks bought in the year {year}."),
+        "SELECT SUM(invoice_line.quantity) FROM invoice_line JOIN invoice ON invoice.id = invoice_line.invoice_id WHERE substr(invoice.invoice_date, 1, 4) = '{year}'",
+        ("year",),
+    ),
+    T(
+        "billing_country_invoice_count",
+        (
+            "How many invoices were billed to an address in {country}?",
+            "Count the invoices whose billing country is {country}.",
+            "What is the number of invoices with {country} as billing country?",
+        ),
+        "SELECT COUNT(*) FROM invoice WHERE billing_country = '{country}'",
+        ("country",),
+    ),
+    T(
+        "billing_city_revenue",
+        (
+            "What is the total billed to addresses in {city}?",
+            "Sum the totals of the invoices whose billing city is {city}.",
+            "How much was invoiced to the city of {city}?",
+        ),
+        "SELECT SUM(total) FROM invoice WHERE billing_city = '{city}'",
+        ("city",),
+    ),
+    # --- more of the catalog
+    T(
+        "artist_album_titles_count",
+        ("Count the albums by {artist}.", "What is the number of albums released by {artist}?", "How many album titles does {artist} have in the catalog?"),
+        "SELECT COUNT(*) FROM album JOIN artist ON artist.id = album.artist_id WHERE artist.name = '{artist}'",
+        ("artist",),
+    ),
+    T(
+        "artist_average_seconds",
+        (
+            "What is the average track length in seconds of {artist}?",
+            "On average, how many seconds long is a track by {artist}?",
+            "Compute the mean duration in seconds of the tracks of {artist}.",
+        ),
+        f"SELECT AVG(track.milliseconds) / 1000.0 {_TRACK_ARTIST} WHERE artist.name = '{{artist}}'",
+        ("artist",),
+    ),
+    T(
+        "album_long_track_count",
+        (
+            "How many tracks on '{album}' are longer than {minutes} minutes?",
+            "Count the tracks of the album '{album}' lasting more than {minutes} minutes.",
+            "On the album '{album}', how many tracks run over {minutes} minutes?",
+        ),
+        f"SELECT COUNT(*) {_TRACK_ALBUM} WHERE album.title = '{{album}}' AND track.milliseconds > {{minutes}} * 60000",
+        ("album", "minutes"),
+    ),
+    T(
+        "album_first_track",
+        ("What is the first track on the album '{album}'?", "Name the opening track of '{album}'.", "Which track comes first on the album '{album}'?"),
+        f"SELECT track.name {_TRACK_ALBUM} WHERE album.title = '{{album}}' ORDER BY track.id ASC LIMIT 1",
+        ("album",),
+    ),
+    T(
+        "composer_minutes",
+        (
+            "How many minutes of music has {composer} composed in total?",
+            "What is the total duration in minutes of the tracks composed by {composer}?",
+            "Sum the lengths in minutes of the tracks credited to {composer}.",
+        ),
+        "SELECT SUM(milliseconds) / 60000.0 FROM track WHERE composer = '{composer}'",
+        ("composer",),
+    ),
+    T(
+        "artist_top_album",
+        (
+            "Which album of {artist} has the most tracks?",
+            "Name the album by {artist} with the largest number of tracks.",
+            "What is the biggest album of {artist} by track count?",
+        ),
+        f"SELECT album.title {_TRACK_ARTIST} WHERE artist.name = '{{artist}}' GROUP BY album.id ORDER BY COUNT(*) DESC LIMIT 1",
+        ("artist",),
+    ),
+    T(
+        "genre_tracks_with_word",
+        (
+            "Which {genre} tracks have '{word}' in their name?",
+            "List the names of the tracks of the genre {genre} whose name contains '{word}'.",
+            "Give the {genre} tracks with the word '{word}' in the title.",
+        ),
+        f"SELECT track.name {_TRACK_GENRE} WHERE genre.name = '{{genre}}' AND track.name LIKE '%{{word}}%'",
+        ("big_genre", "word"),
+    ),
+    T(
+        "artists_with_word",
+        ("Which artists have '{word}' in their name?", "List the artists whose name contains '{word}'.", "Name every artist with '{word}' in the name."),
+        "SELECT name FROM artist WHERE name LIKE '%{word}%'",
+        ("word",),
+    ),
+    T(
+        "genre_tracks_at_price",
+        (
+            "How many {genre} tracks cost {price}?",
+            "Count the tracks of the genre {genre} whose unit price is {price}.",
+            "What is the number of {genre} tracks priced at {price}?",
+        ),
+        f"SELECT COUNT(*) {_TRACK_GENRE} WHERE genre.name = '{{genre}}' AND track.unit_price = {{price}}",
+        ("genre", "price"),
+    ),
+    T(
+        "year_best_month",
+        (
+            "In which month of {year} was the revenue highest? Give the month number.",
+            "Which month of {year} had the largest invoice total? Answer with its two-digit number.",
+            "Name the month (as 01-12) of {year} with the most revenue.",
+        ),
+        "SELECT substr(invoice_date, 6, 2) FROM invoice WHERE substr(invoice_date, 1, 4) = '{year}' GROUP BY substr(invoice_date, 6, 2) ORDER BY SUM(total) DESC LIMIT 1",
+        ("year",),
+    ),
 )
 del T
 
@@ -753,13 +1291,26 @@ def fillings(template: SqlTemplate) -> list[tuple[str, str]]:
     out = []
     for v in values:
         sql = template.sql.format(**{k: _literal(x) for k, x in v.items()})
-        if extract_sql(sql) == sql and _answerable(run_query(sql)):  # the scorer reads the reference whole
+        if extract_sql(sql) == sql and _answerable(run_query(sql)) and not _tied_at_limit(sql):  # the scorer reads the reference whole
             out.append((rng.choice(template.questions).format(**v), sql))
     return out
 
 
+def _tied_at_limit(sql: str) -> bool:
+    """An ORDER BY ... LIMIT k query whose k-th and (k+1)-th rows tie on the sort key: its
+    answer would depend on how ties are broken, so no question asks it."""
+    from edgespec.corpus.sqldb import run_query
+
+    m = re.search(r"ORDER BY (.*) (?:ASC|DESC) LIMIT (\d+)$", sql)
+    if not m:
+        return False
+    key, k = m.group(1), int(m.group(2))
+    rows = run_query(re.sub(r"^SELECT .*? FROM", f"SELECT {key} FROM", sql)[: -len(str(k))] + str(k + 1))
+    return len(rows) > k and rows[k - 1] == rows[k]
+
+
 def _sql_splits() -> dict[str, tuple[TaskExample, ...]]:
-    from edgespec.corpus.sqldb import SCHEMA
+    from edgespec.corpus.sqldb import schema_of
     from edgespec.corpus.validation_sets import sql as validation_sql
 
     validation = {e.source for e in validation_sql(512, 0)}  # the suite's questions (seed 0)
@@ -777,7 +1328,7 @@ def _sql_splits() -> dict[str, tuple[TaskExample, ...]]:
             seen.add(source)
             kept += 1
             qid = hashlib.sha1(question.encode()).hexdigest()[:12]
-            prompt = SQL_PROMPT.format(schema=SCHEMA, question=question)
+            prompt = SQL_PROMPT.format(schema=schema_of(ref), question=question)
             out[split].append(TaskExample(f"sql_chinook/{t.name}/{qid}", "sql_chinook", prompt, ref, "sql_execution", source, f"template/{t.name}"))
     return {split: tuple(v) for split, v in out.items()}
 

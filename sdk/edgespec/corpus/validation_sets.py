@@ -242,7 +242,7 @@ def rag(n: int, seed: int, split: Split = "validation", k: int = 3) -> list[Exam
 
 
 def sql(n: int, seed: int, split: Split = "validation") -> list[Example]:
-    from edgespec.corpus.sqldb import SCHEMA, run_query
+    from edgespec.corpus.sqldb import SUITE_SCHEMA, run_query
 
     q = lambda s: s.replace("'", "''")  # noqa: E731  SQL string literal
     rng = random.Random(seed if split == "validation" else SPLIT_SEEDS[split] + seed)
@@ -294,7 +294,7 @@ def sql(n: int, seed: int, split: Split = "validation") -> list[Example]:
     out = []
     for i in range(n):
         question, ref = templates[i % len(templates)]()
-        prompt = SQL_PROMPT.format(schema=SCHEMA, question=question)
+        prompt = SQL_PROMPT.format(schema=SUITE_SCHEMA, question=question)
         out.append(Example(f"sql/{i}", "sql", prompt, ref, "sql_execution", 64, source=f"chinook/{question}"))
     return out
 
