@@ -17,6 +17,8 @@ from edgespec.corpus import task_data as T
 
 def distribution(values: list[int]) -> dict[str, float]:
     """Min, deciles 1/5/9, max and mean of token counts."""
+    if not values:  # an empty split (translation has no dev split yet)
+        return {}
     deciles = statistics.quantiles(values, n=10, method="inclusive")
     return {"min": min(values), "p10": deciles[0], "median": deciles[4], "p90": deciles[8], "max": max(values), "mean": round(statistics.fmean(values), 1)}
 

@@ -65,7 +65,8 @@ def _english(ex) -> str:
 
 @pytest.mark.slow
 def test_translation_splits_are_disjoint(T):
-    train, held = (T.task_examples("translation_de", s) for s in T.TASK_SPLITS)
+    train, held = (T.task_examples("translation_de", s) for s in ("train", "heldout"))
+    assert T.task_examples("translation_de", "dev") == []  # none yet (task_data._translation_splits)
     assert len(held) >= 200 and len(train) >= 2000
     assert T.split_overlap("translation_de") == {"source": 0, "prompt": 0, "reference": 0, "group": 0}
     md5 = lambda xs: {x.source.removeprefix("debian/") for x in xs}  # noqa: E731
@@ -114,11 +115,14 @@ def test_sql_templates_and_splits(T):
     assert len(names) >= 40 and len(set(names)) == len(names)
     assert all(len(t.questions) >= 3 for t in T.SQL_TEMPLATES)
     held = {n for n in names if T.template_split(n) == "heldout"}
-    assert 0.15 * len(names) <= len(held) <= 0.35 * len(names)
-    train_ex, held_ex = (T.task_examples("sql_chinook", s) for s in T.TASK_SPLITS)
-    assert len(held_ex) >= 200 and len(train_ex) >= 2000
+    dev = {n for n in names if T.template_split(n) == "dev"}
+    assert 0.15 * len(names) <= len(held) <= 0.35 * len(names) and 0.04 * len(names) <= len(dev) <= 0.2 * len(names)
+    train_ex, dev_ex, held_ex = (T.task_examples("sql_chinook", s) for s in T.TASK_SPLITS)
+    assert len(held_ex) >= 200 and len(train_ex) >= 2000 and len(dev_ex) >= 100
     assert {x.group.removeprefix("template/") for x in held_ex} == held
-    assert not {x.group for x in train_ex} & {x.group for x in held_ex}
+    assert {x.group.removeprefix("template/") for x in dev_ex} == dev
+    groups = [{x.group for x in xs} for xs in (train_ex, dev_ex, held_ex)]
+    assert not groups[0] & groups[1] and not groups[0] & groups[2] and not groups[1] & groups[2]
     assert T.split_overlap("sql_chinook") == {"source": 0, "prompt": 0, "reference": 0, "group": 0}
     # every table of the schema is asked about
     from edgespec.corpus.sqldb import SCHEMA
@@ -226,3 +230,6 @@ def test_training_reads_a_tasks_train_split_by_name():
     assert got[0].n_prompt == len(first) and got[0].tokens == first + tok.encode(gold[0].reference) + [tok.eos_ids[0]]  # it learns to stop
     with pytest.raises(EdgespecError, match="unknown task"):
         load_examples("task:nope", tok, 320, chat_template=True)
+    # the dev split, scored at each checkpoint (train.dev_items): its first n items
+    dev = load_examples("task:sql_chinook", tok, 400, chat_template=True, split="dev", n=5)
+    assert [e.tokens[e.n_prompt :] for e in dev] == [tok.encode(x.reference) + [tok.eos_ids[0]] for x in task_examples("sql_chinook", "dev", 5)]

@@ -262,3 +262,26 @@ def test_epoch_order_is_a_permutation_with_similar_lengths_per_batch():
     spread = lambda o: sum(max(lengths[i] for i in o[j : j + 4]) - min(lengths[i] for i in o[j : j + 4]) for j in range(0, 100, 4))  # noqa: E731
     plain = epoch_order(lengths, 4, 1, torch.Generator().manual_seed(1))
     assert spread(order) < spread(plain) / 2
+
+
+def test_dev_split_is_scored_at_each_checkpoint_and_the_best_kept(tiny_model, tmp_path):
+    """With a dev set, every checkpoint logs its dev loss, best.pt holds the weights of the
+    lowest one, and those weights score that loss again (the drafter a run hands out)."""
+    from edgespec.speculative.drafters import new_drafter
+    from edgespec.speculative.loss import DraftLoss
+    from edgespec.speculative.train import DevSet, best_weights, dev_score
+
+    torch.manual_seed(0)
+    spec = new_drafter(tiny_model, DrafterConfig(gamma=2, n_layers=1, lora_rank=4, tree=(1, 1), mode="shared"))
+    train_ex, dev_ex = _periodic_examples(period=3), _periodic_examples(n=8, period=5)
+    hp = TrainConfig(steps=12, batch_size=4, lr=2e-2, warmup_steps=2, checkpoint_every=3, stream_weights=(1.0, 1.0), bf16=False)
+    dev = DevSet(dev_ex, FeatureCache(spec, dev_ex).h)
+    log = train_drafter(spec, train_ex, FeatureCache(spec, train_ex).h, hp, tmp_path, dev=dev)
+    assert log.dev_steps == [3, 6, 9, 12] and len(log.dev_loss) == 4 and all(len(a) == 2 for a in log.dev_stream_acc)
+    loss_mod = DraftLoss(spec, hp)
+    assert dev_score(loss_mod, dev, 2, 4)[0] == pytest.approx(log.dev_loss[-1], abs=1e-4)  # the last weights
+    best = best_weights(tmp_path)
+    assert best["step"] == log.dev_steps[log.dev_loss.index(min(log.dev_loss))]
+    spec.params.load_state_dict(best["params"])
+    assert dev_score(loss_mod, dev, 2, 4)[0] == pytest.approx(min(log.dev_loss), abs=1e-4)
+    assert json.loads((tmp_path / "log.json").read_text())["dev_loss"] == log.dev_loss

@@ -167,7 +167,10 @@ class TrainConfig(Record):
     the answers' quality, docs/speculative-streaming.md; needs data with soft labels:
     ``edgespec distill --source``). bf16: the MSA layers
     and the lm head run under bf16 autocast. With ``drafter.draft_vocab`` set, the streams'
-    loss is taken over that draft vocabulary, as the program drafts.
+    loss is taken over that draft vocabulary, as the program drafts. dev_items: with
+    ``task:NAME`` data, the first N items of the task's dev split (units kept out of training)
+    are scored with the training loss at each checkpoint and the run's drafter is the
+    checkpoint that scored best there (0, or a task without a dev split: the last step's).
     """
 
     PATH: ClassVar[str] = "train"
@@ -185,6 +188,7 @@ class TrainConfig(Record):
     checkpoint_every: int = 100
     seed: int = 0
     bf16: bool = True
+    dev_items: int = 128
 
     def _check(self) -> None:
         require(self.steps >= 1, self._at("steps"), "must be >= 1")
@@ -193,6 +197,7 @@ class TrainConfig(Record):
         require(self.length_window >= 1, self._at("length_window"), "must be >= 1 (1 = random batches)")
         require(self.lr > 0, self._at("lr"), "must be > 0")
         require(0.0 <= self.soft_weight <= 1.0, self._at("soft_weight"), "must be in [0, 1]")
+        require(self.dev_items >= 0, self._at("dev_items"), "must be >= 0 (0 = no dev scoring)")
 
 
 @dataclass(frozen=True)

@@ -47,8 +47,10 @@ from typing import Literal
 from edgespec.corpus.validation_sets import LANGUAGES, SQL_PROMPT, TRANSLATION_PROMPT, debian_descriptions, split_of
 from edgespec.errors import EdgespecError
 
-TaskSplit = Literal["train", "heldout"]
-TASK_SPLITS: tuple[TaskSplit, ...] = ("train", "heldout")
+# train: what a fine-tune trains on; dev: units kept out of training and scored at each
+# checkpoint (the run keeps its best); heldout: the final score, never seen before it
+TaskSplit = Literal["train", "dev", "heldout"]
+TASK_SPLITS: tuple[TaskSplit, ...] = ("train", "dev", "heldout")
 
 
 @dataclass(frozen=True)
@@ -134,7 +136,9 @@ def _translation_splits(lang: str = "de") -> dict[str, tuple[TaskExample, ...]]:
     for md5, (e, _) in texts.items():
         slices[families[f"#{md5}"]] |= {"validation"} if e in validation_texts else {split_of(p) for p in packages[md5]}
     count = count_tokens()
-    out: dict[str, list[TaskExample]] = {"train": [], "heldout": []}
+    # no dev split (yet): descriptions are not templates, and a run of < 1 epoch does not memorize
+    # them; a dev split would be drawn from the train families
+    out: dict[str, list[TaskExample]] = {s: [] for s in TASK_SPLITS}
     seen: set[str] = set()  # families with a held-out example, (English, German) pairs trained on
     for md5, (e, t) in sorted(texts.items()):
         family = families[f"#{md5}"]
@@ -1252,13 +1256,18 @@ SQL_TEMPLATES: tuple[SqlTemplate, ...] = (
 del T
 
 SQL_HELDOUT_BUCKETS = 4  # one template in four is held out
-SQL_PER_TEMPLATE = {"train": 120, "heldout": 40}  # fillings per template at most
+SQL_DEV_BUCKETS = 8  # of the other templates, one in eight is the dev split
+SQL_PER_TEMPLATE = {"train": 120, "dev": 20, "heldout": 40}  # fillings per template at most
 SQL_MAX_ROWS = 50  # a reference answering with more rows is not a question one asks
 
 
 def template_split(name: str) -> TaskSplit:
-    """Where a template's questions go: a fixed hash of its name."""
-    return "heldout" if _unit_hash(f"sql-template/{name}") % SQL_HELDOUT_BUCKETS == 0 else "train"
+    """Where a template's questions go: a fixed hash of its name (held-out templates are the
+    same with or without a dev split)."""
+    h = _unit_hash(f"sql-template/{name}")
+    if h % SQL_HELDOUT_BUCKETS == 0:
+        return "heldout"
+    return "dev" if (h // SQL_HELDOUT_BUCKETS) % SQL_DEV_BUCKETS == 0 else "train"
 
 
 def _literal(value: object) -> object:
@@ -1314,7 +1323,7 @@ def _sql_splits() -> dict[str, tuple[TaskExample, ...]]:
     from edgespec.corpus.validation_sets import sql as validation_sql
 
     validation = {e.source for e in validation_sql(512, 0)}  # the suite's questions (seed 0)
-    out: dict[str, list[TaskExample]] = {"train": [], "heldout": []}
+    out: dict[str, list[TaskExample]] = {s: [] for s in TASK_SPLITS}
     seen: set[str] = set()
     for t in SQL_TEMPLATES:
         split = template_split(t.name)
@@ -1362,7 +1371,11 @@ def task_examples(task: str, split: TaskSplit, n: int | None = None, seed: int =
 
 
 def split_overlap(task: str) -> dict[str, int]:
-    """What the train and held-out splits share (all 0 by construction): source keys, prompts
-    (the English text / the question with the schema), references, and split units (groups)."""
-    a, b = (_split_cache(task)[s] for s in TASK_SPLITS)
-    return {f: len({getattr(x, f) for x in a} & {getattr(x, f) for x in b}) for f in ("source", "prompt", "reference", "group")}
+    """What any two splits share (all 0 by construction): source keys, prompts (the English
+    text / the question with the schema), references, and split units (groups)."""
+    splits = _split_cache(task)
+    pairs = list(itertools.combinations(TASK_SPLITS, 2))
+    return {
+        f: sum(len({getattr(x, f) for x in splits[a]} & {getattr(x, f) for x in splits[b]}) for a, b in pairs)
+        for f in ("source", "prompt", "reference", "group")
+    }

@@ -61,7 +61,8 @@ def load_saved(path: Path) -> dict | None:
 def run_fingerprint(model: Drafter, examples: list[TrainExample], hp: TrainConfig, draft_ids: torch.Tensor | None = None) -> str:
     """What decides the trained weights: base model, drafter settings, draft vocabulary, data
     content and the training settings (not where they are written nor how often)."""
-    settings = {k: v for k, v in asdict(hp).items() if k not in ("data", "out_dir", "checkpoint_every")}
+    # not where they are written, how often, nor which checkpoint a dev split picks
+    settings = {k: v for k, v in asdict(hp).items() if k not in ("data", "out_dir", "checkpoint_every", "dev_items")}
     vocab = None if draft_ids is None else hashlib.sha256(draft_ids.to(torch.int64).numpy().tobytes()).hexdigest()
     blob = {"base": tensors_digest(model.base), "drafter": repr(model.cfg), "vocab": vocab, "data": examples_digest(examples), "train": settings}
     return hashlib.sha256(json.dumps(blob, sort_keys=True, default=str).encode()).hexdigest()

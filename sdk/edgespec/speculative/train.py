@@ -5,6 +5,9 @@
   the top n_layers + lm head (`edgespec.speculative.loss.DraftLoss`).
 - Multi-process: under `torchrun` the loss module is wrapped in DistributedDataParallel
   (gloo on CPU, nccl on GPU), each rank taking every world_size-th batch.
+- A dev split (task data: units kept out of training) is scored with the training loss at
+  each checkpoint; the weights that scored best are kept (`best.pt`) and become the run's
+  drafter, so a run that starts to memorize its training templates stops where it was best.
 - Checkpoints (`ckpt.pt`, atomic) hold the drafter's weights, optimizer, step, the loss log
   and a fingerprint of what determines the weights (base model, data, drafter and training
   settings, `run_fingerprint`); `train_drafter` resumes from one only when the fingerprint
@@ -35,13 +38,41 @@ from edgespec.speculative.train_data import TrainExample, epoch_order, load_exam
 
 @dataclass
 class TrainLog:
-    """Per step: the loss, each stream's top-1 accuracy (of the batch), response tokens seen."""
+    """Per step: the loss, each stream's top-1 accuracy (of the batch), response tokens seen;
+    per checkpoint with a dev split: its loss and each stream's top-1 accuracy there."""
 
     steps: list[int] = field(default_factory=list)
     loss: list[float] = field(default_factory=list)
     stream_acc: list[list[float]] = field(default_factory=list)
     tokens_seen: list[int] = field(default_factory=list)
     seconds: float = 0.0
+    dev_steps: list[int] = field(default_factory=list)
+    dev_loss: list[float] = field(default_factory=list)
+    dev_stream_acc: list[list[float]] = field(default_factory=list)
+
+
+@dataclass
+class DevSet:
+    """Examples kept out of training, scored at each checkpoint, and their frozen features."""
+
+    examples: list[TrainExample]
+    feats: list[torch.Tensor]
+
+
+def dev_score(loss_mod: nn.Module, dev: DevSet, gamma: int, batch_size: int) -> tuple[float, list[float]]:
+    """The training loss and each stream's top-1 accuracy over the dev set (no gradient),
+    batches weighted by their response tokens."""
+    total, accs, weight = 0.0, None, 0
+    with torch.no_grad():
+        for i in range(0, len(dev.examples), batch_size):
+            idx = list(range(i, min(i + batch_size, len(dev.examples))))
+            batch = make_batch(dev.examples, dev.feats, idx, gamma)
+            loss, _, acc = loss_mod(*batch)
+            w = int((batch[2] != -100).sum())  # main targets: the batch's response tokens
+            total += float(loss) * w
+            accs = acc * w if accs is None else accs + acc * w
+            weight += w
+    return total / max(1, weight), [round(float(a) / max(1, weight), 4) for a in accs]
 
 
 def _dist() -> tuple[int, int]:
@@ -63,12 +94,14 @@ def train_drafter(
     out_dir: str | Path,
     on_step: Callable[[int, TrainLog], None] = lambda step, log: None,
     draft_ids: torch.Tensor | None = None,
+    dev: DevSet | None = None,
 ) -> TrainLog:
     """Train model.params on examples with `hp` (steps, lr, loss weights, ...; its data, out_dir
     and drafter are the caller's); the streams' loss over the draft vocabulary `draft_ids` when
     given (`DraftLoss`). Resumable from out_dir/ckpt.pt when that checkpoint was made with
     the same `run_fingerprint` (else EdgespecError). on_step(step, log) after each step, the
-    log holding that step's loss and tokens seen. Returns the loss log."""
+    log holding that step's loss and tokens seen. With `dev`, each checkpoint scores it and
+    the best-scoring weights are written to out_dir/best.pt. Returns the loss log."""
     from edgespec.errors import EdgespecError
 
     rank, world = _dist()
@@ -98,6 +131,7 @@ def train_drafter(
         step, log = blob["step"], TrainLog(**blob["log"])
 
     loss_mod: nn.Module = DraftLoss(model, hp, draft_ids)
+    dev_loss_mod = loss_mod  # scored on rank 0 only: never through DDP's collectives
     if world > 1:
         from torch.nn.parallel import DistributedDataParallel
 
@@ -140,6 +174,13 @@ def train_drafter(
         log.tokens_seen.append(seen)
         on_step(step, log)
         if rank == 0 and (step % hp.checkpoint_every == 0 or step == hp.steps):
+            if dev is not None:
+                value, accs_dev = dev_score(dev_loss_mod, dev, model.cfg.gamma, hp.batch_size)
+                if not log.dev_loss or value < min(log.dev_loss):
+                    _save_atomic({"params": params.state_dict(), "step": step, "dev_loss": value}, out / "best.pt")
+                log.dev_steps.append(step)
+                log.dev_loss.append(round(value, 5))
+                log.dev_stream_acc.append(accs_dev)
             log.seconds += time.perf_counter() - t0
             t0 = time.perf_counter()
             tmp = ckpt_path.with_suffix(".tmp")
@@ -149,6 +190,18 @@ def train_drafter(
             tmp.replace(ckpt_path)
             (out / "log.json").write_text(json.dumps(asdict(log)))
     return log
+
+
+def _save_atomic(blob: dict, path: Path) -> None:
+    tmp = path.with_suffix(".tmp")
+    torch.save(blob, tmp)
+    tmp.replace(path)
+
+
+def best_weights(out_dir: Path) -> dict | None:
+    """The best dev-scoring weights a run kept (out_dir/best.pt: params, step, dev_loss), or None."""
+    path = Path(out_dir) / "best.pt"
+    return load_saved(path) if path.is_file() else None
 
 
 # what a training run writes in train.out_dir (checkpoint, log, features, the drafter, the curve)
@@ -177,12 +230,21 @@ def train_from_recipe(recipe, on_status: Callable[[str], None] = lambda s: None,
         raise EdgespecError(f"train.soft_weight={t.soft_weight} needs soft labels, and '{t.data}' has none (make it with `edgespec distill --source ...`)")
     on_status(f"features ({len(examples)} sequences)")
     feats = FeatureCache(model, examples, out / "features.pt", bf16=t.bf16).h
+    dev = _dev_set(t, tok, recipe.model.chat_template, model, out)
     on_status("train")
     draft_ids = draft_vocabulary(src, s.draft_vocab)  # the program drafts through it, streams or heads
-    log = train_drafter(model, examples, feats, t, out, on_step=on_step, draft_ids=draft_ids)
+    log = train_drafter(model, examples, feats, t, out, on_step=on_step, draft_ids=draft_ids, dev=dev)
+    best = best_weights(out) if dev is not None else None
+    if best is not None:  # the run's drafter: the checkpoint that scored best on the dev split
+        params.load_state_dict(best["params"])
     save_drafter(out / f"{s.kind}.pt", params, model.cfg, draft_ids)  # with the vocabulary it was trained over
     _plot_log(log, out / "loss.png")
-    return {
+    dev_row = (
+        {"dev": {"items": len(dev.examples), "best_step": best["step"], "best_loss": round(float(best["dev_loss"]), 4), "last_loss": log.dev_loss[-1]}}
+        if best
+        else {}
+    )
+    return dev_row | {
         "weights": str(out / f"{s.kind}.pt"),
         "sequences": len(examples),
         "response_tokens_seen": log.tokens_seen[-1] if log.tokens_seen else 0,
@@ -194,6 +256,18 @@ def train_from_recipe(recipe, on_status: Callable[[str], None] = lambda s: None,
     }
 
 
+def _dev_set(t: TrainConfig, tok, chat_template: bool, model: Drafter, out: Path) -> DevSet | None:
+    """The task's dev split (its first t.dev_items items) with frozen features, or None (not
+    task data, dev_items 0, or a task without a dev split)."""
+    from edgespec.corpus.task_data import task_examples
+    from edgespec.speculative.train_data import TASK_PREFIX
+
+    if t.dev_items == 0 or not t.data.startswith(TASK_PREFIX) or not task_examples(t.data[len(TASK_PREFIX) :], "dev", 1):
+        return None
+    examples = load_examples(t.data, tok, t.seq_len, chat_template, split="dev", n=t.dev_items)
+    return DevSet(examples, FeatureCache(model, examples, out / "dev_features.pt", bf16=t.bf16).h)
+
+
 def _plot_log(log: TrainLog, path: Path) -> None:
     try:
         import matplotlib
@@ -203,7 +277,10 @@ def _plot_log(log: TrainLog, path: Path) -> None:
     except ImportError:
         return
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.5))
-    a.plot(log.tokens_seen, log.loss)
+    a.plot(log.tokens_seen, log.loss, label="train (batch)")
+    if log.dev_loss:  # tokens seen by the end of each scored step
+        a.plot([log.tokens_seen[s - 1] for s in log.dev_steps], log.dev_loss, "o-", label="dev")
+        a.legend()
     a.set_xlabel("response tokens seen")
     a.set_ylabel("loss")
     for j in range(len(log.stream_acc[0]) if log.stream_acc else 0):

@@ -22,12 +22,12 @@ class TrainExample:
 TASK_PREFIX = "task:"  # train.data naming a task's gold training split (edgespec.corpus.task_data)
 
 
-def load_examples(path: str | Path, tokenizer, seq_len: int, chat_template: bool) -> list[TrainExample]:
+def load_examples(path: str | Path, tokenizer, seq_len: int, chat_template: bool, split: str = "train", n: int | None = None) -> list[TrainExample]:
     """Self-distilled rows (prompt_ids/response_ids: a JSONL file from `edgespec distill
     --bundle`, or a directory of shards from `edgespec distill --source`) or text pairs
-    (prompt/response: a JSONL file, or ``task:NAME``, the train split of a task's gold data,
-    built now from installed data); the prompt in the chat template when `chat_template`, as
-    `encode_prompt`; cut to seq_len tokens."""
+    (prompt/response: a JSONL file, or ``task:NAME``, a split of a task's gold data, built
+    now from installed data: `split`, its first `n` items); the prompt in the chat template
+    when `chat_template`, as `encode_prompt`; cut to seq_len tokens."""
     from edgespec.corpus.distill import read_shards
     from edgespec.corpus.prompts import iter_jsonl
     from edgespec.errors import EdgespecError
@@ -36,13 +36,14 @@ def load_examples(path: str | Path, tokenizer, seq_len: int, chat_template: bool
     if str(path).startswith(TASK_PREFIX):
         from edgespec.corpus.task_data import task_examples
 
-        rows = ((n, {"prompt": e.prompt, "response": e.reference}) for n, e in enumerate(task_examples(str(path)[len(TASK_PREFIX) :], "train"), 1))
+        items = task_examples(str(path)[len(TASK_PREFIX) :], split, n)  # type: ignore[arg-type]
+        rows = ((k, {"prompt": e.prompt, "response": e.reference}) for k, e in enumerate(items, 1))
     elif Path(path).is_dir():
-        rows = ((n, row) for n, row in enumerate(read_shards(path), 1))
+        rows = ((k, row) for k, row in enumerate(read_shards(path), 1))
     else:
         rows = iter_jsonl(path, skip_torn=True)
     out = []
-    for n, row in rows:
+    for line, row in rows:
         if "prompt_ids" in row:
             prompt, resp = row["prompt_ids"], row["response_ids"]
         elif "prompt" in row and "response" in row:
@@ -51,7 +52,7 @@ def load_examples(path: str | Path, tokenizer, seq_len: int, chat_template: bool
             # model gave: without it a fine-tune never learns to stop
             resp = tokenizer.encode(row["response"]) + list(tokenizer.eos_ids[:1])
         else:
-            raise EdgespecError(f"{path}:{n}: expected prompt_ids/response_ids or prompt/response")
+            raise EdgespecError(f"{path}:{line}: expected prompt_ids/response_ids or prompt/response")
         if resp:
             tokens = (prompt + resp)[:seq_len]
             n_resp = max(0, len(tokens) - len(prompt))
