@@ -200,3 +200,24 @@ def test_a_drafter_drafts_through_the_vocabulary_it_was_trained_over(tiny_model,
     assert drafting_vocabulary(tmp_path / "trained.pt", None, 4).tolist() == [0, 10, 20, 30]
     assert drafting_vocabulary(tmp_path / "plain.pt", None, 2).tolist() == [0, 10]
     assert drafting_vocabulary(tmp_path / "trained.pt", None, 0) is None  # the full vocabulary
+
+
+def test_merged_main_model_is_the_shared_main_stream(tiny_model):
+    """Shared mode's main rows as one plain model (adapters merged into the weights): the same
+    logits as the main stream of the model with adapters, and the base left untouched."""
+    from edgespec.speculative.streams import frozen_layers, merged_main_model
+
+    cfg = DrafterConfig(gamma=2, n_layers=1, lora_rank=4, mode="shared", tree=(1, 1))
+    spec = SpecModel(tiny_model, StreamParams(tiny_model, cfg))
+    torch.manual_seed(1)
+    for p in spec.params.lora.parameters():  # trained-looking adapters (B starts at zero)
+        p.data.normal_(0, 0.05)
+    before = {k: v.clone() for k, v in tiny_model.state_dict().items()}
+    tokens = torch.randint(0, tiny_model.args.vocab_size, (2, 12))
+    with torch.no_grad():
+        main_h, _ = spec.forward_train(tokens)
+        merged = merged_main_model(spec)
+        logits = {m: m.output(m.norm(frozen_layers(m, m.embed(tokens), 0, m.args.n_layers))) for m in (merged, tiny_model)}
+        torch.testing.assert_close(logits[merged], tiny_model.output(main_h), atol=1e-5, rtol=1e-5)
+        assert not torch.allclose(logits[merged], logits[tiny_model], atol=1e-3)  # the adapters matter
+    assert all(torch.equal(v, tiny_model.state_dict()[k]) for k, v in before.items())

@@ -176,3 +176,63 @@ def test_int8_weight_only_is_refused_before_any_work(tmp_path):
     res = CliRunner().invoke(main, ["export", str(r), "-o", str(tmp_path / "b")])
     assert res.exit_code == 2 and "recipe field 'quant.scheme': int8wo" in res.output and "use 8da8w" in res.output
     assert not (tmp_path / "b").exists()
+
+
+def test_a_shared_program_is_validated_on_its_task_against_its_own_fine_tune(tiny_hf_dir, tmp_path, monkeypatch):
+    """A Shared-mode bundle (adapters on the main rows) validated on a task suite: the fp32
+    reference is the fine-tuned model (the base with the drafter file's adapters merged), so
+    the fp32 program agrees with it; the task's metric comes with its 95% interval."""
+    import shutil
+
+    import torch
+
+    from edgespec.config import DrafterConfig
+    from edgespec.harness import reference
+    from edgespec.models.load import build_model, read_source
+    from edgespec.speculative.drafters import new_drafter, save_drafter
+
+    monkeypatch.setenv("EDGESPEC_CACHE", str(tmp_path / "cache"))
+    src = shutil.copytree(tiny_hf_dir, tmp_path / "tiny")  # a context long enough for SQL prompts in bytes
+    config = json.loads((src / "config.json").read_text())
+    (src / "config.json").write_text(json.dumps(config | {"max_position_embeddings": 2048}))
+    tiny_hf_dir = src
+    cfg = DrafterConfig(kind="streams", mode="shared", gamma=2, n_layers=1, lora_rank=4, tree=(1, 1))
+    drafter = new_drafter(build_model(read_source(str(tiny_hf_dir), 2048)), cfg)
+    torch.manual_seed(0)
+    for p in drafter.params.lora.parameters():  # adapters that change the model (B starts at zero)
+        p.data.normal_(0, 0.3)
+    save_drafter(tmp_path / "shared.pt", drafter.params, cfg)
+    loads = []
+    load = reference.load_reference
+    monkeypatch.setattr(reference, "load_reference", lambda *a: loads.append(a) or load(*a))
+    r = tmp_path / "r.yaml"
+    r.write_text(
+        f"name: tiny-shared\nmodel: {{source: {tiny_hf_dir}, max_seq_len: 2048}}\nquant: {{scheme: fp32}}\nnumerics: {{search: false}}\n"
+        f"drafter: {{kind: streams, mode: shared, gamma: 2, n_layers: 1, lora_rank: 4, tree: [1, 1], weights: {tmp_path / 'shared.pt'}}}\n"
+        "validate: {suites: ['task:sql_chinook'], prompts_per_suite: 2, fidelity_chunks: 1}\n"
+    )
+    out = tmp_path / "bundle"
+    res = CliRunner().invoke(main, ["export", str(r), "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    assert len(loads) == 1 and loads[0][2].name == "drafter.pt"  # the fine-tune, read from the bundle being written
+    report = json.loads((out / "report.json").read_text())
+    suite = report["suites"]["task:sql_chinook"]
+    assert "Chinook" in suite["source"] and suite["metric"] == "sql_execution"
+    score, lo, hi = suite["task_scores"]["sql_execution"]
+    assert lo <= score <= hi and suite["reference_task_scores"]["sql_execution"][0] == score
+    assert all(e["prediction"] == e["reference_prediction"] for e in report["examples"])  # the fp32 program is its fine-tune
+    assert report["overall"]["lossless"]["identical"] == 2  # speculative answers equal its own autoregressive ones
+    assert report["fidelity"]["top1_agreement"] > 0.99 and report["passed"]
+    # the base model is not the yardstick: it answers otherwise (the adapters matter)
+    base = reference.load_reference(str(tiny_hf_dir), 2048)
+    merged = reference.load_reference(str(tiny_hf_dir), 2048, out / "drafter.pt")
+    tokens = torch.randint(3, 259, (1, 40))
+    with torch.no_grad():
+        a, b = (m.output(m.norm(frozen(m, tokens))).argmax(-1) for m in (base, merged))
+    assert (a != b).float().mean() > 0.2
+
+
+def frozen(model, tokens):
+    from edgespec.speculative.streams import frozen_layers
+
+    return frozen_layers(model, model.embed(tokens), 0, model.args.n_layers)

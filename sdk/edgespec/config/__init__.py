@@ -20,6 +20,7 @@ One module per concern; every public name is importable from ``edgespec.config``
 from edgespec.config.asr_sections import AsrGatesConfig, AsrRecipe, AsrValidateConfig, CtcConfig, SpeechModelConfig, StreamingConfig
 from edgespec.config.lm_sections import (
     SUITE_NAMES,
+    TASK_SUITE_PREFIX,
     DistillConfig,
     DrafterConfig,
     ExportConfig,
@@ -41,6 +42,7 @@ from edgespec.config.records import Record, field_types, from_dict, parsing, req
 __all__ = [
     "RECIPE_KINDS",
     "SUITE_NAMES",
+    "TASK_SUITE_PREFIX",
     "AsrGatesConfig",
     "AsrRecipe",
     "AsrValidateConfig",

@@ -10,6 +10,7 @@ from edgespec.config.records import Record, from_dict, require
 
 QuantScheme = Literal["fp32", "fp16", "8da4w", "8da8w", "int8wo"]
 SUITE_NAMES = ("summarization", "translation", "qa", "math", "sql", "rag")
+TASK_SUITE_PREFIX = "task:"  # validate.suites entry naming a fine-tune task's held-out split
 """The built-in validation suites, in report order (edgespec.corpus.validation_sets builds them)."""
 
 
@@ -333,7 +334,9 @@ class GatesConfig(Record):
 class ValidateConfig(Record):
     """Host validation of the program (`edgespec validate`; a stage of `edgespec export`).
 
-    suites: built-in suites (see edgespec.corpus.validation_sets) or JSONL files of your own.
+    suites: built-in suites (see edgespec.corpus.validation_sets), ``task:NAME`` (the held-out
+    split of a fine-tune task of edgespec.corpus.task_data, scored with its metrics' 95%
+    intervals: what a task program is validated on) or JSONL files of your own.
     reference: ``fp32`` also runs the unquantized base model eagerly on the same prompts (cached
     on disk) for the accuracy gate; ``none`` skips it. runs: repetitions per prompt (median).
     lookup > 0: also measure context drafting through `spec_step` (a suffix match of at least
@@ -357,7 +360,11 @@ class ValidateConfig(Record):
     def _check(self) -> None:
         require(len(self.suites) >= 1, self._at("suites"), "needs at least one suite")
         for i, s in enumerate(self.suites):
-            require(s in SUITE_NAMES or s.endswith(".jsonl"), self._at(f"suites[{i}]"), f"must be one of {list(SUITE_NAMES)} or a .jsonl file, got {s!r}")
+            require(
+                s in SUITE_NAMES or s.endswith(".jsonl") or s.startswith(TASK_SUITE_PREFIX),
+                self._at(f"suites[{i}]"),
+                f"must be one of {list(SUITE_NAMES)}, task:NAME (a fine-tune task's held-out split) or a .jsonl file, got {s!r}",
+            )
         require(1 <= self.prompts_per_suite <= 10000, self._at("prompts_per_suite"), f"must be in [1, 10000], got {self.prompts_per_suite}")
         require(1 <= self.runs <= 100, self._at("runs"), f"must be in [1, 100], got {self.runs}")
         require(0 <= self.lookup <= 8, self._at("lookup"), f"must be in [0, 8], got {self.lookup}")

@@ -1,7 +1,9 @@
-"""The fp32 base model's greedy answers on the suite prompts: the accuracy gate's yardstick.
+"""The fp32 model's greedy answers on the suite prompts: the accuracy gate's yardstick.
 
 The source file's model dequantized to fp32 (for a GGUF, its own quantized blocks as floats:
 the model as downloaded; no streams) runs eagerly with the same decode loop as the program.
+For a Shared-mode program the yardstick is the fine-tuned model it was exported from: the
+same base with the drafter file's adapters merged into its weights (`merged_main_model`).
 Answers are cached on disk, keyed by the model files and the exact prompts and budgets, so
 validating several bundles of one model pays for the reference once.
 """
@@ -26,12 +28,23 @@ def _source_identity(source: str) -> list:
     return [source, [(f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in files if f.is_file()]]
 
 
-def load_reference(source: str, max_seq_len: int):
+def load_reference(source: str, max_seq_len: int, adapters: Path | None = None):
     """The fp32 base model of `source`, eager, without streams: the yardstick of the score and
-    fidelity gates."""
+    fidelity gates; with `adapters` (a Shared-mode drafter file) the fine-tuned model, its
+    main-row adapters merged into the weights."""
     from edgespec.models.load import build_model, read_source
 
-    return build_model(read_source(source, max_seq_len))
+    base = build_model(read_source(source, max_seq_len))
+    if adapters is None:
+        return base
+    from edgespec.speculative.drafters import load_drafter
+    from edgespec.speculative.streams import merged_main_model
+
+    return merged_main_model(load_drafter(adapters, base))
+
+
+def _adapters_identity(adapters: Path | None) -> str | None:
+    return None if adapters is None else hashlib.sha256(Path(adapters).read_bytes()).hexdigest()
 
 
 def reference_completions(
@@ -42,10 +55,14 @@ def reference_completions(
     eos_ids: tuple[int, ...],
     model: Callable[[], Any],
     on_done: Callable[[], None] = lambda: None,
+    adapters: Path | None = None,
 ) -> list[list[int]]:
     """Greedy completion ids of the fp32 base model of `source` for each prompt (budget = max
     new tokens); `model()` gives that model (`load_reference`), called only on a cache miss."""
-    key = hashlib.sha256(json.dumps([__version__, _source_identity(source), max_seq_len, prompts, budgets, list(eos_ids)]).encode()).hexdigest()[:24]
+    identity = [__version__, _source_identity(source), max_seq_len, prompts, budgets, list(eos_ids)]
+    if adapters is not None:  # a fine-tuned reference: keyed by its adapters' content too
+        identity.append(_adapters_identity(adapters))
+    key = hashlib.sha256(json.dumps(identity).encode()).hexdigest()[:24]
     path = host.cache_dir("reference") / f"{key}.json"
     if path.is_file():
         try:

@@ -7,7 +7,9 @@ is scored with the suite's metric; the other decoders' answers must be the same 
 (losslessness). The fp32 base model answers the same prompts (cached) for the
 score-ratio gate, and on held-out text the program's next-token distributions are compared
 with the fp32 source model's (edgespec.harness.fidelity) for the fidelity gates; one fp32
-model serves both. `measure_bundle` measures (typed `Measurements`), `judge` applies the gates
+model serves both. A Shared-mode program is measured against its own fp32 fine-tuned model
+(the base with its adapters merged); a task suite (``task:NAME``) reports each of the task's
+metrics with its 95% interval. `measure_bundle` measures (typed `Measurements`), `judge` applies the gates
 and assembles the report, a dict; nothing is printed.
 """
 
@@ -27,7 +29,7 @@ from edgespec.errors import EdgespecError
 from edgespec.harness.answer_likelihood import detectable_increase, increase_p_value
 from edgespec.harness.gates import check_gates
 from edgespec.harness.score_noise import detectable_ratio, shortfall_p_value
-from edgespec.harness.suites import SUITES, Example, load_suite
+from edgespec.harness.suites import Example, load_suite, suite_source
 from edgespec.manifest import LAYOUT, Fidelity, LmManifest
 
 Progress = Callable[[str, int, int], None]  # (phase, done, total)
@@ -100,12 +102,15 @@ def measure_bundle(bundle_dir: str | Path, cfg: ValidateConfig, *, on_progress: 
         decoders["lookup"] = decoder(runner, "spec", cfg.lookup)[1]
     rows = _run_suites(examples, ids, decoders, tokenizer, runner, cfg.runs, on_progress)
     # the fp32 model, loaded at most once for the reference answers and the fidelity
-    reference = functools.cache(lambda: load_reference(manifest.recipe.model.source, runner.max_seq_len))
+    spec = manifest.speculative
+    adapters = bundle_dir / spec.weights if spec is not None and spec.mode == "shared" else None  # a fine-tune: its own fp32 model
+    reference = functools.cache(lambda: load_reference(manifest.recipe.model.source, runner.max_seq_len, adapters))
     ref_scores = None
     if cfg.reference == "fp32":
-        ref_scores = _reference_answers(rows, examples, ids, tokenizer, runner, manifest.recipe.model.source, reference, on_progress)
+        ref_scores = _reference_answers(rows, examples, ids, tokenizer, runner, manifest.recipe.model.source, reference, on_progress, adapters)
         _answer_likelihoods(rows, examples, ids, tokenizer, runner, reference(), on_progress)
     suites, overall = _summaries(rows, ref_scores, cfg.gates)
+    _task_intervals(suites, rows, ref_scores is not None)
     if isinstance(overall.get("spec"), dict):
         overall["spec"] = {**overall["spec"], "lookup": bundle_lookup(manifest)}  # the draft it was measured with
     fidelity = None
@@ -169,10 +174,18 @@ def _run_suites(examples: list[Example], ids: list[list[int]], decoders: dict, t
 
 
 def _reference_answers(
-    rows: list[dict], examples: list[Example], ids: list[list[int]], tokenizer, runner, source: str, reference: Callable[[], Any], on_progress: Progress
+    rows: list[dict],
+    examples: list[Example],
+    ids: list[list[int]],
+    tokenizer,
+    runner,
+    source: str,
+    reference: Callable[[], Any],
+    on_progress: Progress,
+    adapters: Path | None = None,
 ) -> list[float]:
-    """The fp32 base model's answers (cached on disk; `reference()` gives the model) into
-    `rows`; their scores."""
+    """The fp32 model's answers (the base, or the fine-tune of `adapters`; cached on disk;
+    `reference()` gives the model) into `rows`; their scores."""
     from edgespec.harness.metrics import score
     from edgespec.harness.reference import reference_completions
 
@@ -183,7 +196,7 @@ def _reference_answers(
         on_progress("fp32 reference", done[0], len(examples))
 
     budgets = [ex.max_new_tokens for ex in examples]
-    comps = reference_completions(source, runner.max_seq_len, ids, budgets, runner.eos_ids, model=reference, on_done=tick)
+    comps = reference_completions(source, runner.max_seq_len, ids, budgets, runner.eos_ids, model=reference, on_done=tick, adapters=adapters)
     ref_scores = [score(ex.metric, tokenizer.decode(c), ex) for ex, c in zip(examples, comps)]
     for row, s, c in zip(rows, ref_scores, comps):
         row["reference_score"] = s
@@ -204,6 +217,25 @@ def _answer_likelihoods(rows: list[dict], examples: list[Example], ids: list[lis
         on_progress("answer likelihood", i + 1, len(rows))
 
 
+def _task_intervals(suites: dict[str, dict], rows: list[dict], with_reference: bool) -> None:
+    """Into each task suite's entry (``task:NAME``): every metric of the task as (score, low,
+    high), a 95% cluster-bootstrap interval over its templates or families
+    (harness.metrics.task_scores), for the program's answers and the fp32 reference's."""
+    from edgespec.config import TASK_SUITE_PREFIX
+    from edgespec.corpus.task_data import task_examples
+    from edgespec.harness.metrics import task_scores
+
+    for name, entry in suites.items():
+        if not name.startswith(TASK_SUITE_PREFIX):
+            continue
+        items = {x.id: x for x in task_examples(name[len(TASK_SUITE_PREFIX) :], "heldout")}
+        sr = [r for r in rows if r["suite"] == name]
+        examples = [items[r["id"]] for r in sr]
+        for key, field in (("task_scores", "prediction"), ("reference_task_scores", "reference_prediction")):
+            if field == "prediction" or with_reference:
+                entry[key] = {m: [round(v, 4) for v in s] for m, s in task_scores(examples, [r[field] for r in sr]).items()}
+
+
 def _summaries(rows: list[dict], ref_scores: list[float] | None, gates: GatesConfig) -> tuple[dict[str, dict], dict[str, Any]]:
     """Per suite and overall: scores (and the fp32 model's), speed, losslessness."""
     from edgespec.runtime.speed import summarize
@@ -213,7 +245,7 @@ def _summaries(rows: list[dict], ref_scores: list[float] | None, gates: GatesCon
         sr = [r for r in rows if r["suite"] == name]
         entry = {
             "metric": sr[0]["metric"],
-            "source": SUITES[name].source if name in SUITES else "user JSONL",
+            "source": suite_source(name),
             "score": round(statistics.fmean(r["score"] for r in sr), 4),
             **summarize(sr),
         }

@@ -231,3 +231,24 @@ class SpecModel(nn.Module):
 
 def count_parameters(module: nn.Module) -> int:
     return sum(p.numel() for p in module.parameters())
+
+
+@torch.no_grad()
+def merged_main_model(model: SpecModel) -> Transformer:
+    """What a Shared model's main stream computes, as one plain `Transformer`: a copy of the
+    base whose adapted linears are W + scale * B A (fp32; the base itself is left as it is).
+    The fine-tuned model as a reference (answers, fidelity) for its program; a Lossless
+    model's main stream is the base, returned as a copy too."""
+    import copy
+
+    base = copy.deepcopy(model.base)
+    for i, layer in enumerate(base.layers):
+        adapters = model.main_lora(i)
+        if not adapters:
+            continue
+        if getattr(layer.attention, "fused", None) is not None or getattr(layer.feed_forward, "fused", None) is not None:
+            raise ValueError("merged_main_model: the base's projections are fused (an export transform); merge before fusing")
+        for name, lora in adapters.items():
+            linear = getattr(layer.attention if name in ("wq", "wk", "wv", "wo") else layer.feed_forward, name)
+            linear.weight += lora.scale * (lora.B @ lora.A).to(linear.weight.dtype)
+    return base
