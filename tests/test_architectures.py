@@ -213,7 +213,9 @@ def _program_logits(src, ids: torch.Tensor, tmp_path, attention: str = "custom_s
 
     path = tmp_path / "model.pte"
     path.write_bytes(
-        lower_to_executorch({"forward": export_forward(build_model(src), 64, attention)}, ProgramMeta(64, src.args.vocab_size, src.args.n_layers, 1, (2,)))
+        lower_to_executorch(
+            {"forward": export_forward(build_model(src), 64, attention)}, ProgramMeta(64, src.args.vocab_size, src.args.n_layers, 1, (2,))
+        ).program
     )
     runner = ProgramRunner(path)
     return torch.stack([runner.forward(ids[:, :PROMPT], 0)] + [runner.forward(ids[:, p : p + 1], p) for p in range(PROMPT, PROMPT + STEPS)])

@@ -331,7 +331,7 @@ def _lower_block_kernel_program(model) -> bytes:
     """The model lowered with no delegate (block kernel, fused glue, edgespec's attention)."""
     from edgespec.export.lowering import ProgramMeta, export_forward, lower_to_executorch
 
-    return lower_to_executorch({"forward": export_forward(model, model.args.max_seq_len, "exact")}, ProgramMeta(64, 97, 2, 1, (2,)), xnnpack="none")
+    return lower_to_executorch({"forward": export_forward(model, model.args.max_seq_len, "exact")}, ProgramMeta(64, 97, 2, 1, (2,)), xnnpack="none").program
 
 
 @functools.cache

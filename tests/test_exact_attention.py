@@ -33,7 +33,7 @@ def _forward_pte(tmp_path, precision: str, attention: str):
     from edgespec.runtime.runner import ProgramRunner
 
     path = tmp_path / f"{precision}-{attention}.pte"
-    path.write_bytes(lower_to_executorch({"forward": export_forward(_model(precision), ARGS.max_seq_len, attention)}, ProgramMeta(160, 97, 2, 1, (2,))))
+    path.write_bytes(lower_to_executorch({"forward": export_forward(_model(precision), ARGS.max_seq_len, attention)}, ProgramMeta(160, 97, 2, 1, (2,))).program)
     return ProgramRunner(path)
 
 

@@ -202,9 +202,9 @@ def test_next_token_program_follows_forward_and_shares_its_cache():
     model = random_transformer(args, std=0.05)
     quantize_(model, plan_quantization(model, QuantConfig(scheme="8da4w", kernel="edgespec", head_bits=8)))
     assert isinstance(model.output, BlockLinear) and model.output.format == "S8H"
-    plain = lower_to_executorch({C.FORWARD: export_forward(model, 64, "exact")}, ProgramMeta(64, 4099, 2, 1, (2,)), xnnpack="none")
+    plain = lower_to_executorch({C.FORWARD: export_forward(model, 64, "exact")}, ProgramMeta(64, 4099, 2, 1, (2,)), xnnpack="none").program
     model.output.add_screen_()
-    both = lower_to_executorch(export_with_next_token(model, 64, "exact"), ProgramMeta(64, 4099, 2, 1, (2,)), xnnpack="none")
+    both = lower_to_executorch(export_with_next_token(model, 64, "exact"), ProgramMeta(64, 4099, 2, 1, (2,)), xnnpack="none").program
     screen_bytes = model.output.screen.numel()
     assert len(both) - len(plain) < screen_bytes + model.output.packed.numel() // 4  # the head's blocks are not stored twice
     program = Runtime.get().load_program(both)

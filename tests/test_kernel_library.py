@@ -73,7 +73,7 @@ def _program(tmp_path, attention: str):
     torch.manual_seed(0)
     model = Transformer(LlamaArgs(dim=64, n_layers=1, n_heads=4, n_kv_heads=2, hidden_dim=128, vocab_size=97, max_seq_len=32)).eval()
     path = tmp_path / f"{attention}.pte"
-    path.write_bytes(lower_to_executorch({"forward": export_forward(model, 32, attention)}, ProgramMeta(32, 97, 2, 1, (2,))))
+    path.write_bytes(lower_to_executorch({"forward": export_forward(model, 32, attention)}, ProgramMeta(32, 97, 2, 1, (2,))).program)
     return path
 
 

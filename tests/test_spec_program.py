@@ -140,7 +140,7 @@ def spec_pte(tmp_path_factory, request):
     else:
         program = SpecProgram(_spec_model(model.eval(), 3), Tree((2, 2, 1)), draft_ids).eval()
     path = tmp_path_factory.mktemp("spec") / "model.pte"
-    path.write_bytes(lower_to_executorch(export_spec_methods(program, attention), ProgramMeta(64, 97, 2, 1, (2,), spec_meta(program))))
+    path.write_bytes(lower_to_executorch(export_spec_methods(program, attention), ProgramMeta(64, 97, 2, 1, (2,), spec_meta(program))).program)
     return path, program, attention
 
 

@@ -79,7 +79,7 @@ def test_stable_norms_run_in_an_executorch_program(tiny_model, tmp_path):
     tiny_model.to_half_()
     tokens = torch.tensor([[5, 17, 3, 88]])
     ref = tiny_model(tokens, torch.tensor([0]))[0]
-    pte = lower_to_executorch({"forward": export_forward(tiny_model, tiny_model.args.max_seq_len)}, ProgramMeta(64, 97, 2, 1, (2,)))
+    pte = lower_to_executorch({"forward": export_forward(tiny_model, tiny_model.args.max_seq_len)}, ProgramMeta(64, 97, 2, 1, (2,))).program
     (tmp_path / "m.pte").write_bytes(pte)
     out = ProgramRunner(tmp_path / "m.pte").forward(tokens, 0)
     torch.testing.assert_close(out, ref, atol=2e-2, rtol=2e-2)

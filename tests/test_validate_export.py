@@ -2,6 +2,7 @@
 and a failing gate that stops the bundle from being written. Real ExecuTorch programs."""
 
 import json
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -236,3 +237,57 @@ def frozen(model, tokens):
     from edgespec.speculative.streams import frozen_layers
 
     return frozen_layers(model, model.embed(tokens), 0, model.args.n_layers)
+
+
+def _tiny_shared_drafter(src, path, seed):
+    import torch
+
+    from edgespec.config import DrafterConfig
+    from edgespec.models.load import build_model, read_source
+    from edgespec.speculative.drafters import new_drafter, save_drafter
+
+    cfg = DrafterConfig(kind="streams", mode="shared", gamma=2, n_layers=1, lora_rank=4, tree=(1, 1))
+    drafter = new_drafter(build_model(read_source(str(src), 256)), cfg)
+    torch.manual_seed(seed)
+    for p in drafter.params.lora.parameters():  # adapters that change the model (B starts at zero)
+        p.data.normal_(0, 0.3)
+    save_drafter(path, drafter.params, cfg)
+
+
+def test_task_programs_share_one_base_file(tiny_hf_dir, tmp_path):
+    """export.separate_base: two task programs over one base write the same base.ptd byte for
+    byte and programs of their own; each decodes as the same task exported in one file; the
+    program does not load without its base file."""
+    from edgespec.runtime.session import decoder, open_bundle
+
+    def export(task: str, separate: bool) -> Path:
+        _tiny_shared_drafter(tiny_hf_dir, tmp_path / f"{task}.pt", seed=ord(task))
+        r = tmp_path / f"{task}{separate}.yaml"
+        r.write_text(
+            f"name: tiny-{task}\nmodel: {{source: {tiny_hf_dir}, max_seq_len: 256}}\nquant: {{scheme: 8da4w, group_size: 32, kernel: edgespec}}\n"
+            f"numerics: {{search: false}}\nexport: {{separate_base: {str(separate).lower()}}}\nvalidate: {{enabled: false}}\n"
+            f"drafter: {{kind: streams, mode: shared, gamma: 2, n_layers: 1, lora_rank: 4, tree: [1, 1], weights: {tmp_path / (task + '.pt')}}}\n"
+        )
+        out = tmp_path / f"bundle-{task}-{separate}"
+        res = CliRunner().invoke(main, ["export", str(r), "-o", str(out)])
+        assert res.exit_code == 0, res.output
+        return out
+
+    a, b, whole = export("a", True), export("b", True), export("a", False)
+    assert (a / "base.ptd").read_bytes() == (b / "base.ptd").read_bytes()
+    assert (a / "model.pte").read_bytes() != (b / "model.pte").read_bytes()
+    assert not (whole / "base.ptd").exists() and (a / "model.pte").stat().st_size < (whole / "model.pte").stat().st_size / 2
+    manifest = json.loads((a / "manifest.json").read_text())
+    assert manifest["program_data"] == "base.ptd" and "base.ptd" in manifest["files"]
+    prompt = list(b"SELECT name FROM")
+    answers = {}
+    for name, bundle in (("a", a), ("b", b), ("whole", whole)):
+        _, _, runner = open_bundle(bundle)
+        answers[name] = [decoder(runner, mode)[1](prompt, max_new_tokens=24, max_seq_len=256, eos_ids=()).completion_ids for mode in ("ar", "spec")]
+    assert answers["a"] == answers["whole"] and answers["a"][0] == answers["a"][1]  # lossless too
+    assert answers["b"] != answers["a"]  # its own adapters
+    res = CliRunner().invoke(main, ["info", "--bundle", str(a)])
+    assert res.exit_code == 0 and "shared      base.ptd" in res.output, res.output
+    (a / "base.ptd").unlink()
+    res = CliRunner().invoke(main, ["verify", "--bundle", str(a)])
+    assert res.exit_code == 2 and "base.ptd" in res.output, res.output

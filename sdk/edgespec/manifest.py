@@ -30,6 +30,7 @@ class BundleLayout:
 
     manifest: str = "manifest.json"
     program: str = "model.pte"
+    program_data: str = "base.ptd"  # the base model's weights outside the program (export.separate_base): one file for every task program of a base
     tokenizer: str = "tokenizer.json"
     recipe: str = "recipe.yaml"
     drafter: str = "drafter.pt"  # a speculative bundle's drafter weights (edgespec tune reads them)
@@ -266,13 +267,15 @@ class LmManifest(Manifest):
     quantization: QuantizationInfo | None = None
     speculative: SpeculativeInfo | None = None
     validation: LmValidation | None = None
+    program_data: str | None = None  # the data file the program reads its base weights from (None: all inside it)
 
     def _check(self) -> None:
         super()._check()
         require(inside_bundle(self.tokenizer.file), "tokenizer.file", "must be a plain relative file name inside the bundle")
+        require(self.program_data in (None, LAYOUT.program_data), "program_data", f"must be {LAYOUT.program_data!r} or absent")
 
     def needed_files(self) -> tuple[str, ...]:
-        return (LAYOUT.program, self.tokenizer.file)
+        return (LAYOUT.program, self.tokenizer.file, *((self.program_data,) if self.program_data else ()))
 
 
 @dataclass(frozen=True, kw_only=True)

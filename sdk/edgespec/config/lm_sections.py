@@ -278,10 +278,14 @@ class ExportConfig(Record):
     compiler on first use), ``rows`` (ExecuTorch's `llama::custom_sdpa`, one call per step
     row) or ``custom_sdpa`` (`llama::custom_sdpa`, one call for all rows). Programs without
     speculative methods always use `custom_sdpa`, which ExecuTorch's stock runner has.
-    docs/speculative-program.md."""
+    docs/speculative-program.md. separate_base: a speculative program's base-model weights go
+    to ``base.ptd`` beside ``model.pte`` (ExecuTorch's program-data separation), the same
+    bytes for every task program over the same base, so several task programs share one copy;
+    the program then holds only what its task trained (adapters, streams) and the delegates."""
 
     PATH: ClassVar[str] = "export"
     step_attention: Literal["exact", "rows", "custom_sdpa"] = "exact"
+    separate_base: bool = False
 
 
 @dataclass(frozen=True)
@@ -393,6 +397,11 @@ class Recipe(Record):
     def _check(self) -> None:
         require(bool(self.name), "name", "must not be empty")
         require(len(self.train.stream_weights) >= self.drafter.gamma, "train.stream_weights", f"needs one weight per stream ({self.drafter.gamma})")
+        require(
+            not self.export.separate_base or bool(self.drafter.weights),
+            "export.separate_base",
+            "separates a speculative program's base weights (the ones task programs share): needs drafter.weights",
+        )
 
     def replace(self, **sections: Any) -> Recipe:
         """A copy with whole sections or fields changed, e.g. ``replace(quant={"scheme": "fp32"})``."""

@@ -7,6 +7,7 @@ buffers inside the program, and the metadata methods of `edgespec.export.constan
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -132,8 +133,33 @@ def export_with_next_token(model: torch.nn.Module, max_seq_len: int, attention: 
         return {name: export_dynamic_length(MethodAsForward(model, name), max_seq_len) for name in (C.FORWARD, C.NEXT_TOKEN)}
 
 
-def lower_to_executorch(programs: dict[str, torch.export.ExportedProgram], meta: ProgramMeta, xnnpack: Delegation = "all") -> bytes:
-    """XNNPACK-delegate every method as `xnnpack` says (`Delegation`) and serialize to `.pte` bytes."""
+BASE_DATA = "base"  # the tag (and .ptd file stem) of a program's base-model constants kept outside it
+
+
+def is_base_constant(name: str) -> bool:
+    """A speculative program's constant that belongs to its base model (the weights of
+    `SpecProgram.base`, named ``p_owner_base_*`` / ``b_owner_base_*`` by `MethodAsForward`):
+    the same bytes in every task program over the same base and export settings."""
+    return re.match(r"^[pbc]_owner_base_", name) is not None
+
+
+@dataclass(frozen=True)
+class LoweredProgram:
+    """A serialized program and the data files it reads (file name -> bytes; empty when every
+    constant is inside the program)."""
+
+    program: bytes
+    data: dict[str, bytes]
+
+
+def lower_to_executorch(
+    programs: dict[str, torch.export.ExportedProgram], meta: ProgramMeta, xnnpack: Delegation = "all", separate_base: bool = False
+) -> LoweredProgram:
+    """XNNPACK-delegate every method as `xnnpack` says (`Delegation`) and serialize to `.pte`
+    bytes; with `separate_base`, the base model's constants that stay outside the delegates
+    (`is_base_constant`: edgespec's block-kernel weights, norms, embeddings) go to one data
+    file, ``base.ptd`` (ExecuTorch's program-data separation), which every task program of
+    the same base shares byte for byte."""
     from executorch.exir import EdgeCompileConfig, ExecutorchBackendConfig, to_edge_transform_and_lower
     from executorch.exir.passes import MemoryPlanningPass
     from executorch.exir.passes.sym_shape_eval_pass import ConstraintBasedSymShapeEvalPass
@@ -159,6 +185,15 @@ def lower_to_executorch(programs: dict[str, torch.export.ExportedProgram], meta:
             memory_planning_pass=MemoryPlanningPass(alloc_graph_input=False, share_mutable_buffers=shared),
             emit_mutable_buffer_names=shared,
             sym_shape_eval_pass=ConstraintBasedSymShapeEvalPass(),
+            external_constants=(lambda node: BASE_DATA if is_base_constant(node.name) else None) if separate_base else False,
         )
     )
-    return et.buffer
+    data: dict[str, bytes] = {}
+    if separate_base:  # the manager writes its data files (named by tag) to a directory
+        import tempfile
+        from pathlib import Path
+
+        with tempfile.TemporaryDirectory() as d:
+            et.write_tensor_data_to_file(d)
+            data = {f.name: f.read_bytes() for f in Path(d).iterdir()}
+    return LoweredProgram(et.buffer, data)

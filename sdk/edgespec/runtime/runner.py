@@ -76,15 +76,19 @@ def execute(method, inputs: list) -> list:
 class Program:
     """A loaded `.pte`: its methods by name and its metadata (constant) methods."""
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, data_path: str | Path | None = None):
+        """data_path: the data file holding the constants the program keeps outside it
+        (a bundle's ``base.ptd``: manifest `program_data`), or None."""
         path = Path(path)
         if not path.is_file():
             raise EdgespecError(f"program '{path}' not found")
+        if data_path is not None and not Path(data_path).is_file():
+            raise EdgespecError(f"program data '{data_path}' not found (the program '{path.name}' reads its base weights from it)")
         no_kernels = load_runtime_kernels(path)
         from executorch.runtime import Runtime, Verification
 
         try:
-            self.program = Runtime.get().load_program(path, verification=Verification.InternalConsistency)
+            self.program = Runtime.get().load_program(path, verification=Verification.InternalConsistency, data_path=data_path)
             self._forward = self.program.load_method(C.FORWARD)
         except Exception as e:
             why = f" (edgespec's kernels are not loaded: {no_kernels})" if no_kernels else ""
@@ -123,8 +127,8 @@ def _say_openmp_spins() -> None:
 class ProgramRunner(Program):
     """A language-model program: `forward` plus its metadata methods."""
 
-    def __init__(self, path: str | Path):
-        super().__init__(path)
+    def __init__(self, path: str | Path, data_path: str | Path | None = None):
+        super().__init__(path, data_path)
         _say_openmp_spins()
         self.max_seq_len = int(self.constant(C.GET_MAX_SEQ_LEN))
         self.vocab_size = int(self.constant(C.GET_VOCAB_SIZE))

@@ -28,9 +28,14 @@ def open_bundle(bundle: str | Path, verify: bool = True) -> tuple[LmManifest, To
         verify_checksums(bundle, manifest, remembered=True)
     tk = manifest.tokenizer
     tokenizer = Tokenizer.from_file(Path(bundle) / tk.file, chat_template=tk.chat_template, bos_id=tk.bos_id, eos_ids=tk.eos_ids, add_bos=tk.add_bos)
-    runner = ProgramRunner(Path(bundle) / LAYOUT.program)
+    runner = ProgramRunner(Path(bundle) / LAYOUT.program, program_data(bundle, manifest))
     check_program(runner, manifest, bundle)
     return manifest, tokenizer, runner
+
+
+def program_data(bundle: str | Path, manifest: LmManifest) -> Path | None:
+    """The data file a bundle's program reads its base weights from (export.separate_base), or None."""
+    return Path(bundle) / manifest.program_data if manifest.program_data else None
 
 
 def bundle_lookup(manifest: LmManifest) -> int:
@@ -63,7 +68,7 @@ def decoder(runner: ProgramRunner, mode: str, lookup: int | None = None, manifes
 def verify_program(bundle_dir: str | Path, manifest: LmManifest) -> dict[str, Any]:
     """Load the bundle's program with ExecuTorch and `check_program` it against the manifest.
     Returns the metadata it read."""
-    return check_program(ProgramRunner(Path(bundle_dir) / LAYOUT.program), manifest, bundle_dir)
+    return check_program(ProgramRunner(Path(bundle_dir) / LAYOUT.program, program_data(bundle_dir, manifest)), manifest, bundle_dir)
 
 
 def check_program(runner: ProgramRunner, manifest: LmManifest, bundle_dir: str | Path) -> dict[str, Any]:

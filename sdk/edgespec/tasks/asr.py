@@ -66,7 +66,7 @@ def build_bundle_files(recipe: AsrRecipe, stage_dir: Path, stage: StageClock) ->
     stage("lower")
     from edgespec.export.lowering import lower_to_executorch
 
-    (stage_dir / LAYOUT.program).write_bytes(lower_to_executorch({"forward": program}, meta))
+    (stage_dir / LAYOUT.program).write_bytes(lower_to_executorch({"forward": program}, meta).program)
     (stage_dir / LAYOUT.phoneme_tokens).write_text(json.dumps(tokens, ensure_ascii=False))
     if not takes_waveform:
         torch.save(frontend.state_dict(), stage_dir / LAYOUT.frontend)

@@ -99,7 +99,10 @@ def build_bundle_files(recipe: Recipe, stage_dir: Path, stage: StageClock) -> Lm
     stage("lower")
     bos = src.bos_id if src.bos_id is not None else src.eos_ids[0]
     meta = ProgramMeta(recipe.model.max_seq_len, src.args.vocab_size, src.args.n_layers, bos, src.eos_ids, spec_meta(spec) if spec is not None else None)
-    (stage_dir / LAYOUT.program).write_bytes(lower_to_executorch(programs, meta, xnnpack=ops.xnnpack))
+    lowered = lower_to_executorch(programs, meta, xnnpack=ops.xnnpack, separate_base=recipe.export.separate_base)
+    (stage_dir / LAYOUT.program).write_bytes(lowered.program)
+    for name, data in lowered.data.items():  # base.ptd: the base model's weights (export.separate_base)
+        (stage_dir / name).write_bytes(data)
     (stage_dir / LAYOUT.tokenizer).write_text(src.tokenizer_json)
     return LmManifest(
         model=LmModelInfo(name=src.name, source=recipe.model.source, **asdict(src.args)),
@@ -108,6 +111,7 @@ def build_bundle_files(recipe: Recipe, stage_dir: Path, stage: StageClock) -> Lm
         quantization=QuantizationInfo(**quant_summary.as_dict()),
         reports=tuple(report_files),
         methods=tuple(sorted([*programs, *meta.constant_methods()])),
+        program_data=LAYOUT.program_data if lowered.data else None,
         speculative=_speculative_info(recipe, meta),
         tokenizer=TokenizerInfo(
             file=LAYOUT.tokenizer,
@@ -200,6 +204,12 @@ def describe(m: LmManifest) -> list[str]:
     if m.speculative is not None:
         s = m.speculative
         lines.append(f"speculative {s.drafter} drafter ({s.mode}), tree {list(s.tree_branching)}, draft vocabulary {s.draft_vocab or 'full'}")
+    if m.program_data is not None and m.program_data in m.files:  # export.separate_base
+        f, p = m.files[m.program_data], m.files[LAYOUT.program]
+        lines.append(
+            f"shared      {m.program_data} ({f.bytes / 1e6:.1f} MB, sha256 {f.sha256[:16]}…): the base model's weights, one copy for every task "
+            f"program of this base with the same sha256; {LAYOUT.program} ({p.bytes / 1e6:.1f} MB) holds this task's adapters and streams"
+        )
     lines.append(f"use         {m.USE.format(bundle='BUNDLE')}")
     return lines
 
