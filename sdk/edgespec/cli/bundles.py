@@ -80,7 +80,12 @@ def verify(bundle: str, as_json: bool) -> None:
 @click.command(epilog=overrides_help("validate", "validate.runs=3 validate.gates.min_speedup=1.1", bundle=True))
 @BUNDLE
 @OVERRIDES
-@click.option("--suite", "suites", multiple=True, help=f"validate.suites: a built-in suite ({', '.join(SUITE_NAMES)}) or a .jsonl file; repeat for several.")
+@click.option(
+    "--suite",
+    "suites",
+    multiple=True,
+    help=f"validate.suites: a built-in suite ({', '.join(SUITE_NAMES)}), task:NAME (a fine-tune task's held-out split: task:sql_chinook, task:translation_de) or a .jsonl file; repeat for several.",
+)
 @click.option("--prompts-per-suite", type=click.IntRange(min=1), help="validate.prompts_per_suite.")
 @click.option("--runs", type=click.IntRange(min=1, max=100), help="validate.runs (repetitions per prompt; median).")
 @click.option("--seed", type=int, help="validate.seed (which prompts each suite draws).")
