@@ -4,8 +4,9 @@ bytes) against the same N programs exported whole: what they cost on a phone.
 - bytes on disk: the files a runtime reads (the manifest's needed files), each distinct
   content counted once (N separated bundles carry one base.ptd between them);
 - memory: one fresh process loads every program of a configuration and decodes one prompt
-  with each (speculative, greedy); its peak RSS (VmHWM) and its RSS at the end (VmRSS),
-  with the process's RSS before any program loaded beside them.
+  with each (speculative, greedy); its peak RSS (VmHWM), its RSS at the end (VmRSS) and its
+  PSS at the end (smaps_rollup: anonymous and file-backed), with the process's RSS before
+  any program loaded beside them.
 
     python bench/shared_base.py --shared bundles/sql-shared --shared bundles/sql-lora \\
         --whole bundles/sql-shared-whole --whole bundles/sql-lora-whole > docs/results/shared_base.json
@@ -22,11 +23,17 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sdk"))
 
 
-def _rss_mb(field: str) -> float:
-    for line in open("/proc/self/status"):
+def _rss_mb(field: str, status: str = "/proc/self/status") -> float:
+    for line in open(status):
         if line.startswith(field + ":"):
             return int(line.split()[1]) / 1024
-    raise RuntimeError(f"/proc/self/status has no {field}")
+    raise RuntimeError(f"{status} has no {field}")
+
+
+def _pss_mb() -> dict:
+    """Proportional set size: a page mapped twice (one file under two programs) counts once
+    in total, as physical memory does; VmRSS counts it per mapping."""
+    return {f"{k.lower()}_mb": round(_rss_mb(k, "/proc/self/smaps_rollup"), 1) for k in ("Pss", "Pss_Anon", "Pss_File")}
 
 
 def worker(bundles: list[str], prompt: str, max_new_tokens: int) -> dict:
@@ -46,6 +53,7 @@ def worker(bundles: list[str], prompt: str, max_new_tokens: int) -> dict:
         "rss_loaded_mb": round(loaded, 1),
         "rss_end_mb": round(_rss_mb("VmRSS"), 1),
         "peak_rss_mb": round(_rss_mb("VmHWM"), 1),
+        **_pss_mb(),
     }
 
 
@@ -89,7 +97,7 @@ def main() -> None:
     rows = {"shared": measure(args.shared, args.prompt, args.max_new_tokens)}
     if args.whole:
         rows["whole"] = measure(args.whole, args.prompt, args.max_new_tokens)
-        rows["shared_over_whole"] = {k: round(rows["shared"][k] / rows["whole"][k], 3) for k in ("distinct_bytes", "rss_loaded_mb", "peak_rss_mb")}
+        rows["shared_over_whole"] = {k: round(rows["shared"][k] / rows["whole"][k], 3) for k in ("distinct_bytes", "rss_loaded_mb", "peak_rss_mb", "pss_mb")}
     rows["first_alone"] = measure(args.shared[:1], args.prompt, args.max_new_tokens)  # what the second program adds
     print(json.dumps({"prompt": args.prompt, "max_new_tokens": args.max_new_tokens, **rows}, indent=1))
 
