@@ -187,22 +187,14 @@ def test_a_shared_program_is_validated_on_its_task_against_its_own_fine_tune(tin
 
     import torch
 
-    from edgespec.config import DrafterConfig
     from edgespec.harness import reference
-    from edgespec.models.load import build_model, read_source
-    from edgespec.speculative.drafters import new_drafter, save_drafter
 
     monkeypatch.setenv("EDGESPEC_CACHE", str(tmp_path / "cache"))
     src = shutil.copytree(tiny_hf_dir, tmp_path / "tiny")  # a context long enough for SQL prompts in bytes
     config = json.loads((src / "config.json").read_text())
     (src / "config.json").write_text(json.dumps(config | {"max_position_embeddings": 2048}))
     tiny_hf_dir = src
-    cfg = DrafterConfig(kind="streams", mode="shared", gamma=2, n_layers=1, lora_rank=4, tree=(1, 1))
-    drafter = new_drafter(build_model(read_source(str(tiny_hf_dir), 2048)), cfg)
-    torch.manual_seed(0)
-    for p in drafter.params.lora.parameters():  # adapters that change the model (B starts at zero)
-        p.data.normal_(0, 0.3)
-    save_drafter(tmp_path / "shared.pt", drafter.params, cfg)
+    _tiny_shared_drafter(tiny_hf_dir, tmp_path / "shared.pt", seed=0)
     loads = []
     load = reference.load_reference
     monkeypatch.setattr(reference, "load_reference", lambda *a: loads.append(a) or load(*a))

@@ -43,10 +43,6 @@ def load_reference(source: str, max_seq_len: int, adapters: Path | None = None):
     return merged_main_model(load_drafter(adapters, base))
 
 
-def _adapters_identity(adapters: Path | None) -> str | None:
-    return None if adapters is None else hashlib.sha256(Path(adapters).read_bytes()).hexdigest()
-
-
 def reference_completions(
     source: str,
     max_seq_len: int,
@@ -61,7 +57,7 @@ def reference_completions(
     new tokens); `model()` gives that model (`load_reference`), called only on a cache miss."""
     identity = [__version__, _source_identity(source), max_seq_len, prompts, budgets, list(eos_ids)]
     if adapters is not None:  # a fine-tuned reference: keyed by its adapters' content too
-        identity.append(_adapters_identity(adapters))
+        identity.append(hashlib.sha256(Path(adapters).read_bytes()).hexdigest())
     key = hashlib.sha256(json.dumps(identity).encode()).hexdigest()[:24]
     path = host.cache_dir("reference") / f"{key}.json"
     if path.is_file():
