@@ -67,7 +67,7 @@ int main(int argc, char** argv) {
   std::vector<int8_t> q(mmax * kmax);
   std::vector<float> d(mmax * kmax / 32), s(mmax * kmax / 32);
   std::vector<B::Path> paths;
-  for (B::Path p : {B::Path::kAvx512Vnni, B::Path::kAvxVnni, B::Path::kAvx2, B::Path::kDotprod, B::Path::kPortable})
+  for (B::Path p : {B::Path::kAmxInt8, B::Path::kAvx512Vnni, B::Path::kAvxVnni, B::Path::kAvx2, B::Path::kI8mm, B::Path::kDotprod, B::Path::kPortable})
     if (B::path_supported(p)) paths.push_back(p);
   std::vector<std::vector<std::vector<double>>> ms(paths.size(), std::vector<std::vector<double>>(row_counts.size()));
   for (int rep = 0; rep < reps + 1; ++rep)  // the first pass warms up

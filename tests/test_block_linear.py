@@ -121,6 +121,7 @@ def test_kernel_paths_agree_natively(tmp_path):
         name
         for name, needs in (
             ("avx512-vnni", {"avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx2", "fma", "f16c"}),
+            ("amx-int8", {"amx_tile", "amx_int8", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx2", "fma", "f16c"}),
             ("avx-vnni", {"avx_vnni", "avx2", "fma", "f16c"}),
             ("avx2", {"avx2", "fma", "f16c"}),
         )

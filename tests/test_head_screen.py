@@ -36,7 +36,7 @@ import pytest  # noqa: E402
 
 from edgespec.kernels.block_linear import BlockCodes, BlockLinear, pack_screen, reference_block_linear  # noqa: E402
 
-PATHS = range(6)  # block_linear/dispatch.h's Path: portable, avx2, avx-vnni, avx512-vnni, neon-dotprod, neon-i8mm
+PATHS = range(7)  # block_linear/dispatch.h's Path: portable, avx2, avx-vnni, avx512-vnni, neon-dotprod, neon-i8mm, amx-int8
 
 
 def _q8_head(rows: int, k: int, seed: int = 0) -> BlockCodes:

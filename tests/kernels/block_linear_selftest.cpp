@@ -115,7 +115,7 @@ int main() {
   std::mt19937 rng(1234);
   std::normal_distribution<float> normal(0.f, 1.f);
   std::vector<B::Path> paths{B::best_path()};
-  for (B::Path p : {B::Path::kAvx512Vnni, B::Path::kAvxVnni, B::Path::kAvx2, B::Path::kI8mm, B::Path::kDotprod, B::Path::kPortable})
+  for (B::Path p : {B::Path::kAvx512Vnni, B::Path::kAmxInt8, B::Path::kAvxVnni, B::Path::kAvx2, B::Path::kI8mm, B::Path::kDotprod, B::Path::kPortable})
     if (p != paths[0] && B::path_supported(p)) paths.push_back(p);
   int failures = 0;
   std::vector<int64_t> formats;

@@ -47,7 +47,7 @@ from edgespec.kernels import library
 from edgespec.kernels.block_linear import FORMAT_IDS, PAIR_ROWS, TILE_BYTES
 from edgespec.output_dir import renamed_into_place
 
-PATHS = ("portable", "avx2", "avx-vnni", "avx512-vnni", "neon-dotprod", "neon-i8mm")  # block_linear.h's Path values
+PATHS = ("portable", "avx2", "avx-vnni", "avx512-vnni", "neon-dotprod", "neon-i8mm", "amx-int8")  # block_linear.h's Path values
 REGIMES = {"one_row": 1, "few_rows": 4, "many_rows": 64}  # block_linear.h's Regime order; rows timed
 PREFETCH = (0, 8, 16, 32)  # pair blocks ahead
 NEVER = 1 << 62

@@ -7,13 +7,14 @@
 #include "contract.h"
 #include "neon.h"
 #include "portable.h"
+#include "x86_amx.h"
 #include "x86_avx512.h"
 
 namespace edgespec {
 namespace blocks {
 
-enum class Path : int64_t { kPortable = 0, kAvx2 = 1, kAvxVnni = 2, kAvx512Vnni = 3, kDotprod = 4, kI8mm = 5 };
-constexpr int64_t kPaths = 6;
+enum class Path : int64_t { kPortable = 0, kAvx2 = 1, kAvxVnni = 2, kAvx512Vnni = 3, kDotprod = 4, kI8mm = 5, kAmxInt8 = 6 };
+constexpr int64_t kPaths = 7;
 
 inline const char* path_name(Path p) {
   switch (p) {
@@ -22,6 +23,7 @@ inline const char* path_name(Path p) {
     case Path::kAvx512Vnni: return "avx512-vnni";
     case Path::kDotprod: return "neon-dotprod";
     case Path::kI8mm: return "neon-i8mm";
+    case Path::kAmxInt8: return "amx-int8";
     default: return "portable";
   }
 }
@@ -33,6 +35,7 @@ inline bool path_supported(Path p) {
     case Path::kAvx2: return cpu_has_avx2();
     case Path::kAvxVnni: return cpu_has_avx_vnni();
     case Path::kAvx512Vnni: return cpu_has_avx512_vnni();
+    case Path::kAmxInt8: return cpu_has_amx_int8();
 #endif
 #if EDGESPEC_ARM
     case Path::kDotprod: return cpu_has_dotprod();
@@ -43,7 +46,8 @@ inline bool path_supported(Path p) {
   }
 }
 
-// The fastest path this CPU runs (checked once): the one with the most work per instruction.
+// The fastest path this CPU runs for one row (checked once): the one with the most work per
+// instruction. (AMX pays for several rows only: the plan chooses it by measurement.)
 inline Path best_path() {
   static const Path best = [] {
     for (Path p : {Path::kAvx512Vnni, Path::kAvxVnni, Path::kAvx2, Path::kI8mm, Path::kDotprod})
@@ -122,6 +126,15 @@ inline void linear_tile_rows_as(Path path, const uint8_t* packed, const Quantize
       xu.qu = shifted.data();
     }
     return by_pairs<kRowChunkWide>(F, packed, xu, m, n, rg0, rg1, out, tile_pair_avx512_rows<F>, tile_row_x86_rows<F, Dot::kMaddubs, 1>);
+  }
+#endif
+#if EDGESPEC_HAS_AMX
+  // a pair of tiles per tile product, up to 16 rows; a lone tile through AVX2 as above
+  if (path == Path::kAmxInt8) {
+    AmxCall amx;  // this thread's tiles, released when the call's range is done
+    return by_pairs<kRowChunkWide>(
+        F, packed, x, m, n, rg0, rg1, out, [&amx](const uint8_t* w, const QuantizedRows& xr, int64_t mm, float* acc) { tile_pair_amx_rows<F>(amx, w, xr, mm, acc); },
+        tile_row_x86_rows<F, Dot::kMaddubs, 1>);
   }
 #endif
 #if EDGESPEC_ARM

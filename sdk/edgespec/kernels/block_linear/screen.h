@@ -222,7 +222,7 @@ __attribute__((target("arch=armv8.2-a+dotprod"))) inline void screen_pair_dotpro
 // screen); elsewhere block_argmax computes the full head (the portable screen is the paths'
 // reference, slower than the full head's SIMD path).
 constexpr bool screen_has_simd(Path path) {
-  return path == Path::kAvx2 || path == Path::kAvxVnni || path == Path::kAvx512Vnni || path == Path::kDotprod || path == Path::kI8mm;
+  return path == Path::kAvx2 || path == Path::kAvxVnni || path == Path::kAvx512Vnni || path == Path::kAmxInt8 || path == Path::kDotprod || path == Path::kI8mm;
 }
 
 // What a range of pairs' screen found: the best lower bound, and whether every bound was finite.
@@ -243,7 +243,7 @@ inline ScreenBest screen_pairs(Path path, const uint8_t* screen, const ScreenRow
     std::fill(ts, ts + 16, 0.f);
     std::fill(tbnd, tbnd + 16, 0.f);
 #if EDGESPEC_X86
-    if (path == Path::kAvx512Vnni) screen_pair_avx512(w, x, ts, tbnd);
+    if (path == Path::kAvx512Vnni || path == Path::kAmxInt8) screen_pair_avx512(w, x, ts, tbnd);  // AMX CPUs have AVX-512
     else if (path == Path::kAvxVnni) screen_pair_avx2<Dot::kVnni>(w, x, ts, tbnd);
     else if (path == Path::kAvx2) screen_pair_avx2<Dot::kMaddubs>(w, x, ts, tbnd);
     else
