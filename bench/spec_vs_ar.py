@@ -13,6 +13,8 @@ Optional, each in its own fresh process (so peak RSS is the decoder's own):
   --against DIR   AR decoding of another bundle (e.g. the default 8da4w one) timed in the same
                   rounds: every decoder's speedup over it (median of per-prompt ratios)
   --lookup N ...  more decoders, spec_lookupN: suffix-match drafts of >= N tokens first (the hybrid)
+  --auto          more decoders, auto (and auto_lookupN): speculative steps only while they pay,
+                  `edgespec generate`'s default (edgespec.runtime.adaptive)
 
     python bench/spec_vs_ar.py --bundle bundles/spec --prompts 100 --max-new-tokens 64 \\
         --stock /tmp/edgespec-bench/stock-8da4w.pte --ar-bundle bundles/default > docs/results/spec_vs_ar_8da4w.json
@@ -54,7 +56,14 @@ AGAINST = "ar_against"  # autoregressive decoding of another bundle (--against),
 
 
 def run_suite(
-    bundle: str, n: int, max_new_tokens: int, lookups: tuple[int, ...] = (), runs: int = 1, against: str | None = None, suites: tuple[str, ...] = DEFAULT_SUITES
+    bundle: str,
+    n: int,
+    max_new_tokens: int,
+    lookups: tuple[int, ...] = (),
+    runs: int = 1,
+    against: str | None = None,
+    suites: tuple[str, ...] = DEFAULT_SUITES,
+    auto: bool = False,
 ) -> tuple[list[dict], object, object]:
     _, tokenizer, runner = open_bundle(bundle)
     if not runner.has_spec:
@@ -62,6 +71,10 @@ def run_suite(
     decoders = {"ar": decoder(runner, "ar")[1], "spec": decoder(runner, "spec")[1]}
     for n_min in lookups:
         decoders[f"spec_lookup{n_min}"] = decoder(runner, "spec", n_min)[1]
+    if auto:
+        decoders["auto"] = decoder(runner, "auto", 0)[1]
+        for n_min in lookups:
+            decoders[f"auto_lookup{n_min}"] = decoder(runner, "auto", n_min)[1]
     if against:
         other = open_bundle(against)[2]
         if other.max_seq_len != runner.max_seq_len:
@@ -128,6 +141,7 @@ def main() -> None:
     ap.add_argument(
         "--lookup", type=int, nargs="+", default=[], help="also decode with suffix-match drafts of at least N tokens (decoder spec_lookupN), for each N"
     )
+    ap.add_argument("--auto", action="store_true", help="also decode with the adaptive policy (decoders auto, auto_lookupN): spec only while it pays")
     ap.add_argument("--against", help="also time autoregressive decoding of this bundle (e.g. the default 8da4w one) in the same rounds")
     ap.add_argument("--stock", help="a .pte made by ExecuTorch's export_llm for the same model and quantization")
     ap.add_argument("--ar-bundle", help="an autoregressive-only bundle of the same model, for the memory/size ratio")
@@ -139,7 +153,9 @@ def main() -> None:
 
     set_threads(args.threads)  # before any program is loaded
 
-    rows, tokenizer, runner = run_suite(args.bundle, args.prompts, args.max_new_tokens, tuple(n for n in args.lookup if n > 0), args.runs, args.against, suites)
+    rows, tokenizer, runner = run_suite(
+        args.bundle, args.prompts, args.max_new_tokens, tuple(n for n in args.lookup if n > 0), args.runs, args.against, suites, args.auto
+    )
     report = {
         "bundle": args.bundle,
         "suites": list(suites) or "all",

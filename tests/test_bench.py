@@ -20,6 +20,8 @@ class FakeResult:
     decode_s: float
     step_times_s: list[float] = field(default_factory=list)
     tokens_per_call: list[int] = field(default_factory=list)
+    speculative_calls: list[bool] = field(default_factory=list)
+    adaptive_events: list[str] = field(default_factory=list)
 
 
 def fake_decoder(name: str, log: list, *, per_call: int = 1, call_s: float = 0.01, prefill_s: float = 0.1, times: list[float] | None = None):
@@ -91,6 +93,7 @@ def test_row_fields():
         "decode_tokens": 8,
         "ms_per_call": 10.0,
         "tokens_per_call": None,
+        "speculative_calls": None,
     }
     assert row["spec"]["tokens_per_call"] == [4, 4] and row["spec"]["decode_tokens"] == 8 and row["spec"]["ms_per_call"] == 16.0
 
@@ -151,7 +154,8 @@ def test_bench_json_shape(tmp_path, monkeypatch):
     res, log = _bench_cli(tmp_path, monkeypatch, "--json", "--max-new-tokens", "9", "--runs", "3", "--prompt", "ab", "--prompt", "cde")
     assert res.exit_code == 0, res.output
     out = json.loads(res.output)
-    assert len(log) == 2 + 2 * 3 * 2  # one warm-up per decoder, then 3 runs x 2 prompts x 2 decoders
+    assert len(log) == 3 + 3 * 3 * 2  # one warm-up per decoder, then 3 runs x 2 prompts x 3 decoders (ar, spec, auto)
+    assert [name for name, _, _ in log[:3]] == ["ar", "spec", "auto"]
     assert out["program_bytes"] == 1000 and out["max_new_tokens"] == 9 and out["warmup"] == 1 and out["runs"] == 3
     assert out["prompts"] == out["timed_prompts"] == 2 and out["lossless"] == {"identical": 2, "prompts": 2} and out["peak_rss_mb"] > 0
     assert out["ar"]["tokens_per_s"] == 100.0 and out["spec"]["speedup"] == 2.0 and out["spec"]["tokens_per_call"] == 2.0

@@ -28,7 +28,9 @@ MODE = click.option(
     type=click.Choice(["auto", "spec", "ar"]),
     default="auto",
     show_default=True,
-    help="spec: speculative (one call verifies and drafts); ar: one token per call; auto: spec when the program has it.",
+    help="auto: speculative steps while they pay on this device (measured as it decodes: tokens per step against the step's cost "
+    "in autoregressive calls), else one token per call; spec: every call a speculative step (one call verifies and drafts); "
+    "ar: one token per call. Greedy output is the same in every mode.",
 )
 NGRAM = click.option(
     "--no-repeat-ngram-size", default=0, show_default=True, type=click.IntRange(min=0), help="Never repeat an n-gram of this size (prompt included); 0 = off."
@@ -153,6 +155,8 @@ def generate(
                     "decode_tokens_per_s": round(res.decode_tokens_per_s, 2),
                     "decode_calls": len(res.step_times_s),
                     "tokens_per_call": round(res.mean_tokens_per_call, 3),
+                    "speculative_share": round(res.speculative_share, 3),
+                    "adaptive_events": res.adaptive_events,
                 }
             )
         )
@@ -160,6 +164,13 @@ def generate(
         click.echo()
         if mode == "spec":
             click.echo(f"[spec: {res.decode_tokens_per_s:.1f} tok/s decode, {res.mean_tokens_per_call:.2f} tokens per call]", file=err())
+        if mode == "auto":
+            why = f"; {res.adaptive_events[-1]}" if res.adaptive_events else ""
+            click.echo(
+                f"[auto: {res.decode_tokens_per_s:.1f} tok/s decode, {res.speculative_share:.0%} of calls speculative, "
+                f"{res.mean_tokens_per_call:.2f} tokens per call{why}]",
+                file=err(),
+            )
 
 
 def _generate_batch(run, tokenizer, input_path: str, output_path: str, kwargs: dict, chat: bool, pipelined: bool) -> None:
@@ -204,11 +215,12 @@ def _generate_batch(run, tokenizer, input_path: str, output_path: str, kwargs: d
 @click.option("--runs", default=5, show_default=True, type=click.IntRange(min=1), help="Runs per prompt and decoder; the median one is kept.")
 @click.option(
     "--mode",
-    type=click.Choice(["both", "spec", "ar", "ar-logits"]),
+    type=click.Choice(["both", "auto", "spec", "ar", "ar-logits"]),
     default="both",
     show_default=True,
     help="both: every decoder the program has side by side (interleaved runs, alternating order): autoregressive, "
-    "speculative (spec_step), and ar-logits (greedy from forward's logits where the program's next_token reads a screened head).",
+    "speculative (spec_step every call), auto (speculative steps while they pay, `generate`'s default) and ar-logits "
+    "(greedy from forward's logits where the program's next_token reads a screened head).",
 )
 @LOOKUP
 @THREADS
@@ -225,7 +237,7 @@ def bench(
 
     manifest, tokenizer, runner = _load_bundle(bundle)
     ids = [_prompt_ids(tokenizer, p, True) for p in prompts]
-    modes = ("ar", *(("spec",) if runner.has_spec else ()), *(("ar-logits",) if runner.has_next_token else ())) if mode == "both" else (mode,)
+    modes = ("ar", *(("spec", "auto") if runner.has_spec else ()), *(("ar-logits",) if runner.has_next_token else ())) if mode == "both" else (mode,)
     decoders = dict(decoder(runner, m, lookup, manifest) for m in modes)
     stats = bench_generation(runner, ids, decoders, max_new_tokens=max_new_tokens, warmup=warmup, runs=runs)
     if as_json:

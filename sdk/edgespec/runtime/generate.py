@@ -16,6 +16,7 @@ from typing import Protocol
 import torch
 
 from edgespec.errors import EdgespecError
+from edgespec.runtime.adaptive import AdaptiveSpeculation
 from edgespec.runtime.ngram import banned_tokens, block_
 from edgespec.runtime.sampling import sample
 from edgespec.speculative.lookup import with_lookup
@@ -36,6 +37,8 @@ class GenerationResult:
     step_times_s: list[float] = field(default_factory=list)
     tokens_per_call: list[int] = field(default_factory=list)  # tokens emitted by each decode call (1 when autoregressive)
     reused_prefix: int = 0  # prompt tokens whose KV was already in the cache (not prefilled)
+    speculative_calls: list[bool] = field(default_factory=list)  # per decode call: a spec_step (else one token)
+    adaptive_events: list[str] = field(default_factory=list)  # the adaptive policy's switches, with their reasons
 
     @property
     def prefill_tokens_per_s(self) -> float:
@@ -54,6 +57,11 @@ class GenerationResult:
     def mean_tokens_per_call(self) -> float:
         """Mean tokens emitted per decode call, the bonus token included (1.0 autoregressive)."""
         return self.decode_tokens / len(self.step_times_s) if self.step_times_s else 0.0
+
+    @property
+    def speculative_share(self) -> float:
+        """Share of decode calls that were speculative steps."""
+        return sum(self.speculative_calls) / len(self.speculative_calls) if self.speculative_calls else 0.0
 
 
 class SpecMethods(Protocol):
@@ -86,6 +94,7 @@ def generate(
     spec: SpecMethods | None = None,
     lookup: int = 0,
     next_token: NextTokenFn | None = None,
+    adaptive: AdaptiveSpeculation | None = None,
 ) -> GenerationResult:
     """The decode loop: prefill the whole prompt in one `step` call, then decode.
 
@@ -117,7 +126,11 @@ def generate(
 
     next_token: `step`'s greedy token without its logits (the program's `next_token` method, a
     screened head); used for the calls that feed one token or the prompt when decoding is
-    greedy without n-gram bans (the same tokens as argmax of `step`'s logits)."""
+    greedy without n-gram bans (the same tokens as argmax of `step`'s logits).
+
+    adaptive (with spec): speculate only while it pays on this device (edgespec.runtime.adaptive:
+    each call is a spec_step or one token as the policy says, from the measured cost of both);
+    greedy output is the same either way."""
     room = spec.tree_size + spec.depth if spec is not None else 0  # slots a spec step may touch past its position
     _check_prompt(prompt_ids, max_seq_len, room)
     max_new_tokens = min(max_new_tokens, max_seq_len - len(prompt_ids))
@@ -144,6 +157,9 @@ def generate(
     out: list[int] = []
     steps: list[float] = []
     per_call: list[int] = []
+    kinds: list[bool] = []
+    if adaptive is not None:
+        adaptive.start(max_tokens=spec.depth + 1 if spec is not None else 0)
     t_dec = time.perf_counter()
     new = [x]
     pos = len(prompt_ids)  # position of x, the last emitted token (not yet in the cache)
@@ -164,7 +180,8 @@ def generate(
         if stopped or len(out) >= max_new_tokens or pos >= max_seq_len:
             break
         t = time.perf_counter()
-        if speculate and pos + room <= max_seq_len:
+        speculative = speculate and pos + room <= max_seq_len and (adaptive is None or adaptive.speculate())
+        if speculative:
             if temperature > 0:
                 uniforms = torch.rand((R, k), generator=gen)
                 gumbel = -torch.log(-torch.log(torch.rand(spec.vocab_size, generator=gen).clamp(1e-20, 1 - 1e-7)))
@@ -179,11 +196,15 @@ def generate(
             new = [one_call([x], pos)]
         steps.append(time.perf_counter() - t)
         per_call.append(len(new))
+        kinds.append(speculative)
+        if adaptive is not None and speculate:
+            adaptive.record(speculative, steps[-1], len(new))
         pos += len(new)
         x = new[-1]
     if cache is not None:
         cache.holds(prompt_ids + out, pos)
-    return GenerationResult(prompt_ids, out, stopped, prefill_s, time.perf_counter() - t_dec, steps, per_call, reused_prefix=start)
+    events = list(adaptive.events) if adaptive is not None else []
+    return GenerationResult(prompt_ids, out, stopped, prefill_s, time.perf_counter() - t_dec, steps, per_call, start, kinds, events)
 
 
 def _check_prompt(prompt_ids: list[int], max_seq_len: int, reserve: int = 0) -> None:

@@ -46,23 +46,29 @@ def bundle_lookup(manifest: LmManifest) -> int:
 
 
 def decoder(runner: ProgramRunner, mode: str, lookup: int | None = None, manifest: LmManifest | None = None):
-    """(mode, decode function) for mode 'ar', 'spec', 'auto' (spec when the program has it) or
-    'ar-logits' (autoregressive through forward's logits even where the program has
-    `next_token`: the full head, for comparison);
+    """(mode, decode function) for mode 'ar', 'spec' (every call a speculative step), 'auto'
+    (where the program has spec_step: speculative steps only while they pay on this device,
+    edgespec.runtime.adaptive; else 'ar') or 'ar-logits' (autoregressive through forward's
+    logits even where the program has `next_token`: the full head, for comparison);
     the function takes (prompt_ids, max_new_tokens=, max_seq_len=, eos_ids=, ...). lookup: the
     hybrid draft's suffix-match length; None: the bundle's own (`bundle_lookup(manifest)`; 0, the
     drafter alone, without a manifest)."""
     if lookup is None:
         lookup = bundle_lookup(manifest) if manifest is not None else 0
+    next_token = runner.next_token if runner.has_next_token else None
     if mode == "auto":
-        mode = "spec" if runner.has_spec else "ar"
+        if not runner.has_spec:
+            return "ar", functools.partial(generate, runner.forward, next_token=next_token)
+        from edgespec.runtime.adaptive import AdaptiveSpeculation
+
+        return mode, functools.partial(generate, runner.forward, spec=runner, lookup=lookup, next_token=next_token, adaptive=AdaptiveSpeculation())
     if mode == "spec":
         if not runner.has_spec:
             raise EdgespecError(f"program '{runner.path}' has no speculative methods (export with a trained drafter: recipe drafter.weights); use --mode ar")
         return mode, functools.partial(generate, runner.forward, spec=runner, lookup=lookup)
     if mode == "ar-logits":
         return mode, functools.partial(generate, runner.forward)
-    return mode, functools.partial(generate, runner.forward, next_token=runner.next_token if runner.has_next_token else None)
+    return mode, functools.partial(generate, runner.forward, next_token=next_token)
 
 
 def verify_program(bundle_dir: str | Path, manifest: LmManifest) -> dict[str, Any]:

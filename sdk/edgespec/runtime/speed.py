@@ -111,7 +111,10 @@ def row_stats(results: dict[str, GenerationResult], prompt_tokens: int) -> dict:
             "decode_tokens": decode_tokens,
             "ms_per_call": round(1000 * statistics.median(r.step_times_s), 3) if calls else None,
             "tokens_per_call": list(r.tokens_per_call) if r.tokens_per_call else None,
+            "speculative_calls": sum(r.speculative_calls) if r.speculative_calls else None,  # spec_step calls among them ('auto' mixes)
         }
+        if r.adaptive_events:
+            row[name]["adaptive_events"] = list(r.adaptive_events)
     ref = results.get(REFERENCE)
     row["lossless"] = all(r.completion_ids == ref.completion_ids for r in results.values()) if ref is not None else None
     return row
@@ -153,6 +156,9 @@ def summarize(rows: list[dict]) -> dict:
             "ms_per_call": round(med(r[n]["ms_per_call"] for r in timed), 3) if timed else None,
             "tokens_per_call": round(sum(r[n]["decode_tokens"] for r in timed) / calls, 3) if calls else None,
         }
+        spec_calls = [r[n]["speculative_calls"] for r in timed if r[n].get("speculative_calls") is not None]
+        if spec_calls and calls:
+            s["speculative_share"] = round(sum(spec_calls) / calls, 3)
         if n != REFERENCE:
             s["speedup"] = round(med(r[n]["tokens_per_s"] / r[REFERENCE]["tokens_per_s"] for r in timed), 3) if timed and REFERENCE in names else None
             hist: dict[int, int] = {}
