@@ -47,9 +47,25 @@ def test_falls_back_where_it_does_not_pay_and_tries_again_less_often():
 def test_comes_back_when_speculation_pays_again():
     p = AdaptiveSpeculation(window=4, ar_probe=1, first_backoff=4)
     _drive(p, 30, ar_s=0.010, step_s=0.020, tokens=1)  # never pays: backing off
-    assert p._backoff > p.first_backoff
+    assert p._tracks[False].backoff > p.first_backoff
     kinds = _drive(p, 80, ar_s=0.010, step_s=0.020, tokens=4)  # the text became predictable: 2x
-    assert all(kinds[-30:]) and p._backoff == p.first_backoff and p.events[-1].startswith("speculating")
+    assert all(kinds[-30:]) and p._tracks[False].backoff == p.first_backoff and p.events[-1].startswith("speculating")
+
+
+def test_steps_after_a_suffix_match_are_judged_apart_from_the_drafters_own():
+    p = AdaptiveSpeculation(window=4, ar_probe=1, first_backoff=16)
+    p.start(max_tokens=4)
+    kinds = []
+    for call in range(200):
+        matched = call % 5 == 0  # every fifth call has a suffix match to draft from
+        spec = p.speculate(matched)
+        # the drafter alone: 1.5 tokens at 2x (0.75x); after a match: 4 tokens at 2x (2x)
+        p.record(spec, 0.020 if spec else 0.010, (4 if matched else 1.5) if spec else 1, matched)
+        kinds.append((matched, spec))
+    late = kinds[100:]
+    assert all(spec for matched, spec in late if matched)  # matched steps keep speculating
+    assert sum(spec for matched, spec in late if not matched) <= 6  # the drafter's mostly not: one try of 5 steps at most
+    assert any("drafter steps" in e for e in p.events) and not any("suffix match" in e for e in p.events)
 
 
 def test_rejects_nonsense_settings():
@@ -59,7 +75,8 @@ def test_rejects_nonsense_settings():
         AdaptiveSpeculation(window=0)
 
 
-def test_the_decode_loop_under_the_policy_is_greedy_decoding(tiny_model):
+@pytest.mark.parametrize("lookup", [0, 1])
+def test_the_decode_loop_under_the_policy_is_greedy_decoding(tiny_model, lookup):
     torch.manual_seed(1)
     params = StreamParams(tiny_model, DrafterConfig(gamma=2, n_layers=1, lora_rank=4, f_rank=4, tree=(1, 1)))
     m = EagerSpecMethods(SpecProgram(SpecModel(tiny_model, params), Tree((1, 1))).eval())
@@ -67,7 +84,7 @@ def test_the_decode_loop_under_the_policy_is_greedy_decoding(tiny_model):
     ar = generate(eager_step(tiny_model), prompt, **kw)
     policy = AdaptiveSpeculation(window=2, ar_probe=2, first_backoff=2, max_backoff=4)
     for _ in range(2):  # the policy's times carry over to the next generation
-        auto = generate(m.forward, prompt, spec=m, adaptive=policy, **kw)
+        auto = generate(m.forward, prompt, spec=m, adaptive=policy, lookup=lookup, **kw)
         assert auto.completion_ids == ar.completion_ids
         assert len(auto.speculative_calls) == len(auto.step_times_s) and any(auto.speculative_calls)
     assert ar.speculative_calls == [False] * len(ar.step_times_s)

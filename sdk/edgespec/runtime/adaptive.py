@@ -6,21 +6,25 @@ autoregressive call emits one in `a`. Speculation pays by the factor
 
     gain = t * a / s
 
-measured over the last `window` speculative calls (mean tokens per call, median seconds) and
-the last autoregressive calls (median seconds). `generate` asks `speculate()` before each
-call and reports each call with `record`:
+measured over the last `window` speculative steps (mean tokens, median seconds) and the last
+autoregressive calls (median seconds). Steps are judged in two classes, because what they
+emit differs by far: steps whose draft starts with a suffix match of the context (prompt
+lookup: free to find before the call, often accepted whole) and steps that verify the
+drafter's own draft alone. Each class has its own measurements and back-off; an
+autoregressive call's time is the same for both. `generate` asks `speculate(matched)` before
+each call and reports the call with `record`:
 
-- No autoregressive time known yet: the first `ar_probe` calls are autoregressive (they are
-  never slower than autoregressive decoding).
-- Speculating: once `window` steps are known, a gain below `min_gain` (1.05: speculation that
-  does not pay clearly is not worth its variance) falls back to autoregressive decoding for
-  `backoff` calls. Where even a step that accepts every draft (`max_tokens`: the tree's depth
-  plus the bonus token) would not pay, the fall-back comes after the first step: its cost alone
-  decides.
-- After the back-off, speculation is tried again (`window` steps; the first step after
-  autoregressive calls verifies a stale draft and is not counted). Each failed try doubles
-  the back-off (up to `max_backoff`), a try that pays resets it: where the text becomes
-  predictable again (a list, code, a repeated passage), speculation comes back.
+- No autoregressive time known yet: the first `ar_probe` calls are autoregressive (never
+  slower than autoregressive decoding).
+- A class speculating: once `window` of its steps are known, a gain below `min_gain` (1.05:
+  speculation that does not pay clearly is not worth its variance) makes that class's calls
+  autoregressive for `backoff` calls. Where even a step that accepts every draft
+  (`max_tokens`: the tree's depth plus the bonus token) would not pay, the fall-back comes
+  after the first step: its cost alone decides.
+- After the back-off the class tries again (a step right after autoregressive calls verifies
+  a stale drafter draft: its tokens are not counted). Each failed try doubles the back-off
+  (up to `max_backoff`); it is reset once a try has paid over two windows: where the text
+  becomes predictable again (a list, code, a repeated passage), speculation comes back.
 
 The decision uses wall-clock times, so with sampling (temperature > 0) which calls speculate
 depends on the machine's load: the output is distributed as autoregressive sampling either
@@ -35,6 +39,24 @@ import statistics
 from collections import deque
 from dataclasses import dataclass, field
 
+CLASSES = {True: "steps after a suffix match", False: "drafter steps"}
+
+
+@dataclass
+class _Track:
+    """One class of steps: its recent steps, and its back-off."""
+
+    window: int
+    backoff: int
+    step_s: deque = field(default_factory=deque)  # seconds of the last steps (stale ones too)
+    tokens: deque = field(default_factory=deque)  # tokens of the last counted steps
+    ar_left: int = 0  # autoregressive calls before the next try
+    paid: int = 0  # counted steps of this try so far
+
+    def __post_init__(self) -> None:
+        self.step_s = deque(maxlen=self.window)
+        self.tokens = deque(maxlen=self.window)
+
 
 @dataclass
 class AdaptiveSpeculation:
@@ -46,20 +68,15 @@ class AdaptiveSpeculation:
     first_backoff: int = 16
     max_backoff: int = 512
     _ar_s: deque = field(default_factory=lambda: deque(maxlen=16), repr=False)
-    _step_s: deque = field(default_factory=deque, repr=False)  # seconds of the last steps (stale ones too)
-    _tokens: deque = field(default_factory=deque, repr=False)  # tokens of the last counted steps
+    _tracks: dict = field(default_factory=dict, repr=False)  # matched (bool) -> _Track
     _max_tokens: int = field(default=0, repr=False)  # tokens a step emits at most (0: unknown)
-    _backoff: int = field(default=0, repr=False)
-    _ar_left: int = field(default=0, repr=False)  # autoregressive calls before the next try
-    _stale: bool = field(default=True, repr=False)  # the next step verifies a draft made before autoregressive calls
+    _stale: bool = field(default=True, repr=False)  # the drafter's draft predates autoregressive calls
     events: list[str] = field(default_factory=list, repr=False)  # each switch, with its reason
 
     def __post_init__(self) -> None:
         if not (self.min_gain > 0 and self.window >= 1 and self.ar_probe >= 1 and 1 <= self.first_backoff <= self.max_backoff):
             raise ValueError("AdaptiveSpeculation needs min_gain > 0, window >= 1, ar_probe >= 1 and 1 <= first_backoff <= max_backoff")
-        self._step_s = deque(maxlen=self.window)
-        self._tokens = deque(maxlen=self.window)
-        self._backoff = self.first_backoff
+        self._tracks = {m: _Track(self.window, self.first_backoff) for m in CLASSES}
 
     def start(self, max_tokens: int = 0) -> None:
         """A new generation, whose steps emit at most `max_tokens` (0: unknown): the draft is
@@ -68,57 +85,66 @@ class AdaptiveSpeculation:
         self._max_tokens = max_tokens
         self.events = []
 
-    def speculate(self) -> bool:
-        """Whether the next call is a speculative step."""
-        return len(self._ar_s) >= self.ar_probe and self._ar_left == 0
+    def speculate(self, matched: bool = False) -> bool:
+        """Whether the next call is a speculative step; `matched`: its draft would start with a
+        suffix match of the context."""
+        return len(self._ar_s) >= self.ar_probe and self._tracks[matched].ar_left == 0
 
-    def record(self, speculative: bool, seconds: float, tokens: int) -> None:
-        """One decode call's kind, wall time and tokens emitted."""
+    def record(self, speculative: bool, seconds: float, tokens: int, matched: bool = False) -> None:
+        """One decode call: its kind, wall time, tokens emitted, and whether a suffix match was
+        there to draft from (as asked of `speculate`)."""
+        track = self._tracks[matched]
         if not speculative:
             self._ar_s.append(seconds)
             self._stale = True
-            if self._ar_left > 0:
-                self._ar_left -= 1
-                if self._ar_left == 0:  # a new try measures itself
-                    self._step_s.clear()
-                    self._tokens.clear()
+            if track.ar_left > 0:
+                track.ar_left -= 1
+                if track.ar_left == 0:  # a new try measures itself
+                    track.step_s.clear()
+                    track.tokens.clear()
+                    track.paid = 0
             return
-        self._step_s.append(seconds)
-        if self._stale:  # its draft predates the autoregressive calls: its cost counts, its tokens not
+        track.step_s.append(seconds)
+        if self._stale and not matched:  # its draft predates the autoregressive calls: its cost counts, its tokens not
             self._stale = False
         else:
-            self._tokens.append(tokens)
-        ceiling = self._max_tokens * self._cost_ratio() if self._max_tokens else None
-        if ceiling is not None and ceiling < self.min_gain:
-            return self._fall_back(f"a step costs {1 / self._cost_ratio():.2f}x an autoregressive call, more than the {self._max_tokens} tokens it can emit")
-        if len(self._tokens) < self.window:
+            self._stale = False
+            track.tokens.append(tokens)
+            track.paid += 1
+        ratio = self._cost_ratio(track)
+        if self._max_tokens and self._max_tokens * ratio < self.min_gain:
+            return self._fall_back(matched, f"a step costs {1 / ratio:.2f}x an autoregressive call, more than the {self._max_tokens} tokens it can emit")
+        if len(track.tokens) < self.window:
             return
-        if self.gain() < self.min_gain:
-            self._fall_back(self.explain())
-        elif self._backoff != self.first_backoff:
-            self._backoff = self.first_backoff
-            self.events.append(f"speculating: {self.explain()}")
+        if self.gain(matched) < self.min_gain:
+            self._fall_back(matched, self.explain(matched))
+        elif track.paid >= 2 * self.window and track.backoff != self.first_backoff:
+            track.backoff = self.first_backoff
+            self.events.append(f"speculating ({CLASSES[matched]}): {self.explain(matched)}")
 
-    def _fall_back(self, why: str) -> None:
-        self._ar_left = self._backoff
-        self.events.append(f"autoregressive for {self._backoff} calls: {why}")
-        self._backoff = min(2 * self._backoff, self.max_backoff)
+    def _fall_back(self, matched: bool, why: str) -> None:
+        track = self._tracks[matched]
+        track.ar_left = track.backoff
+        self.events.append(f"autoregressive for {track.backoff} calls ({CLASSES[matched]}): {why}")
+        track.backoff = min(2 * track.backoff, self.max_backoff)
 
-    def _cost_ratio(self) -> float:
+    def _cost_ratio(self, track: _Track) -> float:
         """Median autoregressive seconds over median step seconds."""
-        step_s = statistics.median(self._step_s)
+        step_s = statistics.median(track.step_s)
         return statistics.median(self._ar_s) / step_s if step_s > 0 else float("inf")
 
-    def gain(self) -> float | None:
-        """tokens per step x autoregressive seconds / step seconds over the window, or None
-        before both are measured."""
-        if not self._ar_s or not self._tokens:
+    def gain(self, matched: bool = False) -> float | None:
+        """tokens per step x autoregressive seconds / step seconds over the class's window, or
+        None before both are measured."""
+        track = self._tracks[matched]
+        if not self._ar_s or not track.tokens:
             return None
-        return statistics.fmean(self._tokens) * self._cost_ratio()
+        return statistics.fmean(track.tokens) * self._cost_ratio(track)
 
-    def explain(self) -> str:
-        """What the last measurements say, in words."""
-        g = self.gain()
+    def explain(self, matched: bool = False) -> str:
+        """What the class's last measurements say, in words."""
+        g = self.gain(matched)
         if g is None:
             return "not measured yet"
-        return f"{statistics.fmean(self._tokens):.2f} tokens per step at {1 / self._cost_ratio():.2f}x an autoregressive call's time = {g:.2f}x"
+        track = self._tracks[matched]
+        return f"{statistics.fmean(track.tokens):.2f} tokens per step at {1 / self._cost_ratio(track):.2f}x an autoregressive call's time = {g:.2f}x"

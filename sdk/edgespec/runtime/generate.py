@@ -180,7 +180,8 @@ def generate(
         if stopped or len(out) >= max_new_tokens or pos >= max_seq_len:
             break
         t = time.perf_counter()
-        speculative = speculate and pos + room <= max_seq_len and (adaptive is None or adaptive.speculate())
+        continuation = matcher.draft(spec.depth, min_match=lookup)[0] if matcher is not None else []
+        speculative = speculate and pos + room <= max_seq_len and (adaptive is None or adaptive.speculate(bool(continuation)))
         if speculative:
             if temperature > 0:
                 uniforms = torch.rand((R, k), generator=gen)
@@ -188,7 +189,7 @@ def generate(
             else:
                 uniforms, gumbel = half, no_noise
             if matcher is not None:
-                draft = with_lookup(draft, matcher.draft(spec.depth, min_match=lookup)[0])
+                draft = with_lookup(draft, continuation)
             new, draft = spec.spec_step(x, draft, pos, temperature, uniforms, gumbel)
             if no_repeat_ngram_size > 0:
                 new = _unblock(step, ctx, x, pos, new)
@@ -198,7 +199,7 @@ def generate(
         per_call.append(len(new))
         kinds.append(speculative)
         if adaptive is not None and speculate:
-            adaptive.record(speculative, steps[-1], len(new))
+            adaptive.record(speculative, steps[-1], len(new), bool(continuation))
         pos += len(new)
         x = new[-1]
     if cache is not None:
