@@ -9,7 +9,8 @@ Ratios: t(T)/t(1), and the step over one token of the same program and threads.
 With --profile, each call shape is also run once more under ETDump (its own load, ETDump
 adds overhead, so only the split is kept): the share of the call spent in attention
 (`llama::custom_sdpa` or `edgespec::attention`), in the linear layers (XNNPACK fully-connected or `edgespec::block_linear`), and in the rest,
-with the number of portable-kernel op calls and of XNNPACK delegate calls per call.
+with the number of portable-kernel op calls and of XNNPACK delegate calls per call, and the
+twelve ops that take the most time (`top_ops`: ms per call, calls).
 
     python bench/step_cost.py --program spec8da4w=bundles/spec/model.pte --program stock=/tmp/stock.pte \\
         --threads 1 2 --contexts 8 200 500 --profile > docs/results/step_cost.json
@@ -85,9 +86,14 @@ def _split(etdump: Path) -> dict:
 
     blocks = [b for b in Inspector(etdump_path=str(etdump)).event_blocks if b.name == "Execute"]
     tot: collections.Counter = collections.Counter()
+    by_op: collections.Counter = collections.Counter()  # ms per call by op (each op's median, summed over its calls)
+    calls: collections.Counter = collections.Counter()
     for e in blocks[-1].events:
         if e.perf_data is None:
             continue
+        if e.name != "Method::execute":
+            by_op[e.name] += e.perf_data.p50
+            calls[e.name] += 1
         if e.name == "Method::execute":
             tot["total"] += e.perf_data.p50
         elif "custom_sdpa" in e.name or "edgespec_attention" in e.name or "edgespec::attention" in e.name:
@@ -99,7 +105,8 @@ def _split(etdump: Path) -> dict:
         elif e.name == "DELEGATE_CALL":
             tot["delegate_calls"] += 1
     tot["rest"] = tot["total"] - tot["attention"] - tot["linear"]
-    return {k: round(v, 3) for k, v in tot.items()}
+    top = {name: {"ms": round(ms, 3), "calls": calls[name]} for name, ms in by_op.most_common(12)}
+    return {**{k: round(v, 3) for k, v in tot.items()}, "top_ops": top}
 
 
 def profile_program(pte: Path, threads: int, context: int, rows: list[int], reps: int) -> dict:
