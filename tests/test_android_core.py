@@ -374,6 +374,15 @@ def test_java_tokenizer_matches_python_on_the_unicode_corpus(tmp_path):
     assert re.search(r"OK \(2 tests\)", res.stdout), res.stdout[-2000:]
 
 
+def test_java_adaptive_speculation_decides_as_the_python_policy(tmp_path):
+    """AdaptiveSpeculationTest alone (no model, no .pte): the scenarios of tests/test_adaptive.py,
+    with the same expected decisions."""
+    _java_ok()
+    res = run_junit(tmp_path / "fixtures", tmp_path / "build", ["AdaptiveSpeculationTest"])
+    assert res.returncode == 0, res.stdout[-6000:] + res.stderr[-2000:]
+    assert re.search(r"OK \(5 tests\)", res.stdout), res.stdout[-2000:]
+
+
 def test_program_contract_mirrors_the_python_constants():
     from edgespec import bundle
     from edgespec.export import constants as C

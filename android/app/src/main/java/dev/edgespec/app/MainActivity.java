@@ -7,6 +7,7 @@ import android.widget.ScrollView;
 import android.widget.TextView;
 import androidx.appcompat.app.AppCompatActivity;
 import androidx.appcompat.widget.SwitchCompat;
+import dev.edgespec.core.AdaptiveSpeculation;
 import dev.edgespec.core.ByteLevelBpe;
 import dev.edgespec.core.ChatFormat;
 import dev.edgespec.core.Decoder;
@@ -32,6 +33,7 @@ public class MainActivity extends AppCompatActivity {
   private ByteLevelBpe tokenizer;
   private boolean chatTemplate;
   private volatile int lookup;
+  private final AdaptiveSpeculation policy = new AdaptiveSpeculation(); // speculative steps only while they pay on this phone
   private TextView status, chat, stats;
 
   @Override
@@ -92,10 +94,11 @@ public class MainActivity extends AppCompatActivity {
             });
           };
           Generation g = speculative
-              ? Decoder.generateSpec(model, ids, MAX_NEW_TOKENS, 0f, 0, lookup, onToken)
+              ? Decoder.generateSpec(model, ids, MAX_NEW_TOKENS, 0f, 0, lookup, policy, onToken)
               : Decoder.generate(model, ids, MAX_NEW_TOKENS, 0f, 0, onToken);
-          String line = String.format(java.util.Locale.US, "%s: %.1f tok/s decode, %.2f tokens per call, %d tokens, prefill %d ms",
-              speculative ? "speculative" : "autoregressive", g.decodeTokensPerSecond(), g.meanAccepted(), g.completion.size(), g.prefillNanos / 1_000_000);
+          String line = String.format(java.util.Locale.US, "%s: %.1f tok/s decode, %.2f tokens per call, %d of %d calls speculative, %d tokens, prefill %d ms",
+              speculative ? "speculative" : "autoregressive", g.decodeTokensPerSecond(), g.meanAccepted(), g.speculativeCalls, g.decodeCalls(),
+              g.completion.size(), g.prefillNanos / 1_000_000);
           runOnUiThread(() -> stats.setText(line));
         } catch (RuntimeException e) {
           runOnUiThread(() -> stats.setText("error: " + e.getMessage()));

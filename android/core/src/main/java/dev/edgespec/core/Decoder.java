@@ -17,6 +17,8 @@ import java.util.Random;
  *       bundle's {@link Bundle#specLookup}) the continuation of the longest earlier match of the
  *       context's suffix ({@link SuffixMatcher}), when it is at least {@code lookup} tokens long,
  *       goes first at each depth of the draft: verification is exact, so only the speed changes.
+ *       Under an {@link AdaptiveSpeculation} policy (the app's default) each call is a step only
+ *       while speculation pays on this device, else one autoregressive token.
  * </ul>
  *
  * Greedy output of both is identical on the same program. Sampling uses java.util.Random, so a
@@ -58,6 +60,16 @@ public final class Decoder {
   }
 
   public static Generation generateSpec(LanguageModel m, List<Long> prompt, int maxNewTokens, float temperature, long seed, int lookup, TokenListener listener) {
+    return generateSpec(m, prompt, maxNewTokens, temperature, seed, lookup, null, listener);
+  }
+
+  /**
+   * {@link #generateSpec} under an {@link AdaptiveSpeculation} policy (null: every call a
+   * speculative step): each call is a step or one autoregressive token as the policy says, from
+   * the measured cost of both on this device.
+   */
+  public static Generation generateSpec(
+      LanguageModel m, List<Long> prompt, int maxNewTokens, float temperature, long seed, int lookup, AdaptiveSpeculation policy, TokenListener listener) {
     if (!m.hasSpec()) throw new IllegalArgumentException("the program has no speculative methods; use generate()");
     int depth = m.specDepth(), k = m.specTopK(), r = m.specTreeSize(), vocab = m.vocabSize();
     int room = r + depth; // slots one step may touch past its position
@@ -78,6 +90,7 @@ public final class Decoder {
     long pos = prompt.size(); // position of x, the last emitted token (not yet in the cache)
     long[] draft = placeholderDraft(depth, k);
     SuffixMatcher matcher = lookup > 0 ? new SuffixMatcher(prompt) : null;
+    if (policy != null) policy.start(depth + 1);
     while (true) {
       for (long tok : fresh) {
         if (isEos(tok, m.eosIds())) {
@@ -94,7 +107,11 @@ public final class Decoder {
         }
       }
       if (pos >= m.maxSeqLen()) break;
-      if (pos + room <= m.maxSeqLen()) {
+      long[] continuation = matcher != null ? matcher.draft(depth, lookup) : new long[0];
+      boolean fits = pos + room <= m.maxSeqLen();
+      boolean speculative = fits && (policy == null || policy.speculate(continuation.length > 0));
+      long tCall = System.nanoTime();
+      if (speculative) {
         float[] uniforms = half, gumbel = noNoise;
         if (temperature > 0) {
           uniforms = new float[r * k];
@@ -105,13 +122,18 @@ public final class Decoder {
             gumbel[i] = (float) -Math.log(-Math.log(u));
           }
         }
-        if (matcher != null) draft = withLookup(draft, depth, k, matcher.draft(depth, lookup));
+        if (matcher != null) draft = withLookup(draft, depth, k, continuation);
         LanguageModel.SpecStep s = m.specStep(x, draft, pos, temperature, uniforms, gumbel);
         fresh = s.tokens;
         draft = s.nextDraft;
-      } else { // too close to the end of the context for a tree: one token per call
+      } else { // the policy's choice, or too close to the end of the context for a tree: one token per call
         fresh = new long[] {Sampler.sample(m.forward(new long[] {x}, pos), temperature, rng)};
       }
+      if (policy != null && fits) {
+        policy.record(speculative, System.nanoTime() - tCall, fresh.length, continuation.length > 0);
+        g.adaptiveEvents = policy.events();
+      }
+      if (speculative) g.speculativeCalls++;
       g.tokensPerCall.add(fresh.length);
       pos += fresh.length;
       x = fresh[fresh.length - 1];

@@ -10,6 +10,10 @@ public final class Generation {
   public boolean stoppedByEos;
   public long prefillNanos;
   public long decodeNanos;
+  /** Decode calls that were speculative steps (the rest: one token each). */
+  public int speculativeCalls;
+  /** Under {@link AdaptiveSpeculation}: its switches between steps and single tokens, with their reasons. */
+  public List<String> adaptiveEvents = new ArrayList<>();
 
   public int decodeCalls() {
     return tokensPerCall.size();
