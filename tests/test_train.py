@@ -188,6 +188,27 @@ def test_killed_run_resumes_to_the_uninterrupted_weights(tiny_model, tmp_path, k
         torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-3, msg=name)
 
 
+def test_a_run_resumes_on_another_machine_from_its_portable_checkpoint(tiny_model, tmp_path):
+    """Only resume.pt (bf16 weights and optimizer state, what a long run commits) is carried to a
+    new directory: the run resumes from its step and ends near the uninterrupted weights."""
+    import shutil
+
+    ex = _periodic_examples()
+    full, spec_full = _run(tiny_model, ex, tmp_path / "a")
+    with pytest.raises(_Killed):
+        _run(tiny_model, ex, tmp_path / "b", stop_at=7)
+    blob = torch.load(tmp_path / "b" / "resume.pt", weights_only=True)
+    assert blob["step"] == 5 and all(t.dtype == torch.bfloat16 for t in blob["params"].values())
+    steps = [s["step"] for s in blob["opt"]["state"].values()]
+    assert all(t.dtype == torch.float32 and float(t) == 5 for t in steps)  # Adam's step counts stay exact
+    (tmp_path / "c").mkdir()
+    shutil.copy(tmp_path / "b" / "resume.pt", tmp_path / "c" / "resume.pt")
+    resumed, spec_res = _run(tiny_model, ex, tmp_path / "c")
+    assert resumed.steps == list(range(1, 11))
+    for (name, a), b in zip(spec_full.params.state_dict().items(), spec_res.params.state_dict().values()):
+        torch.testing.assert_close(a, b, atol=2e-2, rtol=2e-2, msg=name)  # bf16 rounding of the carried state
+
+
 def test_resume_refuses_a_checkpoint_of_another_recipe_or_data(tiny_model, tmp_path):
     ex = _periodic_examples()
     _run(tiny_model, ex, tmp_path, steps=5)  # a finished run

@@ -167,6 +167,11 @@ def tune(bundle, overrides, n_prompts, max_new_tokens, max_size, context, top, t
         click.echo(f"{str(e['branching']):<16}{e['size']:>6}{e['tokens_per_call']:>10.3f}{e['ms_per_call']:>9.2f}{e['tokens_per_s']:>9.1f}{e['vs_ar']:>7.3f}")
     best = out["trees"][0]
     click.echo(f"best: tree {best['branching']} -> {best['tokens_per_s']:.1f} tok/s expected ({best['vs_ar']:.2f}x autoregressive {ar_tps:.1f} tok/s)")
+    if best["vs_ar"] < 1.05:  # edgespec.runtime.adaptive's bar
+        click.echo(
+            "the drafter alone does not pay on this CPU (every tree under 1.05x autoregressive): `edgespec generate` (--mode auto) "
+            "speculates only where a suffix match drafts, or decodes one token per call"
+        )
     if out["lookup"] is not None:
         lk = out["lookup"]
         by = ", ".join(f"{n}: {v:.3f}" for n, v in lk["tokens_per_call"].items())

@@ -13,6 +13,10 @@
   settings, `run_fingerprint`); `train_drafter` resumes from one only when the fingerprint
   matches (and reads it with weights_only: a crafted ckpt.pt runs no code), and the feature
   cache is reused only for the same base model and data.
+- Beside it, `resume.pt`: the same checkpoint with every floating tensor but scalars in bf16
+  (weights and Adam's moments: half the bytes), small enough to commit for a long run, so it
+  resumes on another machine (the exact `ckpt.pt` stays local). A run resumes from `resume.pt`
+  only where `ckpt.pt` is absent; the bf16 rounding of its state is the only difference.
 """
 
 from __future__ import annotations
@@ -107,7 +111,7 @@ def train_drafter(
     rank, world = _dist()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    ckpt_path = out / "ckpt.pt"
+    ckpt_path, portable_path = out / "ckpt.pt", out / PORTABLE
     params = model.params
     if model.cfg.mode == "shared":
         params.requires_grad_(True)
@@ -115,16 +119,17 @@ def train_drafter(
     opt = torch.optim.AdamW(trainable, lr=hp.lr, weight_decay=0.0)
     log, step = TrainLog(), 0
     fingerprint = run_fingerprint(model, examples, hp, draft_ids)
-    if ckpt_path.is_file():
+    resume_from = ckpt_path if ckpt_path.is_file() else portable_path if portable_path.is_file() else None
+    if resume_from is not None:
         fresh = "delete it to start over, or set train.out_dir to a new directory"
-        blob = load_saved(ckpt_path)
+        blob = load_saved(resume_from)
         if blob is None:
             raise EdgespecError(
-                f"{ckpt_path} is damaged or holds more than tensors, numbers and strings (loading it could run code), so it is not read; {fresh}"
+                f"{resume_from} is damaged or holds more than tensors, numbers and strings (loading it could run code), so it is not read; {fresh}"
             )
         if blob.get("fingerprint") != fingerprint:
             raise EdgespecError(
-                f"{ckpt_path} was written by a run with another base model, data or stream/training settings; resuming it would mix two runs: {fresh}"
+                f"{resume_from} was written by a run with another base model, data or stream/training settings; resuming it would mix two runs: {fresh}"
             )
         params.load_state_dict(blob["params"])
         opt.load_state_dict(blob["opt"])
@@ -183,13 +188,26 @@ def train_drafter(
                 log.dev_stream_acc.append(accs_dev)
             log.seconds += time.perf_counter() - t0
             t0 = time.perf_counter()
-            tmp = ckpt_path.with_suffix(".tmp")
-            torch.save(
-                {"params": params.state_dict(), "opt": opt.state_dict(), "step": step, "log": asdict(log), "hp": asdict(hp), "fingerprint": fingerprint}, tmp
-            )
-            tmp.replace(ckpt_path)
+            blob = {"params": params.state_dict(), "opt": opt.state_dict(), "step": step, "log": asdict(log), "hp": asdict(hp), "fingerprint": fingerprint}
+            _save_atomic(blob, ckpt_path)
+            _save_atomic(_in_bf16(blob), portable_path)
             (out / "log.json").write_text(json.dumps(asdict(log)))
     return log
+
+
+PORTABLE = "resume.pt"  # the checkpoint in bf16 (module docstring)
+
+
+def _in_bf16(x):
+    """x with every floating tensor of one or more dimensions in bf16 (scalars, such as Adam's
+    step counts, and integers as they are)."""
+    if isinstance(x, dict):
+        return {k: _in_bf16(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return type(x)(_in_bf16(v) for v in x)
+    if isinstance(x, torch.Tensor) and x.is_floating_point() and x.dim() > 0:
+        return x.to(torch.bfloat16)
+    return x
 
 
 def _save_atomic(blob: dict, path: Path) -> None:
