@@ -90,6 +90,12 @@ def test_the_decode_loop_under_the_policy_is_greedy_decoding(tiny_model, lookup)
     assert ar.speculative_calls == [False] * len(ar.step_times_s)
 
 
+def test_a_clear_loss_ends_the_try_after_half_a_window():
+    p = AdaptiveSpeculation(window=8, ar_probe=1, first_backoff=16)
+    kinds = _drive(p, 30, ar_s=0.010, step_s=0.020, tokens=1)  # 0.5x
+    assert kinds[:6] == [False, True, True, True, True, True] and not any(kinds[6:22])  # 1 stale + 4 counted steps
+
+
 def test_a_step_that_cannot_pay_even_accepting_everything_is_dropped_after_one_call():
     p = AdaptiveSpeculation(window=8, ar_probe=1, first_backoff=16)
     p.start(max_tokens=4)

@@ -18,7 +18,8 @@ each call and reports the call with `record`:
   slower than autoregressive decoding).
 - A class speculating: once `window` of its steps are known, a gain below `min_gain` (1.05:
   speculation that does not pay clearly is not worth its variance) makes that class's calls
-  autoregressive for `backoff` calls. Where even a step that accepts every draft
+  autoregressive for `backoff` calls; a clear loss (below 0.8 `min_gain`) does so after half a
+  window, so a try where speculation does not pay costs a few steps. Where even a step that accepts every draft
   (`max_tokens`: the tree's depth plus the bonus token) would not pay, the fall-back comes
   after the first step: its cost alone decides.
 - After the back-off the class tries again (a step right after autoregressive calls verifies
@@ -40,6 +41,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 CLASSES = {True: "steps after a suffix match", False: "drafter steps"}
+CLEAR_LOSS = 0.8  # a gain below this share of min_gain after half a window ends the try early
 
 
 @dataclass
@@ -114,7 +116,8 @@ class AdaptiveSpeculation:
         ratio = self._cost_ratio(track)
         if self._max_tokens and self._max_tokens * ratio < self.min_gain:
             return self._fall_back(matched, f"a step costs {1 / ratio:.2f}x an autoregressive call, more than the {self._max_tokens} tokens it can emit")
-        if len(track.tokens) < self.window:
+        n = len(track.tokens)
+        if n < max(1, self.window // 2) or (n < self.window and self.gain(matched) >= CLEAR_LOSS * self.min_gain):
             return
         if self.gain(matched) < self.min_gain:
             self._fall_back(matched, self.explain(matched))

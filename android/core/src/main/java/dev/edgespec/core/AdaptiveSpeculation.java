@@ -12,7 +12,8 @@ import java.util.Locale;
  * whether to make a speculative step or one autoregressive call, and reports the call with
  * {@link #record}. Speculation pays by {@code gain = tokens per step * autoregressive seconds /
  * step seconds} over the last {@code window} steps of a class (steps whose draft starts with a
- * suffix match, and the drafter's own); a class below {@code minGain} decodes autoregressively
+ * suffix match, and the drafter's own); a class below {@code minGain} (below 0.8 minGain after
+ * half a window) decodes autoregressively
  * for a back-off that doubles with each failed try, and is reset once a try pays over two
  * windows. A step that could not pay even accepting every draft ends its try at once. Greedy
  * output is the same whatever is chosen. One policy per loaded program.
@@ -27,6 +28,8 @@ public final class AdaptiveSpeculation {
   private final List<String> events = new ArrayList<>();
 
   private static final String[] CLASSES = {"drafter steps", "steps after a suffix match"};
+  /** A gain below this share of minGain after half a window ends the try early. */
+  private static final double CLEAR_LOSS = 0.8;
 
   /** Recent values, the oldest dropped past a capacity. */
   private static final class Window {
@@ -122,7 +125,8 @@ public final class AdaptiveSpeculation {
       fallBack(matched, String.format(Locale.ROOT, "a step costs %.2fx an autoregressive call, more than the %d tokens it can emit", 1 / ratio, maxTokens));
       return;
     }
-    if (t.tokens.values.size() < window) return;
+    int n = t.tokens.values.size();
+    if (n < Math.max(1, window / 2) || (n < window && gain(matched) >= CLEAR_LOSS * minGain)) return;
     if (gain(matched) < minGain) {
       fallBack(matched, explain(matched));
     } else if (t.paid >= 2 * window && t.backoff != firstBackoff) {

@@ -52,6 +52,14 @@ public class AdaptiveSpeculationTest {
   }
 
   @Test
+  public void aClearLossEndsTheTryAfterHalfAWindow() {
+    AdaptiveSpeculation p = new AdaptiveSpeculation(1.05, 8, 1, 16, 512);
+    List<Boolean> kinds = drive(p, 30, 10_000_000, 20_000_000, 1); // 0.5x
+    assertEquals(List.of(false, true, true, true, true, true), kinds.subList(0, 6));
+    assertFalse(kinds.subList(6, 22).contains(true));
+  }
+
+  @Test
   public void aStepThatCannotPayIsDroppedAfterOneCall() {
     AdaptiveSpeculation p = new AdaptiveSpeculation(1.05, 8, 1, 16, 512);
     p.start(4);
