@@ -16,16 +16,19 @@ each call and reports the call with `record`:
 
 - No autoregressive time known yet: the first `ar_probe` calls are autoregressive (never
   slower than autoregressive decoding).
-- A class speculating: once `window` of its steps are known, a gain below `min_gain` (1.05:
-  speculation that does not pay clearly is not worth its variance) makes that class's calls
-  autoregressive for `backoff` calls; a clear loss (below 0.8 `min_gain`) does so after half a
-  window, so a try where speculation does not pay costs a few steps. Where even a step that accepts every draft
+- A try: after `window` of a class's steps, a gain below `min_gain` (1.05: speculation that
+  does not pay clearly is not worth its variance) makes that class's calls autoregressive for
+  `backoff` calls; a clear loss (below 0.8 `min_gain`) does so after half a window, so a try
+  where speculation does not pay costs a few steps. Where even a step that accepts every draft
   (`max_tokens`: the tree's depth plus the bonus token) would not pay, the fall-back comes
-  after the first step: its cost alone decides.
-- After the back-off the class tries again (a step right after autoregressive calls verifies
-  a stale drafter draft: its tokens are not counted). Each failed try doubles the back-off
-  (up to `max_backoff`); it is reset once a try has paid over two windows: where the text
-  becomes predictable again (a list, code, a repeated passage), speculation comes back.
+  after the first step: its cost alone decides. A try that pays resets the back-off.
+- Then the class keeps speculating while the gain over its last `4 window` steps (the try's
+  included) stays at `min_gain` or above: a longer window, so a few poor steps (tokens per
+  step vary from 1 to the whole tree) do not end a streak that pays.
+- After a back-off the class tries again (a step right after autoregressive calls verifies a
+  stale drafter draft: its tokens are not counted). Each failed try doubles the back-off (up
+  to `max_backoff`): where the text becomes predictable again (a list, code, a repeated
+  passage), speculation comes back.
 
 The decision uses wall-clock times, so with sampling (temperature > 0) which calls speculate
 depends on the machine's load: the output is distributed as autoregressive sampling either
@@ -42,6 +45,7 @@ from dataclasses import dataclass, field
 
 CLASSES = {True: "steps after a suffix match", False: "drafter steps"}
 CLEAR_LOSS = 0.8  # a gain below this share of min_gain after half a window ends the try early
+LONG = 4  # windows a streak that paid is judged over
 
 
 @dataclass
@@ -56,8 +60,8 @@ class _Track:
     paid: int = 0  # counted steps of this try so far
 
     def __post_init__(self) -> None:
-        self.step_s = deque(maxlen=self.window)
-        self.tokens = deque(maxlen=self.window)
+        self.step_s = deque(maxlen=LONG * self.window)
+        self.tokens = deque(maxlen=LONG * self.window)
 
 
 @dataclass
@@ -121,7 +125,7 @@ class AdaptiveSpeculation:
             return
         if self.gain(matched) < self.min_gain:
             self._fall_back(matched, self.explain(matched))
-        elif track.paid >= 2 * self.window and track.backoff != self.first_backoff:
+        elif track.paid == self.window and track.backoff != self.first_backoff:  # a try that pays
             track.backoff = self.first_backoff
             self.events.append(f"speculating ({CLASSES[matched]}): {self.explain(matched)}")
 

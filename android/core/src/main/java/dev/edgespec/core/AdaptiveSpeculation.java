@@ -13,9 +13,9 @@ import java.util.Locale;
  * {@link #record}. Speculation pays by {@code gain = tokens per step * autoregressive seconds /
  * step seconds} over the last {@code window} steps of a class (steps whose draft starts with a
  * suffix match, and the drafter's own); a class below {@code minGain} (below 0.8 minGain after
- * half a window) decodes autoregressively
- * for a back-off that doubles with each failed try, and is reset once a try pays over two
- * windows. A step that could not pay even accepting every draft ends its try at once. Greedy
+ * half a window) decodes autoregressively for a back-off that doubles with each failed try; a try
+ * that pays resets it, and the class then speculates while its gain over its last 4 windows
+ * holds. A step that could not pay even accepting every draft ends its try at once. Greedy
  * output is the same whatever is chosen. One policy per loaded program.
  */
 public final class AdaptiveSpeculation {
@@ -30,6 +30,8 @@ public final class AdaptiveSpeculation {
   private static final String[] CLASSES = {"drafter steps", "steps after a suffix match"};
   /** A gain below this share of minGain after half a window ends the try early. */
   private static final double CLEAR_LOSS = 0.8;
+  /** Windows a streak that paid is judged over. */
+  private static final int LONG = 4;
 
   /** Recent values, the oldest dropped past a capacity. */
   private static final class Window {
@@ -64,8 +66,8 @@ public final class AdaptiveSpeculation {
     int backoff, arLeft, paid;
 
     Track(int window, int backoff) {
-      stepNanos = new Window(window);
-      tokens = new Window(window);
+      stepNanos = new Window(LONG * window);
+      tokens = new Window(LONG * window);
       this.backoff = backoff;
     }
   }
@@ -129,7 +131,7 @@ public final class AdaptiveSpeculation {
     if (n < Math.max(1, window / 2) || (n < window && gain(matched) >= CLEAR_LOSS * minGain)) return;
     if (gain(matched) < minGain) {
       fallBack(matched, explain(matched));
-    } else if (t.paid >= 2 * window && t.backoff != firstBackoff) {
+    } else if (t.paid == window && t.backoff != firstBackoff) { // a try that pays
       t.backoff = firstBackoff;
       events.add("speculating (" + CLASSES[matched ? 1 : 0] + "): " + explain(matched));
     }
