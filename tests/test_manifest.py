@@ -130,13 +130,14 @@ def test_generate_and_bench_decode_with_the_bundles_own_lookup_unless_told(monke
 
     from edgespec.runtime.session import decoder
 
-    runner = SimpleNamespace(has_spec=True, forward=None, path="p.pte")
+    runner = SimpleNamespace(has_spec=True, has_next_token=False, forward=None, path="p.pte")
     spec = SimpleNamespace(speculative=SimpleNamespace(lookup=2))
 
-    def lookup_of(*args):
-        return decoder(runner, "spec", *args)[1].keywords["lookup"]
+    def lookup_of(*args, mode="spec"):
+        return decoder(runner, mode, *args)[1].keywords["lookup"]
 
     assert lookup_of(None, spec) == 2  # the bundle's own (generate, bench, validate)
+    assert lookup_of(None, spec, mode="auto") == 2  # generate's default mode: the same draft, steps only while they pay
     assert lookup_of(0, spec) == 0  # --lookup 0: the drafter only
     assert lookup_of(3, spec) == 3
     assert lookup_of(None, SimpleNamespace(speculative=None)) == 0  # a bundle without speculative settings
