@@ -144,11 +144,13 @@ def test_cli_generate_json_info_and_bench(fp32_bundle):
     stats = json.loads(res.output[res.output.index("{") :])
     assert stats["ar"]["new_tokens"] == 4 and stats["peak_rss_mb"] > 0 and stats["program_bytes"] > 100e6
     assert stats["spec"]["new_tokens"] == 4 and stats["lossless"] == {"identical": 1, "prompts": 1} and stats["spec"]["speedup"] > 0
+    assert stats["auto"]["new_tokens"] == 4 and stats["spec"]["speculative_share"] == 1.0 and stats["ar"]["speculative_share"] == 0.0
 
-    for mode in ("ar", "spec"):
+    for mode in ("ar", "spec", "auto"):
         res = cli.invoke(main, ["generate", "--bundle", str(fp32_bundle), "--prompt", GOLDEN["cases"][0]["prompt"], "--json", "--mode", mode])
         out = json.loads(res.output.strip().splitlines()[-1])
         assert out["mode"] == mode and out["completion_ids"] + [2] == GOLDEN["cases"][0]["greedy_ids"]
+        assert out["speculative_share"] == {"ar": 0.0, "spec": 1.0}.get(mode, out["speculative_share"])
 
 
 def test_cli_generate_bad_input(fp32_bundle, tmp_path):
