@@ -111,10 +111,9 @@ class AdaptiveSpeculation:
                     track.paid = 0
             return
         track.step_s.append(seconds)
-        if self._stale and not matched:  # its draft predates the autoregressive calls: its cost counts, its tokens not
-            self._stale = False
-        else:
-            self._stale = False
+        counted = matched or not self._stale  # a stale drafter draft predates the autoregressive calls: its cost counts, its tokens not
+        self._stale = False
+        if counted:
             track.tokens.append(tokens)
             track.paid += 1
         ratio = self._cost_ratio(track)

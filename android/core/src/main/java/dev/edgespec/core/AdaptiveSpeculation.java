@@ -115,10 +115,9 @@ public final class AdaptiveSpeculation {
       return;
     }
     t.stepNanos.add(nanos);
-    if (stale && !matched) { // its draft predates the autoregressive calls: its cost counts, its tokens not
-      stale = false;
-    } else {
-      stale = false;
+    boolean counted = matched || !stale; // a stale drafter draft predates the autoregressive calls: its cost counts, its tokens not
+    stale = false;
+    if (counted) {
       t.tokens.add(tokens);
       t.paid++;
     }
