@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from edgespec.kernels import library
-from edgespec.kernels.block_linear import BLOCK, FORMAT_IDS, TILE_BYTES, BlockCodes, BlockLinear, pack, reference_block_linear, unpack
+from edgespec.kernels.block_linear import BLOCK, FORMAT_IDS, TILE_BYTES, BlockCodes, BlockEmbedding, BlockLinear, pack, reference_block_linear, unpack
 
 KERNELS = Path(__file__).resolve().parent.parent / "sdk" / "edgespec" / "kernels"
 SELFTEST = Path(__file__).parent / "kernels" / "block_linear_selftest.cpp"  # block_linear.h's self-test, built with the shipped flags
@@ -44,6 +44,16 @@ def test_pack_roundtrip(fmt):
     u = unpack(pack(b), fmt, 23, 96)
     assert torch.equal(u.codes, b.codes) and torch.equal(u.d, b.d)
     assert (u.m is None) == (b.m is None) and (u.m is None or torch.equal(u.m, b.m))
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_rows_are_the_matrix_rows(fmt):
+    """`BlockCodes.rows` (an embedding lookup in the blocks) gives `dequantize`'s rows bitwise,
+    for ids of any shape."""
+    b = _codes(fmt, 23, 96)
+    ids = torch.tensor([[22, 0, 7], [7, 16, 3]])
+    assert torch.equal(b.rows(ids), b.dequantize()[ids])
+    assert torch.equal(BlockEmbedding(b)(ids[0]), b.dequantize()[ids[0]])
 
 
 @pytest.mark.parametrize("fmt", ["S8H", "S8M"])
@@ -157,6 +167,31 @@ def _program(module: torch.nn.Module, k: int):
     ep = torch.export.export(module, (torch.zeros(1, 4, k),), dynamic_shapes=({1: seq},), strict=False)
     program = Runtime.get().load_program(to_edge(ep).to_executorch().buffer)
     return program, program.load_method("forward")  # the method lives as long as its program
+
+
+@pytest.mark.slow
+def test_table_rows_in_a_program_are_the_eager_rows_for_every_format():
+    """`edgespec::block_embedding` in a real `.pte`: every format's rows bitwise those eager code
+    dequantizes (padded last tile included), for ids of two dimensions; an id past the table is
+    refused, not read."""
+    from executorch.exir import to_edge
+    from executorch.runtime import Runtime
+
+    import edgespec.kernels.ops  # noqa: F401  (the op's schema)
+
+    library.load()
+    for fmt in FORMATS:
+        b = _codes(fmt, 45, 96, seed=5)
+        table = BlockEmbedding(b)
+        table.use_kernel = True
+        seq = torch.export.Dim("T", min=1, max=64)
+        ep = torch.export.export(table, (torch.zeros(1, 3, dtype=torch.long),), dynamic_shapes=({1: seq},), strict=False)
+        program = Runtime.get().load_program(to_edge(ep).to_executorch().buffer)
+        method = program.load_method("forward")
+        ids = torch.tensor([[44, 0, 17, 8, 16, 44, 31]])
+        assert torch.equal(method.execute([ids])[0], b.dequantize()[ids]), fmt
+    with pytest.raises(RuntimeError):
+        method.execute([torch.tensor([[45]])])
 
 
 @pytest.mark.slow
@@ -308,6 +343,11 @@ def test_k_m_file_is_carried_not_rounded(tmp_path, main, kernel_format):
     x = torch.randn(5, 256)
     exact = x @ w_file.T
     assert (wq(x) - exact).norm() / exact.norm() < 0.01
+    # the tied table: rows read from the Q8_0 blocks the head carries, the file's values exactly
+    table = model.tok_embeddings
+    assert isinstance(table, BlockEmbedding) and table.format == "S8H" and torch.equal(table.packed, model.output.packed)
+    ids = torch.arange(table.num_embeddings)
+    assert torch.equal(table(ids), src.state_dict["tok_embeddings.weight"])
 
 
 def _tiny_block_kernel_model():

@@ -116,6 +116,31 @@ def test_xnnpack_and_embedding_weights():
     assert program.base.output.weight is not program.base.tok_embeddings.weight  # the tied head untied
 
 
+def test_an_embedding_keeps_the_files_blocks_where_the_block_kernel_carries_them():
+    """embedding_bits 0: a table whose file blocks edgespec's kernel carries is read from them
+    (`Carried` lookup, not counted among the linears); fp32 where they are not carried (XNNPACK,
+    carry_blocks false, no blocks); embedding_bits rounds it whatever the file holds."""
+    from edgespec.kernels.block_linear import BlockEmbedding
+    from edgespec.models.blocks import BlockWeights
+    from edgespec.quant import Carried
+
+    model = random_transformer(LlamaArgs(dim=64, n_layers=1, n_heads=2, n_kv_heads=1, hidden_dim=64, vocab_size=50, max_seq_len=32))
+    w = model.tok_embeddings.weight.detach()
+    d = (w.view(50, 2, 32).abs().amax(-1) / 127).half().float()
+    codes = (w.view(50, 2, 32) / d[..., None]).round().clamp(-127, 127).to(torch.int8).view(50, 64)
+    q8 = {"tok_embeddings.weight": BlockWeights("Q8_0", 8, codes, d)}
+    rule = lambda cfg, blocks=q8: plan_quantization(model, cfg, blocks).rules.get("tok_embeddings")  # noqa: E731
+    assert rule(QuantConfig()) == Carried("Q8_0", "lookup", q8["tok_embeddings.weight"])
+    assert rule(QuantConfig(kernel="xnnpack")) is None and rule(QuantConfig(carry_blocks=False)) is None and rule(QuantConfig(), {}) is None
+    assert rule(QuantConfig(embedding_bits=8)) == Rounded(8, 32, "lookup")
+    plan = plan_quantization(model, QuantConfig(), q8)
+    summary = quantize_(model, plan)
+    assert "tok_embeddings" not in summary.carried + summary.rounded + summary.unquantized  # linears only
+    assert isinstance(model.tok_embeddings, BlockEmbedding)
+    ids = torch.tensor([3, 49, 0])
+    assert torch.equal(model.tok_embeddings(ids), q8["tok_embeddings.weight"].dequantize()[ids])
+
+
 def test_fp16_casts_every_part():
     program, w0 = _program("eagle")
     quantize_(program, plan_quantization(program, QuantConfig(scheme="fp16"), base=program.base))

@@ -48,7 +48,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from edgespec.config import QuantConfig
-from edgespec.kernels.block_linear import BlockCodes, BlockLinear
+from edgespec.kernels.block_linear import BlockCodes, BlockEmbedding, BlockLinear
 from edgespec.models.blocks import BLOCK, BlockWeights
 
 Kernel = Literal["edgespec", "xnnpack", "lookup"]  # lookup: an embedding's rows are looked up (no activations to quantize)
@@ -220,24 +220,28 @@ def _intx_weight(codes: torch.Tensor, scales: torch.Tensor, bits: int, block: in
 
 @dataclass(frozen=True)
 class Carried:
-    """A linear that keeps the source file's blocks: the file's codes and scales, no second
+    """A weight that keeps the source file's blocks: the file's codes and scales, no second
     rounding. format: the file's block type (Q4_0, Q4_1; with edgespec's kernel every type of
-    `KERNEL_CARRIED`)."""
+    `KERNEL_CARRIED`). kernel ``lookup``: an embedding table whose rows are read from the
+    blocks (`BlockEmbedding`, a program of edgespec's kernel; a tied head carries the same
+    bytes, stored once)."""
 
     format: str
-    kernel: Literal["edgespec", "xnnpack"]
+    kernel: Kernel
     blocks: BlockWeights = field(compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.format != self.blocks.format:
             raise ValueError(f"Carried: format {self.format} but blocks of {self.blocks.format}")
-        carries = {"edgespec": KERNEL_CARRIED, "xnnpack": XNNPACK_CARRIED}.get(self.kernel, ())
+        carries = {"edgespec": KERNEL_CARRIED, "lookup": KERNEL_CARRIED, "xnnpack": XNNPACK_CARRIED}.get(self.kernel, ())
         if self.format not in carries:
             raise ValueError(f"Carried: kernel {self.kernel!r} does not carry {self.format} blocks")
 
-    def apply(self, linear: nn.Linear) -> nn.Module:
-        """The linear computing with the file's blocks (in place where it can)."""
+    def apply(self, linear: nn.Module) -> nn.Module:
+        """The linear (or embedding) computing with the file's blocks (in place where it can)."""
         b = self.blocks
+        if self.kernel == "lookup":
+            return BlockEmbedding(carried_codes(b))
         if self.kernel == "edgespec":
             return BlockLinear(carried_codes(b), linear.bias)
         linear.weight = _intx_weight(b.codes, b.scales.to(torch.bfloat16).float(), b.bits, BLOCK)
@@ -334,7 +338,7 @@ class QuantPlan:
         the manifest records."""
         s, prefix = QuantSummary(), f"{self.base}." if self.base else ""
         for name, rule in self.rules.items():
-            if not name.startswith(prefix) or (isinstance(rule, Rounded) and rule.kernel == "lookup"):
+            if not name.startswith(prefix) or getattr(rule, "kernel", None) == "lookup":
                 continue  # another part's, or the embedding (not a linear)
             local = name[len(prefix) :]
             if isinstance(rule, Carried):
@@ -370,6 +374,17 @@ def _linear_rule(name: str, linear: nn.Linear, cfg: QuantConfig, head_bits: int,
     if cfg.carry_blocks and blocks is not None and blocks.format in XNNPACK_CARRIED and (bits, block) == (4, BLOCK):
         return Carried(blocks.format, "xnnpack", blocks)
     return Rounded(bits, block, "xnnpack", cfg.rounding, source)
+
+
+def _embedding_rule(cfg: QuantConfig, blocks: BlockWeights | None, source: str | None) -> Rule | None:
+    """The rule of an embedding table: rounded to ``quant.embedding_bits``; else (0) as the file
+    stores it: its blocks where edgespec's kernel carries them (a program of the block kernel with
+    ``carry_blocks``), fp32 otherwise (None)."""
+    if cfg.embedding_bits:
+        return Rounded(cfg.embedding_bits, cfg.group_size, "lookup", "maxabs", source)
+    if cfg.block_kernel and cfg.carry_blocks and blocks is not None and blocks.format in KERNEL_CARRIED:
+        return Carried(blocks.format, "lookup", blocks)
+    return None
 
 
 def _name_in(program: nn.Module, module: nn.Module) -> str:
@@ -424,8 +439,8 @@ def plan_quantization(
         if isinstance(m, nn.Linear):
             part_cfg = replace(cfg, scheme="8da8w") if policy.weights == "int8" and cfg.int8_activations else cfg
             rule = _linear_rule(name, m, part_cfg, policy.head_bits or cfg.head_bits, blocks.get(key) if key is not None else None, source)
-        elif isinstance(m, nn.Embedding) and cfg.embedding_bits:
-            rule = Rounded(cfg.embedding_bits, cfg.group_size, "lookup", "maxabs", source)
+        elif isinstance(m, nn.Embedding):
+            rule = _embedding_rule(cfg, blocks.get(key) if key is not None else None, source)
         if rule is not None:
             rules[name] = rule
     half = tuple(sorted(parts, key=len)) if cfg.scheme == "fp16" else ()  # outer parts first

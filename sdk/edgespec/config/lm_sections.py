@@ -40,7 +40,10 @@ class QuantConfig(Record):
     in fp32), ``8da4w`` (int8 dynamic activations, int4 grouped weights), ``8da8w`` (int8
     dynamic activations, int8 per-channel weights). ``int8wo`` (int8 weight-only) is refused:
     ExecuTorch's XNNPACK lowering has no kernel for it. ``embedding_bits`` 0 keeps the
-    embedding in fp32; 4 or 8 quantizes it weight-only with ``group_size``.
+    embedding as the file stores it: on edgespec's block kernel with ``carry_blocks``, its
+    blocks (rows dequantized as they are looked up, the file's values; a tied lm head carries
+    the same bytes and the program stores them once), else fp32; 4 or 8 rounds it weight-only
+    with ``group_size``.
 
     carry_blocks: a linear stored in the source file as GGUF Q4_0/Q4_1 blocks keeps the
     file's own codes and scales (no second rounding; edgespec.quant); false rounds the

@@ -24,7 +24,7 @@ from torch import nn
 
 from edgespec.config import QuantConfig
 from edgespec.errors import EdgespecError
-from edgespec.kernels.block_linear import BlockLinear, stacked
+from edgespec.kernels.block_linear import BlockEmbedding, BlockLinear, stacked
 from edgespec.models.llama import SDPA, Attention, FeedForward, KVCache, RMSNorm, additive_mask
 
 
@@ -189,7 +189,7 @@ def executorch_ops(model: nn.Module, attention: str = "custom_sdpa"):
     make_sdpa = EXPORT_ATTENTION[attention]
     # a program with edgespec's block kernel needs edgespec's library anyway: its glue between
     # linears is edgespec's fused ops too (no XNNPACK delegate call per norm, rotation, gate)
-    block_linears = [m for m in model.modules() if isinstance(m, BlockLinear)]
+    block_linears = [m for m in model.modules() if isinstance(m, (BlockLinear, BlockEmbedding))]  # and tables read from blocks
     glue = [m for m in model.modules() if isinstance(m, (RMSNorm, Attention, FeedForward))] if block_linears else []
     caches = [(m, name, c) for m in model.modules() for name, c in m.named_children() if type(c) is KVCache]  # attention's and any other
     attentions = [(m, m.sdpa) for m in model.modules() if isinstance(m, Attention)]

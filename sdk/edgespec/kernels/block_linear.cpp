@@ -54,15 +54,6 @@ std::vector<int64_t> g_recorded;  // (n, K, format) of each call while recording
 
 enum Prologue : int64_t { kNone = 0, kRmsNorm = 1, kSwiGlu = 2 };  // edgespec/kernels/ops.py's PROLOGUES
 
-// The bytes of a packed weight of n rows over G blocks in `format` (tile_rows(n) * G tiles of
-// tile_bytes(format)), or -1 where the product does not fit int64 (no tensor's size equals it:
-// an out_features far past the weight's cannot wrap to its size). For n checked by is_size.
-int64_t packed_bytes(int64_t n, int64_t G, int64_t format) {
-  int64_t tiles, bytes;
-  if (__builtin_mul_overflow(B::tile_rows(n), G, &tiles) || __builtin_mul_overflow(tiles, B::tile_bytes(format), &bytes)) return -1;
-  return bytes;
-}
-
 // out_features as a tensor's last size: 0 .. SizesType's maximum (the output's sizes are SizesType)
 bool is_size(int64_t n) { return n >= 0 && n <= std::numeric_limits<SizesType>::max(); }
 
@@ -137,7 +128,7 @@ Tensor& block_linear_out(KernelRuntimeContext& ctx, const Tensor& x, const Tenso
                       InvalidArgument, out, "edgespec::block_linear: the rms_norm prologue needs an fp32 norm_weight of K elements");
   ET_KERNEL_CHECK_MSG(ctx, is_size(n), InvalidArgument, out, "edgespec::block_linear: out_features must be 0 to 2^31 - 1");
   const int64_t G = K / B::kBlock;
-  ET_KERNEL_CHECK_MSG(ctx, weight.scalar_type() == ScalarType::Byte && weight.numel() == packed_bytes(n, G, format), InvalidArgument, out,
+  ET_KERNEL_CHECK_MSG(ctx, weight.scalar_type() == ScalarType::Byte && weight.numel() == B::packed_bytes(n, G, format), InvalidArgument, out,
                       "edgespec::block_linear: packed weight size does not match N, K and the format");
   ET_KERNEL_CHECK_MSG(ctx, out.scalar_type() == ScalarType::Float, InvalidArgument, out, "edgespec::block_linear: out must be fp32");
   SizesType sizes[8];
@@ -252,7 +243,7 @@ Tensor& block_argmax_out(KernelRuntimeContext& ctx, const Tensor& x, const Tenso
   ET_KERNEL_CHECK_MSG(ctx, tb > 0 && K > 0 && K % B::kBlock == 0, InvalidArgument, out,
                       "edgespec::block_argmax: a known format and K a multiple of 32");
   ET_KERNEL_CHECK_MSG(ctx, n > 0 && is_size(n), InvalidArgument, out, "edgespec::block_argmax: out_features must be 1 to 2^31 - 1");
-  ET_KERNEL_CHECK_MSG(ctx, weight.scalar_type() == ScalarType::Byte && weight.numel() == packed_bytes(n, G, format), InvalidArgument, out,
+  ET_KERNEL_CHECK_MSG(ctx, weight.scalar_type() == ScalarType::Byte && weight.numel() == B::packed_bytes(n, G, format), InvalidArgument, out,
                       "edgespec::block_argmax: packed weight size does not match N, K and the format");
   // (n and G fit 32 bits: the screen's size, NT / 2 * G * 352 bytes, fits int64)
   ET_KERNEL_CHECK_MSG(ctx,

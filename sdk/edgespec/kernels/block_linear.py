@@ -68,13 +68,18 @@ class BlockCodes:
         return BLOCK // 2 if self.format == "S8F" else BLOCK
 
     def dequantize(self) -> torch.Tensor:
-        out, n = self.codes.shape
-        if self.format == "S8F":
-            return (self.codes.float().view(out, -1, BLOCK // 2) * self.d[..., None]).view(out, n)
-        w = self.codes.float().view(out, n // BLOCK, BLOCK) * self.d[..., None]
+        """The matrix [out, in] as floats: w = d q, then + m (each rounded as written)."""
+        return self.rows(torch.arange(self.codes.shape[0]))
+
+    def rows(self, ids: torch.Tensor) -> torch.Tensor:
+        """Rows `ids` [...] of the matrix as floats [..., in] (`dequantize`'s values; an
+        embedding lookup in the blocks)."""
+        n = self.codes.shape[1]
+        codes = self.codes[ids].float()
+        w = codes.view(*ids.shape, -1, self.scale_block) * self.d[ids][..., None]
         if self.m is not None:
-            w = w + self.m[..., None]
-        return w.view(out, n)
+            w = w + self.m[ids][..., None]
+        return w.view(*ids.shape, n)
 
 
 def _fp16_exact(t: torch.Tensor) -> bool:
@@ -246,6 +251,34 @@ class BlockLinear(nn.Module):
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, format={self.format}"
+
+
+class BlockEmbedding(nn.Module):
+    """An embedding table whose rows are those of a packed block matrix, dequantized (the
+    file's values, w = d q + m). A tied model's table and lm head are one matrix of the file:
+    carried as blocks, both pack the same bytes, which the program stores once. Eager calls
+    dequantize the rows looked up; inside `kernel_ops` (export) it is the op
+    `edgespec::block_embedding` over the packed buffer."""
+
+    def __init__(self, blocks: BlockCodes):
+        super().__init__()
+        self.num_embeddings, self.embedding_dim = blocks.shape
+        self.format = blocks.format
+        self.register_buffer("packed", pack(blocks))
+        self._blocks = blocks  # unpacked, for eager calls
+        self.use_kernel = False
+
+    @property
+    def blocks(self) -> BlockCodes:
+        return self._blocks
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        if self.use_kernel:  # the op's schema: edgespec.kernels.ops
+            return torch.ops.edgespec.block_embedding(ids, self.packed, FORMAT_IDS[self.format], self.num_embeddings, self.embedding_dim)
+        return self._blocks.rows(ids)
+
+    def extra_repr(self) -> str:
+        return f"{self.num_embeddings}, {self.embedding_dim}, format={self.format}"
 
 
 def stacked(linears: list[nn.Module]) -> BlockLinear | None:

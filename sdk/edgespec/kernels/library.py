@@ -29,7 +29,7 @@ from edgespec.host import cache_dir, process_alive
 from edgespec.output_dir import renamed_into_place
 from edgespec.packages import package_dir
 
-SOURCES = ("attention.cpp", "block_linear.cpp", "glue.cpp", "threadpool.cpp")  # compiled into one library
+SOURCES = ("attention.cpp", "block_embedding.cpp", "block_linear.cpp", "glue.cpp", "threadpool.cpp")  # compiled into one library
 HEADERS = (  # included by them (part of the cache key)
     "block_linear.h",
     *(f"block_linear/{h}.h" for h in ("contract", "portable", "x86_avx2", "x86_avx512", "neon", "dispatch", "screen")),

@@ -23,6 +23,10 @@ int64`: `block_linear(x, weight, format, out_features).argmax(-1)`, the same ind
 largest, first NaN); with an S8H weight's `screen` (`block_linear.pack_screen`) it reads the
 screen and re-scores only the outputs that could be the largest (block_linear/screen.h).
 
+`edgespec::block_embedding(ids [...] int64, weight uint8, format, out_features, in_features) ->
+[..., in_features]`: the rows `ids` of a packed block matrix, dequantized (block_embedding.cpp):
+an embedding table read from the blocks its tied lm head computes with, stored once.
+
 `edgespec::argmax_rows(x [R, N]) -> [R] int64`: `x.argmax(-1)` (glue.cpp; the portable
 kernel's scalar scan took 0.19 ms of a speculative step over [4, 49152] logits);
 export/fusion.py swaps it in for a block-kernel program's argmaxes.
@@ -106,6 +110,21 @@ _op("block_linear", _BLOCK_LINEAR_ARGS, _block_linear_eager, lambda x, weight, f
 _op("rms_norm", "Tensor x, Tensor weight, float eps", reference_rms_norm)
 _op("rope", "Tensor x, Tensor cos, Tensor sin", reference_rope)
 _op("silu_mul", "Tensor a, Tensor b", reference_silu_mul)
+
+
+def _block_embedding_eager(ids, weight, format, out_features, in_features):
+    from edgespec.kernels.block_linear import FORMAT_IDS, unpack
+
+    name = {v: k for k, v in FORMAT_IDS.items()}[format]
+    return unpack(weight, name, out_features, in_features).rows(ids)
+
+
+_op(
+    "block_embedding",
+    "Tensor ids, Tensor weight, int format, int out_features, int in_features",
+    _block_embedding_eager,
+    lambda ids, weight, format, out_features, in_features: ids.new_empty((*ids.shape, in_features), dtype=torch.float32),
+)
 
 
 def _rows_index(x, *rest, **kw):  # an index per row of x [..., N]: [...] int64

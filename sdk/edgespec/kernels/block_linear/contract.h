@@ -199,6 +199,44 @@ inline void tile_scales(int64_t format, const uint8_t* t, float* d, float* m) {
   }
 }
 
+// The bytes of a packed weight of n rows over G blocks in `format` (tile_rows(n) * G tiles of
+// tile_bytes(format)), or -1 where the product does not fit int64 (no tensor's size equals it:
+// an out_features far past the weight's cannot wrap to its size).
+inline int64_t packed_bytes(int64_t n, int64_t G, int64_t format) {
+  int64_t tiles, bytes;
+  if (__builtin_mul_overflow(tile_rows(n), G, &tiles) || __builtin_mul_overflow(tiles, tile_bytes(format), &bytes)) return -1;
+  return bytes;
+}
+
+// Row r of a packed weight over G blocks as floats o [32 G]: w = d q, then + m where the format
+// has a min, each rounded as written (the file's values: BlockCodes.dequantize's arithmetic).
+// An embedding table read from the blocks a tied lm head computes with (edgespec::block_embedding).
+inline void dequantize_row(const uint8_t* packed, int64_t format, int64_t r, int64_t G, float* o) {
+  const int64_t tb = tile_bytes(format), j = r % kTileRows;
+  const uint8_t* t = tile_row_start(packed, r / kTileRows, G, tb);
+  for (int64_t g = 0; g < G; ++g, t += 2 * tb) {
+    float d[8], m[8];
+    tile_scales(format, t, d, m);
+    int q[kBlock];
+    for (int c = 0; c < (is_s8(format) ? 8 : 4); ++c)  // group c: 4 bytes per row, row j's at 4 j
+      for (int e = 0; e < 4; ++e) {
+        const uint8_t b = t[32 * c + 4 * j + e];
+        if (is_s8(format)) {
+          q[4 * c + e] = static_cast<int8_t>(b);
+        } else {
+          q[4 * c + e] = b & 0x0F;
+          q[16 + 4 * c + e] = b >> 4;
+        }
+      }
+    float* og = o + g * kBlock;
+    for (int e = 0; e < kBlock; ++e) {
+      const float scale = format == kS8F && e >= 16 ? m[j] : d[j];  // S8F: the halves' own scales
+      const float w = static_cast<float>(q[e]) * scale;
+      og[e] = has_min(format) ? w + m[j] : w;
+    }
+  }
+}
+
 // Row r's 32 codes of a tile as integers.
 inline void tile_codes(int64_t format, const uint8_t* t, int r, int32_t* c) {
   for (int j = 0; j < (is_s8(format) ? 32 : 16); ++j) {
