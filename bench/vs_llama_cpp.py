@@ -7,7 +7,10 @@ measurement), then llama.cpp's `llama-bench -p 0 -n 128 -r --runs` on the GGUF t
 from. With --prefill N (64 by default), also a prompt of N tokens: one `forward` call of the
 bundle beside `llama-bench -p N`. A bundle whose program has `next_token` (quant.head_screen)
 decodes through it; its full head (`--mode ar-logits`, forward's logits) is measured beside it. Each program in a fresh process. Medians over rounds of
-tokens/s, and the ratios to llama.cpp and 2 threads over 1. llama.cpp is built outside the project (from the
+tokens/s, and the ratios to llama.cpp and 2 threads over 1; each process's peak RSS beside
+the program's and the GGUF's bytes. A tool that fails (llama.cpp's native build dies on
+prompts on some Xeons) is named with its exit status and last words under "failures", and
+every other figure is still reported. llama.cpp is built outside the project (from the
 `llama-cpp-python` sdist's vendored source, `cmake -DGGML_NATIVE=ON`, target llama-bench).
 
     python bench/vs_llama_cpp.py --bundle bundles/default --llama-bench /path/llama-bench \\
@@ -24,14 +27,38 @@ import subprocess
 import sys
 from pathlib import Path
 
+# Runs a command as its only child and prints the child's peak RSS (KB) last on stderr: the
+# same measurement for edgespec's processes and llama.cpp's tools.
+PEAK_RSS_WRAPPER = """
+import resource, subprocess, sys
+code = subprocess.run(sys.argv[1:]).returncode
+print(f"peak_rss_kb {resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}", file=sys.stderr)
+sys.exit(code if code >= 0 else 128 - code)
+"""
 
-def edgespec_tok_s(bundle: Path, threads: int, runs: int, new_tokens: int, flags_only: bool, mode: str = "ar") -> float:
+
+class Failed(Exception):
+    """A tool that did not give its figure: what ran and why (exit status, its last words)."""
+
+
+def run_measured(cmd: list[str], env: dict | None = None) -> tuple[str, float]:
+    """(stdout, peak RSS in MB) of `cmd`; Failed naming the command and why when it fails."""
+    done = subprocess.run([sys.executable, "-c", PEAK_RSS_WRAPPER, *cmd], capture_output=True, text=True, env=env)
+    lines = done.stderr.rstrip().splitlines()
+    peak = float(lines.pop().split()[1]) / 1024 if lines and lines[-1].startswith("peak_rss_kb ") else float("nan")
+    if done.returncode != 0:
+        status = f"killed by signal {done.returncode - 128}" if done.returncode > 128 else f"exit status {done.returncode}"
+        last = next((ln.strip() for ln in reversed(lines) if ln.strip()), "no output on stderr")
+        raise Failed(f"{Path(cmd[0]).name if 'python' not in Path(cmd[0]).name else ' '.join(cmd[2:5])}: {status}: {last[-300:]}")
+    return done.stdout, peak
+
+
+def edgespec_tok_s(bundle: Path, threads: int, runs: int, new_tokens: int, flags_only: bool, mode: str = "ar") -> tuple[float, float]:
+    """(tokens/s, peak RSS MB) of `edgespec bench --mode MODE`."""
     env = dict(os.environ, **({"EDGESPEC_KERNEL_PLAN": "default"} if flags_only else {}))
     cmd = [sys.executable, "-m", "edgespec.cli", "bench", "--bundle", str(bundle), "--mode", mode, "--threads", str(threads)]
-    done = subprocess.run([*cmd, "--runs", str(runs), "--max-new-tokens", str(new_tokens), "--json"], capture_output=True, text=True, env=env)
-    if done.returncode != 0:
-        sys.exit(done.stderr[-3000:])
-    return json.loads(done.stdout)[mode]["tokens_per_s"]
+    out, peak = run_measured([*cmd, "--runs", str(runs), "--max-new-tokens", str(new_tokens), "--json"], env)
+    return json.loads(out)[mode]["tokens_per_s"], peak
 
 
 # A prompt of N tokens through the bundle's `forward` in one call, in a fresh process: the
@@ -56,24 +83,19 @@ print(tokens / statistics.median(times[2:]))
 """
 
 
-def edgespec_prefill_tok_s(bundle: Path, threads: int, runs: int, tokens: int) -> float:
-    done = subprocess.run(
-        [sys.executable, "-c", PREFILL_CHILD, str(bundle / "model.pte"), str(threads), str(tokens), str(runs)], capture_output=True, text=True
-    )
-    if done.returncode != 0:
-        sys.exit(done.stderr[-3000:])
-    return float(done.stdout.split()[-1])
+def edgespec_prefill_tok_s(bundle: Path, threads: int, runs: int, tokens: int) -> tuple[float, float]:
+    out, peak = run_measured([sys.executable, "-c", PREFILL_CHILD, str(bundle / "model.pte"), str(threads), str(tokens), str(runs)])
+    return float(out.split()[-1]), peak
 
 
-def llama_tok_s(llama_bench: Path, gguf: Path, threads: int, runs: int, new_tokens: int, prompt: int = 0) -> float:
-    """llama-bench's tokens/s: decoding `new_tokens`, or (prompt > 0) a prompt of that many tokens."""
+def llama_tok_s(llama_bench: Path, gguf: Path, threads: int, runs: int, new_tokens: int, prompt: int = 0) -> tuple[float, float]:
+    """(llama-bench's tokens/s, its peak RSS MB): decoding `new_tokens`, or (prompt > 0) a prompt
+    of that many tokens."""
     cmd = [str(llama_bench), "-m", str(gguf), "-p", str(prompt), "-n", str(0 if prompt else new_tokens), "-t", str(threads), "-r", str(runs), "-o", "json"]
     from edgespec.host import foreign_environ
 
-    done = subprocess.run(cmd, capture_output=True, text=True, env=foreign_environ())  # llama.cpp's OpenMP workers spin as it intends
-    if done.returncode != 0:
-        sys.exit(done.stderr[-3000:])
-    return json.loads(done.stdout)[0]["avg_ts"]
+    out, peak = run_measured(cmd, foreign_environ())  # llama.cpp's OpenMP workers spin as it intends
+    return json.loads(out)[0]["avg_ts"], peak
 
 
 def main() -> None:
@@ -101,38 +123,64 @@ def main() -> None:
         + (("edgespec_prefill", "llama_cpp_prefill") if a.prefill else ())
     )
     samples: dict[str, dict[int, list[float]]] = {k: {t: [] for t in a.threads} for k in kinds}
+    rss: dict[str, dict[int, list[float]]] = {k: {t: [] for t in a.threads} for k in kinds}
+    failures: list[str] = []
+
+    def sample(kind: str, t: int, measure, *args, **kw) -> None:
+        """One figure of `kind` at `t` threads; a tool that fails is named in `failures` and the
+        rest of the comparison goes on (llama.cpp's native build dies on prompts on some Xeons)."""
+        try:
+            tok_s, peak = measure(*args, **kw)
+        except Failed as e:
+            failures.append(f"{kind}, {t} threads: {e}")
+            return
+        samples[kind][t].append(tok_s)
+        rss[kind][t].append(peak)
+
     for _ in range(a.rounds):
         for t in a.threads:
-            samples["edgespec"][t].append(edgespec_tok_s(a.bundle, t, a.runs, a.new_tokens, False))
-            samples["edgespec_flags"][t].append(edgespec_tok_s(a.bundle, t, a.runs, a.new_tokens, True))
-            samples["llama_cpp"][t].append(llama_tok_s(a.llama_bench, gguf, t, a.runs, a.new_tokens))
+            sample("edgespec", t, edgespec_tok_s, a.bundle, t, a.runs, a.new_tokens, False)
+            sample("edgespec_flags", t, edgespec_tok_s, a.bundle, t, a.runs, a.new_tokens, True)
+            sample("llama_cpp", t, llama_tok_s, a.llama_bench, gguf, t, a.runs, a.new_tokens)
             if screened:
-                samples["edgespec_full_head"][t].append(edgespec_tok_s(a.bundle, t, a.runs, a.new_tokens, False, mode="ar-logits"))
+                sample("edgespec_full_head", t, edgespec_tok_s, a.bundle, t, a.runs, a.new_tokens, False, mode="ar-logits")
             if a.prefill:
-                samples["edgespec_prefill"][t].append(edgespec_prefill_tok_s(a.bundle, t, a.runs, a.prefill))
-                samples["llama_cpp_prefill"][t].append(llama_tok_s(a.llama_bench, gguf, t, a.runs, a.new_tokens, prompt=a.prefill))
-    med = {k: {t: round(statistics.median(v), 2) for t, v in per.items()} for k, per in samples.items()}
+                sample("edgespec_prefill", t, edgespec_prefill_tok_s, a.bundle, t, a.runs, a.prefill)
+                sample("llama_cpp_prefill", t, llama_tok_s, a.llama_bench, gguf, t, a.runs, a.new_tokens, prompt=a.prefill)
+    med = {k: {t: round(statistics.median(v), 2) for t, v in per.items() if v} for k, per in samples.items()}
+    peak = {k: {t: round(max(v), 1) for t, v in per.items() if v} for k, per in rss.items()}
+
+    def ratio(a_kind: str, b_kind: str) -> dict[int, float]:  # where both were measured
+        return {t: round(med[a_kind][t] / med[b_kind][t], 3) for t in a.threads if t in med[a_kind] and t in med[b_kind]}
+
     from edgespec.host import cpu_name
 
-    cpu = cpu_name()
     out = {
-        "cpu": cpu,
+        "cpu": cpu_name(),
         "bundle": str(a.bundle),
         "gguf": str(gguf),
+        "program_mb": round((a.bundle / "model.pte").stat().st_size / 1e6, 2),
+        "gguf_mb": round(gguf.stat().st_size / 1e6, 2),
         "rounds": a.rounds,
         "tokens_per_s": med,
         "samples": samples,
-        "vs_llama_cpp": {t: round(med["edgespec"][t] / med["llama_cpp"][t], 3) for t in a.threads},
-        "flags_vs_llama_cpp": {t: round(med["edgespec_flags"][t] / med["llama_cpp"][t], 3) for t in a.threads},
+        "peak_rss_mb": peak,  # each process's peak (the largest over rounds): a whole edgespec bench or llama-bench run
+        "vs_llama_cpp": ratio("edgespec", "llama_cpp"),
+        "flags_vs_llama_cpp": ratio("edgespec_flags", "llama_cpp"),
+        "failures": failures,
     }
     if screened:
-        out["full_head_vs_llama_cpp"] = {t: round(med["edgespec_full_head"][t] / med["llama_cpp"][t], 3) for t in a.threads}
+        out["full_head_vs_llama_cpp"] = ratio("edgespec_full_head", "llama_cpp")
     if a.prefill:
         out["prefill_tokens"] = a.prefill
-        out["prefill_vs_llama_cpp"] = {t: round(med["edgespec_prefill"][t] / med["llama_cpp_prefill"][t], 3) for t in a.threads}
+        out["prefill_vs_llama_cpp"] = ratio("edgespec_prefill", "llama_cpp_prefill")
     if 1 in a.threads and 2 in a.threads:
-        out["two_over_one"] = {k: round(v[2] / v[1], 3) for k, v in med.items()}
+        out["two_over_one"] = {k: round(v[2] / v[1], 3) for k, v in med.items() if 1 in v and 2 in v}
     print(json.dumps(out, indent=1))
+    for f in failures:
+        print(f"not measured: {f}", file=sys.stderr)
+    if not any(med.values()):
+        sys.exit("nothing was measured")
 
 
 if __name__ == "__main__":

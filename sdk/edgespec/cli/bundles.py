@@ -35,6 +35,7 @@ def info(bundle: str, verify: bool) -> None:
     click.echo(f"methods     {', '.join(m.methods)}")
     for name, f in m.files.items():
         click.echo(f"file        {name:<16} {f.bytes / 1e6:8.2f} MB  sha256 {f.sha256[:16]}…")
+    quiet_runtime_logs()  # the plan's line loads the program
     line = _kernel_line(Path(bundle) / PROGRAM)
     if line:
         click.echo(line)
@@ -55,7 +56,25 @@ def _kernel_line(program: Path) -> str | None:
     except EdgespecError as e:
         return f"kernel      edgespec's block kernel, not built on this machine: {e}"
     note = " (no SIMD path for this CPU: expect ~16x slower linears)" if paths == ["portable"] else ""
-    return f"kernel      edgespec's block kernel; paths on this CPU: {', '.join(paths)}{note}; the choice: `edgespec bench --json` (kernel_plan)"
+    return f"kernel      edgespec's block kernel; paths on this CPU: {', '.join(paths)}{note}\nplan        {_plan_state(program)}"
+
+
+def _plan_state(program: Path) -> str:
+    """The kernel plan cached for this program on this CPU at the default thread count: when it
+    was timed and under what load, or that it is timed at the first load."""
+    from edgespec.errors import EdgespecError
+    from edgespec.kernels.plan import cached_plan
+    from edgespec.runtime.runner import ProgramRunner, threads
+
+    try:
+        runner = ProgramRunner(program, plan_kernels=False)
+        plan = cached_plan(runner.plan_forward, threads())
+    except EdgespecError as e:
+        return f"unknown ({e})"
+    if plan is None:
+        return f"not timed on this CPU at {threads()} threads yet: the first load times it (1-3 s)"
+    chosen = "; ".join(f"{name} {r.choice.label()}" for name, r in plan.regimes.items())
+    return f"{plan.threads} threads, {plan.when()}; {chosen}"
 
 
 @click.command()

@@ -56,6 +56,13 @@ def set_threads(n: int) -> None:
         _unsafe_reset_threadpool(n)
 
 
+def threads() -> int:
+    """ExecuTorch's threadpool size now (what `set_threads` set; by default one per core)."""
+    from executorch.extension.pybindings.portable_lib import _threadpool_get_thread_count
+
+    return int(_threadpool_get_thread_count())
+
+
 def execute(method, inputs: list) -> list:
     """Run a loaded ExecuTorch method with torch's own OpenMP pool at one thread for the call.
     ExecuTorch's kernels that reach torch's parallel_for (llama::custom_sdpa in XNNPACK
@@ -127,7 +134,9 @@ def _say_openmp_spins() -> None:
 class ProgramRunner(Program):
     """A language-model program: `forward` plus its metadata methods."""
 
-    def __init__(self, path: str | Path, data_path: str | Path | None = None):
+    def __init__(self, path: str | Path, data_path: str | Path | None = None, plan_kernels: bool = True):
+        """plan_kernels: install the block kernel's plan for this program, timing it first where
+        none is cached (False: the plan in force is left alone; `edgespec info` reads the cache)."""
         super().__init__(path, data_path)
         _say_openmp_spins()
         self.max_seq_len = int(self.constant(C.GET_MAX_SEQ_LEN))
@@ -136,7 +145,7 @@ class ProgramRunner(Program):
         self.has_spec = C.SPEC_STEP in self.program.method_names
         self.has_next_token = C.NEXT_TOKEN in self.program.method_names
         self._next_token = None  # loaded on first use
-        self.kernel_plan = self._plan_kernels()
+        self.kernel_plan = self._plan_kernels() if plan_kernels else None
         if self.has_spec:  # the SpecMethods of the program (edgespec.runtime.generate)
             self.depth = int(self.constant(C.GET_SPEC_DEPTH))
             self.topk = int(self.constant(C.GET_SPEC_TOPK))
@@ -150,11 +159,14 @@ class ProgramRunner(Program):
         linears. Its forwards write the first cache slots, which any prompt overwrites."""
         if not uses_edgespec_ops(self.path):
             return None
-        from executorch.extension.pybindings.portable_lib import _threadpool_get_thread_count
-
         from edgespec.kernels.plan import plan_program
 
-        return plan_program(lambda rows: self.forward(torch.zeros((1, rows), dtype=torch.long), 0), int(_threadpool_get_thread_count()))
+        return plan_program(self.plan_forward, threads())
+
+    def plan_forward(self, rows: int) -> torch.Tensor:
+        """The program over `rows` new rows at position 0: what the kernel plan records and times
+        (it writes the first cache slots, which any prompt overwrites)."""
+        return self.forward(torch.zeros((1, rows), dtype=torch.long), 0)
 
     def forward(self, tokens: torch.Tensor, start_pos: int) -> torch.Tensor:
         """Logits of the last position, [V], after feeding tokens [1, T] at start_pos."""
