@@ -409,6 +409,46 @@ def test_block_kernel_program_is_row_invariant_end_to_end(tmp_path):
     assert torch.equal(one, prefill)
 
 
+def _planned_bytes(pte: bytes) -> int:
+    """The bytes ExecuTorch plans for `forward`'s activations and mutable buffers (KV caches)."""
+    from executorch.exir._serialize._program import deserialize_pte_binary
+
+    program = deserialize_pte_binary(pte)
+    plan = next(p for p in getattr(program, "program", program).execution_plan if p.name == "forward")
+    return sum(plan.non_const_buffer_sizes)
+
+
+@pytest.mark.slow
+def test_an_fp16_kv_cache_halves_the_cache_keeps_rows_invariant_and_follows_eager_code():
+    """quant.kv_cache: fp16 (`half_kv_cache_`): the program plans half the cache's bytes; a prompt
+    prefilled in one call gives bitwise the logits of the same tokens decoded one at a time
+    (the exact attention widens each fp16 element the same way in every regime), and the
+    logits follow the eager model's with the same fp16 cache, and the fp32 cache's closely."""
+    from executorch.runtime import Runtime
+
+    from edgespec.models.llama import half_kv_cache_
+
+    model = half_kv_cache_(_tiny_block_kernel_model())
+    assert model.layers[0].attention.kv_cache.k_cache.dtype == torch.float16
+    pte = _lower_block_kernel_program(model)
+    cache_bytes = sum(b.numel() * 4 for m in _tiny_block_kernel_model().modules() for b in (getattr(m, "k_cache", None), getattr(m, "v_cache", None)) if b is not None)
+    assert _planned_bytes(_tiny_block_kernel_pte()) - _planned_bytes(pte) >= 0.9 * cache_bytes / 2
+    method = Runtime.get().load_program(pte).load_method("forward")
+    tokens = torch.randint(0, 97, (1, 9), generator=torch.Generator().manual_seed(2))
+    prefill = method.execute([tokens, torch.tensor([0])])[0]
+    for i in range(9):
+        one = method.execute([tokens[:, i : i + 1], torch.tensor([i])])[0]
+    assert torch.equal(one, prefill)
+    with torch.no_grad():
+        model.reset_cache()
+        eager = model(tokens, torch.tensor([0]))
+        full = _tiny_block_kernel_model()
+        full.reset_cache()
+        fp32_cache = full(tokens, torch.tensor([0]))
+    assert (prefill - eager).abs().max() < 1e-3 * eager.abs().max()
+    assert (eager - fp32_cache).abs().max() < 2e-2 * fp32_cache.abs().max()
+
+
 def _forwards(pte: bytes, tokens: torch.Tensor, decoded: int = 3) -> torch.Tensor:
     """A prompt prefilled in one call, then `decoded` of its tokens fed one at a time after it:
     every logit, flat."""

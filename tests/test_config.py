@@ -34,6 +34,9 @@ def test_yaml_round_trip():
         ({"export": {"step_attention": "flash"}}, "export.step_attention"),
         ({"quant": {"group_size": 64}}, "quant.kernel"),  # the block kernel's blocks are 32
         ({"quant": {"kernel": "mkl"}}, "quant.kernel"),
+        ({"quant": {"kv_cache": "int8"}}, "quant.kv_cache"),
+        ({"quant": {"kv_cache": "fp16", "kernel": "xnnpack"}}, "quant.kv_cache"),  # read by edgespec's exact attention only
+        ({"quant": {"kv_cache": "fp16"}, "drafter": {"weights": "w.pt"}, "export": {"step_attention": "rows"}}, "quant.kv_cache"),
     ],
 )
 def test_bad_fields_name_the_field(data, path):

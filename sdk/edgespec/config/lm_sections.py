@@ -67,6 +67,12 @@ class QuantConfig(Record):
     forward's argmax; the program grows by the screen (~65% of the head). Worth it where the
     head is a large share of a token's bytes (Gemma 3: 178 of ~245 MB); autoregressive
     programs of the block kernel with an 8-bit head only.
+
+    kv_cache: how the base model's attention keeps keys and values: ``fp32``, or ``fp16`` (half
+    the cache's bytes: 47 -> 24 MB for SmolLM2 at 1024 positions; rounded to fp16 as written,
+    read back widened, attention computing in fp32, as llama.cpp's default f16 cache). Needs
+    edgespec's exact attention: the block kernel, and ``export.step_attention: exact`` for a
+    speculative program.
     """
 
     PATH: ClassVar[str] = "quant"
@@ -78,6 +84,7 @@ class QuantConfig(Record):
     head_bits: int = 8
     kernel: Literal["edgespec", "xnnpack"] = "edgespec"
     head_screen: bool = False
+    kv_cache: Literal["fp32", "fp16"] = "fp32"
 
     @property
     def int8_activations(self) -> bool:
@@ -102,6 +109,11 @@ class QuantConfig(Record):
             not self.block_kernel or self.group_size == 32,
             self._at("kernel"),
             f"edgespec's block kernel computes linears in blocks of 32, not group_size {self.group_size}; use group_size 32 or kernel: xnnpack",
+        )
+        require(
+            self.kv_cache == "fp32" or self.block_kernel,
+            self._at("kv_cache"),
+            "an fp16 cache is read by edgespec's exact attention, which programs of the block kernel use: needs scheme 8da4w or 8da8w and kernel edgespec",
         )
         require(
             not self.head_screen or (self.block_kernel and self.head_bits == 8),
@@ -400,6 +412,11 @@ class Recipe(Record):
     def _check(self) -> None:
         require(bool(self.name), "name", "must not be empty")
         require(len(self.train.stream_weights) >= self.drafter.gamma, "train.stream_weights", f"needs one weight per stream ({self.drafter.gamma})")
+        require(
+            self.quant.kv_cache == "fp32" or not self.drafter.weights or self.export.step_attention == "exact",
+            "quant.kv_cache",
+            f"an fp16 cache is read by edgespec's exact attention; this speculative program attends with export.step_attention={self.export.step_attention}: set it to exact",
+        )
         require(
             not self.export.separate_base or bool(self.drafter.weights),
             "export.separate_base",

@@ -37,7 +37,7 @@ class ExecuTorchKVCache(KVCache):
     """The same cache written by ExecuTorch's `llama::update_cache` (export only)."""
 
     def write_(self, buf: torch.Tensor, start_pos, rows: torch.Tensor) -> None:
-        torch.ops.llama.update_cache(rows, buf, start_pos)
+        torch.ops.llama.update_cache(rows.to(buf.dtype), buf, start_pos)  # rounded to an fp16 cache's dtype
 
 
 class ExecuTorchSDPA(SDPA):

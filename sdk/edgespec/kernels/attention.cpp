@@ -14,7 +14,9 @@
 // by row count and its softmax sums in lanes over a length that includes the other rows.
 //
 // Contract (the op schema is in edgespec/kernels/ops.py):
-//   q [1, T, H, D], k_cache / v_cache [1, S, Hkv, D] (fp32, contiguous), start_pos;
+//   q [1, T, H, D] fp32, k_cache / v_cache [1, S, Hkv, D] (both fp32 or both fp16: a half
+//   cache, `quant.kv_cache: fp16`, each element widened to fp32 as it is read, exactly),
+//   contiguous, start_pos;
 //   mask None: row t sees keys [0, start_pos + t]  (causal);
 //   mask [T, N] additive fp32: row t sees key j < N unless mask[t, j] is -inf, and
 //   mask[t, j] is added to that key's score.  out [1, T, H, D].
@@ -44,16 +46,22 @@ using namespace edgespec::vec;
 constexpr int kRowBlock = 16;  // query rows that share key/value loads
 constexpr int kKeyChunk = 64;  // keys whose K (V) rows stay in L1 while a row block uses them
 
+// 16 elements of a cache row as fp32: an fp16 cache's widened exactly (what eager code's
+// .float() gives), so a half cache changes what is stored, not how it is summed.
+typedef _Float16 v16h __attribute__((vector_size(32), aligned(2)));
+inline v16f load_row16(const float* p) { return load16(p); }
+inline v16f load_row16(const _Float16* p) { return __builtin_convertvector(*reinterpret_cast<const v16h*>(p), v16f); }
+
 // Dot products of q with K key rows (D = 16 * D16): K independent chains that overlap in the
 // pipeline, each reduced exactly as a single one would be: element d in lane d % 16, the
-// lanes folded to 8 (fold16) and summed by lane_total's tree.
-template <int D16, int K>
-inline void dots(const float* q, const float* const* k, float* out) {
+// lanes folded to 8 (fold16) and summed by lane_total's tree. C: the cache's element type.
+template <int D16, int K, typename C>
+inline void dots(const float* q, const C* const* k, float* out) {
   v16f acc[K];
   for (int j = 0; j < K; ++j) acc[j] = splat16(0.f);
   for (int i = 0; i < D16; ++i) {
     const v16f qi = load16(q + 16 * i);
-    for (int j = 0; j < K; ++j) acc[j] = acc[j] + qi * load16(k[j] + 16 * i);
+    for (int j = 0; j < K; ++j) acc[j] = acc[j] + qi * load_row16(k[j] + 16 * i);
   }
   if constexpr (K == 4) lane_totals4(fold16(acc[0]), fold16(acc[1]), fold16(acc[2]), fold16(acc[3]), out);
   else
@@ -63,14 +71,14 @@ inline void dots(const float* q, const float* const* k, float* out) {
 // `dots` for G rows at once over the same K keys: each key row is loaded once for the G
 // rows, and the G * K chains are independent (more of them in flight than one row's K). Each
 // (row, key) chain is `dots`' own, operation for operation: the same bits.
-template <int D16, int K, int G>
-inline void dots_rows(const float* const* q, const float* const* k, float* const* out) {
+template <int D16, int K, int G, typename C>
+inline void dots_rows(const float* const* q, const C* const* k, float* const* out) {
   v16f acc[G][K];
   for (int g = 0; g < G; ++g)
     for (int j = 0; j < K; ++j) acc[g][j] = splat16(0.f);
   for (int i = 0; i < D16; ++i) {
     v16f kj[K];
-    for (int j = 0; j < K; ++j) kj[j] = load16(k[j] + 16 * i);
+    for (int j = 0; j < K; ++j) kj[j] = load_row16(k[j] + 16 * i);
     for (int g = 0; g < G; ++g) {
       const v16f qi = load16(q[g] + 16 * i);
       for (int j = 0; j < K; ++j) acc[g][j] = acc[g][j] + qi * kj[j];
@@ -121,8 +129,8 @@ inline int64_t shared_keys(const Rows& rows, const int64_t* at, int64_t r) {
 // out_r = softmax(q_r . K^T * scale + mask_r) V over row r's keys.
 // w: scratch, [rows][w_stride] with w_stride >= the longest key list rounded up to 8.
 // D = 16 * D16.
-template <int D16>
-void attend_rows(const Rows& rows, const float* k, const float* v, int64_t row_stride, float scale, float* w, int64_t w_stride) {
+template <int D16, typename C>
+void attend_rows(const Rows& rows, const C* k, const C* v, int64_t row_stride, float scale, float* w, int64_t w_stride) {
   int64_t slot_end = 0;
   for (int64_t r = 0; r < rows.n; ++r)
     if (rows.n_keys[r] > 0) slot_end = std::max<int64_t>(slot_end, rows.keys[r][rows.n_keys[r] - 1] + 1);
@@ -141,7 +149,7 @@ void attend_rows(const Rows& rows, const float* k, const float* v, int64_t row_s
           const float* qg[G];
           float* og[G];
           for (; i + 4 <= n_min && keys[i + 3] < c1; i += 4) {
-            const float* kb[4] = {k + keys[i] * row_stride, k + keys[i + 1] * row_stride, k + keys[i + 2] * row_stride, k + keys[i + 3] * row_stride};
+            const C* kb[4] = {k + keys[i] * row_stride, k + keys[i + 1] * row_stride, k + keys[i + 2] * row_stride, k + keys[i + 3] * row_stride};
             for (int g = 0; g < G; ++g) {
               qg[g] = rows.q[r + g];
               og[g] = w + (r + g) * w_stride + i;
@@ -158,11 +166,11 @@ void attend_rows(const Rows& rows, const float* k, const float* v, int64_t row_s
         const int32_t* kr = rows.keys[r];
         int64_t j = g == 0 ? i : at[r];
         for (; j + 4 <= n && kr[j + 3] < c1; j += 4) {
-          const float* kb[4] = {k + kr[j] * row_stride, k + kr[j + 1] * row_stride, k + kr[j + 2] * row_stride, k + kr[j + 3] * row_stride};
+          const C* kb[4] = {k + kr[j] * row_stride, k + kr[j + 1] * row_stride, k + kr[j + 2] * row_stride, k + kr[j + 3] * row_stride};
           dots<D16, 4>(q, kb, wr + j);
         }
         for (; j < n && kr[j] < c1; ++j) {
-          const float* kb[1] = {k + kr[j] * row_stride};
+          const C* kb[1] = {k + kr[j] * row_stride};
           dots<D16, 1>(q, kb, wr + j);
         }
         at[r] = j;
@@ -226,9 +234,9 @@ void attend_rows(const Rows& rows, const float* k, const float* v, int64_t row_s
           for (int g = 0; g < G; ++g)
             for (int d = 0; d < D16; ++d) o[g][d] = acc[r + g][d];
           for (; i < n_min && keys[i] < c1; ++i) {
-            const float* vi = v + keys[i] * row_stride;
+            const C* vi = v + keys[i] * row_stride;
             v16f vd[D16];
-            for (int d = 0; d < D16; ++d) vd[d] = load16(vi + 16 * d);
+            for (int d = 0; d < D16; ++d) vd[d] = load_row16(vi + 16 * d);
             for (int g = 0; g < G; ++g) {
               const v16f wi = splat16(w[(r + g) * w_stride + i]);
               for (int d = 0; d < D16; ++d) o[g][d] = o[g][d] + wi * vd[d];
@@ -247,9 +255,9 @@ void attend_rows(const Rows& rows, const float* k, const float* v, int64_t row_s
         for (int d = 0; d < D16; ++d) o[d] = acc[r][d];
         int64_t j = at[r];
         for (; j < rows.n_keys[r] && kr[j] < c1; ++j) {
-          const float* vj = v + kr[j] * row_stride;
+          const C* vj = v + kr[j] * row_stride;
           const v16f wj = splat16(wr[j]);
-          for (int d = 0; d < D16; ++d) o[d] = o[d] + wj * load16(vj + 16 * d);
+          for (int d = 0; d < D16; ++d) o[d] = o[d] + wj * load_row16(vj + 16 * d);
         }
         at[r] = j;
         for (int d = 0; d < D16; ++d) acc[r][d] = o[d];
@@ -262,17 +270,19 @@ void attend_rows(const Rows& rows, const float* k, const float* v, int64_t row_s
   }
 }
 
-using AttendRows = void (*)(const Rows&, const float*, const float*, int64_t, float, float*, int64_t);
+template <typename C>
+using AttendRows = void (*)(const Rows&, const C*, const C*, int64_t, float, float*, int64_t);
 
-AttendRows attend_rows_for(int64_t D) {
+template <typename C>
+AttendRows<C> attend_rows_for(int64_t D) {
   switch (D) {
-    case 16: return attend_rows<1>;
-    case 32: return attend_rows<2>;
-    case 48: return attend_rows<3>;
-    case 64: return attend_rows<4>;
-    case 96: return attend_rows<6>;
-    case 128: return attend_rows<8>;
-    case 256: return attend_rows<16>;
+    case 16: return attend_rows<1, C>;
+    case 32: return attend_rows<2, C>;
+    case 48: return attend_rows<3, C>;
+    case 64: return attend_rows<4, C>;
+    case 96: return attend_rows<6, C>;
+    case 128: return attend_rows<8, C>;
+    case 256: return attend_rows<16, C>;
     default: return nullptr;
   }
 }
@@ -281,10 +291,11 @@ Tensor& attention_out(KernelRuntimeContext& ctx, const Tensor& q, const Tensor& 
                       const executorch::aten::optional<Tensor>& mask, Tensor& out) {
   ET_KERNEL_CHECK_MSG(ctx, q.dim() == 4 && k_cache.dim() == 4 && v_cache.dim() == 4, InvalidArgument, out,
                       "edgespec::attention: q and the caches must be 4-D [1, T|S, H, D]");
+  const bool half = k_cache.scalar_type() == ScalarType::Half;
   ET_KERNEL_CHECK_MSG(ctx,
-                      q.scalar_type() == ScalarType::Float && k_cache.scalar_type() == ScalarType::Float &&
-                          v_cache.scalar_type() == ScalarType::Float,
-                      InvalidArgument, out, "edgespec::attention: fp32 only");
+                      q.scalar_type() == ScalarType::Float && (half || k_cache.scalar_type() == ScalarType::Float) &&
+                          v_cache.scalar_type() == k_cache.scalar_type(),
+                      InvalidArgument, out, "edgespec::attention: fp32 q, and fp32 or fp16 caches (both the same)");
   ET_KERNEL_CHECK_MSG(ctx, out.scalar_type() == ScalarType::Float, InvalidArgument, out, "edgespec::attention: out must be fp32");
   const int64_t T = q.size(1), H = q.size(2), D = q.size(3);
   const int64_t S = k_cache.size(1), Hkv = k_cache.size(2);
@@ -292,8 +303,7 @@ Tensor& attention_out(KernelRuntimeContext& ctx, const Tensor& q, const Tensor& 
                       "edgespec::attention: shapes do not match");
   ET_KERNEL_CHECK_MSG(ctx, k_cache.size(0) == 1 && v_cache.sizes() == k_cache.sizes(), InvalidArgument, out,
                       "edgespec::attention: the caches must both be [1, S, Hkv, D]");
-  const AttendRows attend = attend_rows_for(D);
-  ET_KERNEL_CHECK_MSG(ctx, attend != nullptr, InvalidArgument, out, "edgespec::attention: head size must be 16, 32, 48, 64, 96, 128 or 256");
+  ET_KERNEL_CHECK_MSG(ctx, attend_rows_for<float>(D) != nullptr, InvalidArgument, out, "edgespec::attention: head size must be 16, 32, 48, 64, 96, 128 or 256");
   const float* mask_data = nullptr;
   int64_t N = start_pos + T;  // key slots any row may see
   if (mask.has_value()) {
@@ -330,8 +340,11 @@ Tensor& attention_out(KernelRuntimeContext& ctx, const Tensor& q, const Tensor& 
   const int64_t list_stride = mask_data == nullptr ? 0 : N;
 
   const float* qd = q.const_data_ptr<float>();
-  const float* kd = k_cache.const_data_ptr<float>();
-  const float* vd = v_cache.const_data_ptr<float>();
+  // an fp16 cache's elements are IEEE binary16, as _Float16's (c10::Half holds the same bits)
+  const void* kd = k_cache.const_data_ptr();
+  const void* vd = v_cache.const_data_ptr();
+  const AttendRows<float> attend32 = half ? nullptr : attend_rows_for<float>(D);
+  const AttendRows<_Float16> attend16 = half ? attend_rows_for<_Float16>(D) : nullptr;
   float* od = out.mutable_data_ptr<float>();
   const int64_t group = H / Hkv, row_stride = Hkv * D;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
@@ -365,7 +378,10 @@ Tensor& attention_out(KernelRuntimeContext& ctx, const Tensor& q, const Tensor& 
           rows.n_keys[r] = nk[t];
           rows.mask[r] = mask_data == nullptr ? nullptr : mask_data + t * N;
         }
-        attend(rows, kd + g * D, vd + g * D, row_stride, scale, w.data(), w_stride);
+        if (half)
+          attend16(rows, static_cast<const _Float16*>(kd) + g * D, static_cast<const _Float16*>(vd) + g * D, row_stride, scale, w.data(), w_stride);
+        else
+          attend32(rows, static_cast<const float*>(kd) + g * D, static_cast<const float*>(vd) + g * D, row_stride, scale, w.data(), w_stride);
       }
     }
   });

@@ -69,7 +69,7 @@ def reference_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.T
         visible = torch.arange(n)[None, :] <= (start_pos + torch.arange(T))[:, None]
         mask = torch.zeros(T, n).masked_fill(~visible, float("-inf"))
     n = mask.shape[1]
-    k, v = k_cache[0, :n].transpose(0, 1), v_cache[0, :n].transpose(0, 1)  # [Hkv, n, D]
+    k, v = k_cache[0, :n].float().transpose(0, 1), v_cache[0, :n].float().transpose(0, 1)  # [Hkv, n, D] (an fp16 cache widened)
     group = H // k.shape[0]
     k, v = k.repeat_interleave(group, 0), v.repeat_interleave(group, 0)  # [H, n, D]
     scores = q[0].transpose(0, 1) @ k.transpose(1, 2) / D**0.5 + mask  # [H, T, n]

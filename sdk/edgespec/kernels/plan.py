@@ -279,12 +279,16 @@ def tune(shapes: Sequence[tuple[int, int, int]], threads: int, forward: Callable
     many_rows regime (and every regime without `forward`) times `shapes` (one forward's calls)
     as bare linears over random weights of the same sizes."""
     lib, t0 = _lib(), time.perf_counter()
-    flat = (ctypes.c_int64 * (3 * len(shapes)))(*[v for s in shapes for v in s])
-    bench = lib.edgespec_bench_new(flat, len(shapes), max(REGIMES.values()))
     sizes = [_weight_bytes(*s) for s in shapes]
     head, acc = 0, 0
     while head < len(shapes) and acc < MANY_ROWS_BYTES:
         acc, head = acc + sizes[head], head + 1
+    # the regimes the program runs are timed through it; only the others need random weights,
+    # of just the shapes they time (a copy of every matrix doubled the peak memory of a first load)
+    by_program = {name: forward is not None and name != "many_rows" and _runs(forward, rows) for name, rows in REGIMES.items()}
+    bare_shapes = max((head if name == "many_rows" else len(shapes)) for name in REGIMES if not by_program[name])
+    flat = (ctypes.c_int64 * (3 * bare_shapes))(*[v for s in shapes[:bare_shapes] for v in s])
+    bench = lib.edgespec_bench_new(flat, bare_shapes, max(REGIMES.values()))
     default = flags_choice()
     regimes = {}
     try:
@@ -301,7 +305,7 @@ def tune(shapes: Sequence[tuple[int, int, int]], threads: int, forward: Callable
                     forward(rows)
                 return 1000 * (time.perf_counter() - start) / calls
 
-            measure = program if forward is not None and name != "many_rows" and _runs(forward, rows) else bare
+            measure = program if by_program[name] else bare
 
             def timed(cands: list[Choice], measure=measure) -> dict[Choice, float]:
                 measure(cands[0])  # warm-up

@@ -117,7 +117,9 @@ class KVCache(nn.Module):
 
     @property
     def dtype(self) -> torch.dtype:
-        return self.k_cache.dtype
+        """The dtype attention computes in: the cache's own, fp32 for an fp16 cache (`half_kv_cache_`:
+        stored in fp16, read back widened)."""
+        return torch.float32 if self.k_cache.dtype == torch.float16 else self.k_cache.dtype
 
     def write_(self, buf: torch.Tensor, start_pos, rows: torch.Tensor) -> None:
         """buf[:, start_pos : start_pos + T] = rows [1, T, Hkv, D]."""
@@ -171,7 +173,8 @@ class SDPA(nn.Module):
             n = start_pos + T
             mask = torch.arange(n)[None, :] <= (start_pos + torch.arange(T))[:, None]  # [T, n]
         n = mask.shape[-1]
-        q, k, v = q.transpose(1, 2), k.narrow(1, 0, n).transpose(1, 2), v.narrow(1, 0, n).transpose(1, 2)
+        k, v = k.narrow(1, 0, n).to(q.dtype), v.narrow(1, 0, n).to(q.dtype)  # an fp16 cache read widened
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.to(q.dtype) if mask.is_floating_point() else mask, enable_gqa=q.shape[1] != k.shape[1])
         return y.transpose(1, 2)  # [B, T, H, D]
 
@@ -429,6 +432,17 @@ class Transformer(nn.Module):
             if isinstance(m, KVCache):
                 m.k_cache.zero_()
                 m.v_cache.zero_()
+
+
+def half_kv_cache_(model: nn.Module) -> nn.Module:
+    """Every attention's static KV cache stored in fp16 (`quant.kv_cache: fp16`): half its bytes.
+    Keys and values are rounded to fp16 as they are written and widened back exactly as they
+    are read; attention still computes in fp32 (edgespec's exact kernel reads fp16 caches)."""
+    for m in model.modules():
+        if isinstance(m, Attention):
+            c = m.kv_cache
+            c.k_cache, c.v_cache = c.k_cache.half(), c.v_cache.half()
+    return model
 
 
 @contextmanager

@@ -80,6 +80,10 @@ def build_bundle_files(recipe: Recipe, stage_dir: Path, stage: StageClock) -> Lm
 
     if recipe.quant.head_screen:
         _add_head_screen_(model, spec is not None)
+    if recipe.quant.kv_cache == "fp16":
+        from edgespec.models.llama import half_kv_cache_
+
+        half_kv_cache_(model)
 
     stage("export")
     from edgespec.export.lowering import ProgramMeta, export_forward, export_with_next_token, lower_to_executorch
