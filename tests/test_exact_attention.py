@@ -73,6 +73,35 @@ def test_kernel_matches_the_reference():
         assert torch.equal(row, out[:, t : t + 1])
 
 
+def test_an_fp16_cache_gives_the_bits_of_its_values_widened_to_fp32():
+    """The kernel reading fp16 caches (quant.kv_cache: fp16) computes exactly what it computes
+    over fp32 caches holding the same values: the widening is exact and the sums are the
+    fp32 kernel's, for a head size of each SIMD width (the tail loads included)."""
+    from executorch.exir import to_edge
+    from executorch.runtime import Runtime
+
+    import edgespec.kernels.ops  # noqa: F401
+    from edgespec.kernels import library
+
+    library.load()
+
+    class Op(torch.nn.Module):
+        def forward(self, q, k, v, pos):
+            return torch.ops.edgespec.attention(q, k, v, pos[0].item(), None)
+
+    torch.manual_seed(3)
+    for D in (16, 64, 96):
+        S, Hkv, H, T = 70, 2, 4, 3
+        q = torch.randn(1, T, H, D)
+        k16, v16 = (torch.randn(1, S, Hkv, D) * 4).half(), torch.randn(1, S, Hkv, D).half()
+        outs = []
+        for k, v in ((k16, v16), (k16.float(), v16.float())):
+            ep = torch.export.export(Op(), (q, k, v, torch.tensor([60])), strict=False)
+            pte = to_edge(ep).to_executorch().buffer
+            outs.append(Runtime.get().load_program(pte).load_method("forward").execute([q, k, v, torch.tensor([60])])[0])
+        assert torch.equal(outs[0], outs[1]), D
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("precision", ["fp32", "8da4w"])
 def test_rows_in_one_call_equal_one_row_calls(tmp_path, precision):

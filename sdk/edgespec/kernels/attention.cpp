@@ -32,6 +32,14 @@
 #include <executorch/extension/kernel_util/make_boxed_from_unboxed_functor.h>
 #include <executorch/runtime/kernel/kernel_includes.h>
 
+#if defined(__x86_64__) || defined(_M_X64)
+#include <immintrin.h>
+#endif
+#if defined(__aarch64__)
+#include <arm_neon.h>
+#endif
+
+#include "block_linear/contract.h"  // half_to_float
 #include "threadpool.h"
 #include "vec8.h"
 
@@ -48,9 +56,30 @@ constexpr int kKeyChunk = 64;  // keys whose K (V) rows stay in L1 while a row b
 
 // 16 elements of a cache row as fp32: an fp16 cache's widened exactly (what eager code's
 // .float() gives), so a half cache changes what is stored, not how it is summed.
-typedef _Float16 v16h __attribute__((vector_size(32), aligned(2)));
+// The widening is the ISA's conversion instruction (F16C / AVX-512, NEON's fcvtl), else
+// contract.h's scalar one (GCC 12 scalarizes a vector _Float16 conversion, and its aarch64 C++
+// has no _Float16: elements are held as their bits); every one is exact.
 inline v16f load_row16(const float* p) { return load16(p); }
-inline v16f load_row16(const _Float16* p) { return __builtin_convertvector(*reinterpret_cast<const v16h*>(p), v16f); }
+inline v16f load_row16(const uint16_t* p) {  // IEEE binary16 bits (an fp16 cache's elements)
+  v16f out;
+#if defined(__AVX512F__)
+  const __m512 w = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  std::memcpy(&out, &w, sizeof out);
+#elif defined(__F16C__)
+  const __m256 lo = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  const __m256 hi = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 8)));
+  std::memcpy(&out, &lo, 32);
+  std::memcpy(reinterpret_cast<char*>(&out) + 32, &hi, 32);
+#elif defined(__aarch64__)
+  for (int i = 0; i < 4; ++i) {
+    const float32x4_t w = vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p + 4 * i)));
+    std::memcpy(reinterpret_cast<char*>(&out) + 16 * i, &w, 16);
+  }
+#else
+  for (int i = 0; i < 16; ++i) out[i] = blocks::half_to_float(p[i]);
+#endif
+  return out;
+}
 
 // Dot products of q with K key rows (D = 16 * D16): K independent chains that overlap in the
 // pipeline, each reduced exactly as a single one would be: element d in lane d % 16, the
@@ -340,11 +369,11 @@ Tensor& attention_out(KernelRuntimeContext& ctx, const Tensor& q, const Tensor& 
   const int64_t list_stride = mask_data == nullptr ? 0 : N;
 
   const float* qd = q.const_data_ptr<float>();
-  // an fp16 cache's elements are IEEE binary16, as _Float16's (c10::Half holds the same bits)
+  // an fp16 cache's elements: IEEE binary16 bits (what c10::Half holds), widened by load_row16
   const void* kd = k_cache.const_data_ptr();
   const void* vd = v_cache.const_data_ptr();
   const AttendRows<float> attend32 = half ? nullptr : attend_rows_for<float>(D);
-  const AttendRows<_Float16> attend16 = half ? attend_rows_for<_Float16>(D) : nullptr;
+  const AttendRows<uint16_t> attend16 = half ? attend_rows_for<uint16_t>(D) : nullptr;
   float* od = out.mutable_data_ptr<float>();
   const int64_t group = H / Hkv, row_stride = Hkv * D;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
@@ -379,7 +408,7 @@ Tensor& attention_out(KernelRuntimeContext& ctx, const Tensor& q, const Tensor& 
           rows.mask[r] = mask_data == nullptr ? nullptr : mask_data + t * N;
         }
         if (half)
-          attend16(rows, static_cast<const _Float16*>(kd) + g * D, static_cast<const _Float16*>(vd) + g * D, row_stride, scale, w.data(), w_stride);
+          attend16(rows, static_cast<const uint16_t*>(kd) + g * D, static_cast<const uint16_t*>(vd) + g * D, row_stride, scale, w.data(), w_stride);
         else
           attend32(rows, static_cast<const float*>(kd) + g * D, static_cast<const float*>(vd) + g * D, row_stride, scale, w.data(), w_stride);
       }
