@@ -449,6 +449,29 @@ def test_an_fp16_kv_cache_halves_the_cache_keeps_rows_invariant_and_follows_eage
     assert (eager - fp32_cache).abs().max() < 2e-2 * fp32_cache.abs().max()
 
 
+@pytest.mark.slow
+def test_a_prompt_fed_in_chunks_gives_the_bits_of_one_call_with_less_planned_memory(tmp_path):
+    """export.prefill_chunk: a program taking at most 4 tokens a call (get_max_seq_len 4,
+    get_max_context_len 64) plans less activation memory, and the runner feeds a 9-token
+    prompt in chunks of 4, 4 and 1: bitwise the logits of the whole-context program's one call,
+    then the same decoded token's."""
+    from executorch.runtime import Runtime
+
+    from edgespec.export.lowering import ProgramMeta, export_forward, lower_to_executorch
+    from edgespec.runtime.runner import ProgramRunner
+
+    model = _tiny_block_kernel_model()
+    pte = lower_to_executorch({"forward": export_forward(model, 64, "exact", call_tokens=4)}, ProgramMeta(64, 97, 2, 1, (2,), call_tokens=4), xnnpack="none").program
+    assert _planned_bytes(pte) < _planned_bytes(_tiny_block_kernel_pte())
+    (tmp_path / "chunked.pte").write_bytes(pte)
+    runner = ProgramRunner(tmp_path / "chunked.pte")
+    assert (runner.max_seq_len, runner.call_tokens) == (64, 4)
+    whole = Runtime.get().load_program(_tiny_block_kernel_pte()).load_method("forward")
+    tokens = torch.randint(0, 97, (1, 9), generator=torch.Generator().manual_seed(4))
+    assert torch.equal(runner.forward(tokens, 0), whole.execute([tokens, torch.tensor([0])])[0][0])
+    assert torch.equal(runner.forward(tokens[:, :1], 9), whole.execute([tokens[:, :1], torch.tensor([9])])[0][0])
+
+
 def _forwards(pte: bytes, tokens: torch.Tensor, decoded: int = 3) -> torch.Tensor:
     """A prompt prefilled in one call, then `decoded` of its tokens fed one at a time after it:
     every logit, flat."""

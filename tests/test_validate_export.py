@@ -106,7 +106,7 @@ def test_verify_and_package(tiny_hf_dir, tmp_path):
     res = CliRunner().invoke(main, ["verify", "--bundle", str(out), "--json"])
     assert res.exit_code == 0, res.output
     meta = json.loads(res.output[res.output.index("{") :])
-    assert meta["get_max_seq_len"] == 512 and meta["get_eos_ids"] == [2] and meta["get_vocab_size"] == 259
+    assert meta["get_max_context_len"] == 512 and meta["get_max_seq_len"] == 128 and meta["get_eos_ids"] == [2] and meta["get_vocab_size"] == 259
     res = CliRunner().invoke(main, ["package", "--bundle", str(out), "-o", str(tmp_path / "b.zip")])
     assert res.exit_code == 0, res.output
     names = zipfile.ZipFile(tmp_path / "b.zip").namelist()

@@ -296,11 +296,22 @@ class ExportConfig(Record):
     docs/speculative-program.md. separate_base: a speculative program's base-model weights go
     to ``base.ptd`` beside ``model.pte`` (ExecuTorch's program-data separation), the same
     bytes for every task program over the same base, so several task programs share one copy;
-    the program then holds only what its task trained (adapters, streams) and the delegates."""
+    the program then holds only what its task trained (adapters, streams) and the delegates.
+
+    prefill_chunk: the most tokens one `forward` call takes (the program's `get_max_seq_len`,
+    the prefill chunk of ExecuTorch's LLM runner; `get_max_context_len` is the context);
+    runtimes feed a longer prompt in chunks, which on edgespec's kernels gives the same bits
+    as one call. ExecuTorch plans activation memory for the largest call: 128 instead of the
+    whole context cut SmolLM2's planned bytes by 15 MB and Gemma 3's by 2 x 55 MB. 0: the
+    whole context in one call."""
 
     PATH: ClassVar[str] = "export"
     step_attention: Literal["exact", "rows", "custom_sdpa"] = "exact"
     separate_base: bool = False
+    prefill_chunk: int = 128
+
+    def _check(self) -> None:
+        require(self.prefill_chunk >= 0, self._at("prefill_chunk"), f"must be 0 (the whole context) or a positive token count, got {self.prefill_chunk}")
 
 
 @dataclass(frozen=True)

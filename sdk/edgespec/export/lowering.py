@@ -44,16 +44,19 @@ class SpecMeta:
 class ProgramMeta:
     """What the program's metadata methods answer."""
 
-    max_seq_len: int
+    max_seq_len: int  # the context (cache positions)
     vocab_size: int
     n_layers: int
     bos_id: int
     eos_ids: tuple[int, ...]
     spec: SpecMeta | None = None
+    call_tokens: int = 0  # the most tokens one forward call takes (`tokens_per_call`); 0: the context
 
     def constant_methods(self) -> dict[str, object]:
+        # ExecuTorch's LLM runner: get_max_seq_len the tokens of one call (its prefill chunk),
+        # get_max_context_len the context
         return (self.spec.constant_methods() if self.spec else {}) | {
-            C.GET_MAX_SEQ_LEN: self.max_seq_len,
+            C.GET_MAX_SEQ_LEN: self.call_tokens or self.max_seq_len,
             C.GET_MAX_CONTEXT_LEN: self.max_seq_len,
             C.GET_VOCAB_SIZE: self.vocab_size,
             C.GET_N_LAYERS: self.n_layers,
@@ -90,22 +93,29 @@ def xnnpack_partitioners(delegation: Delegation) -> list:
     return [XnnpackPartitioner(configs=[c for c in ALL_PARTITIONER_CONFIGS if c.__name__ not in _SHAPE_CONFIGS])]
 
 
-def export_forward(model: torch.nn.Module, max_seq_len: int, attention: str = "custom_sdpa") -> torch.export.ExportedProgram:
-    """`torch.export` of forward with a dynamic token count in [1, max_seq_len - 1], with
+def tokens_per_call(max_seq_len: int, prefill_chunk: int) -> int:
+    """The most tokens one forward call of a program with a context of `max_seq_len` takes:
+    `export.prefill_chunk`, at most max_seq_len - 1 (0: max_seq_len - 1)."""
+    return min(prefill_chunk, max_seq_len - 1) if prefill_chunk else max_seq_len - 1
+
+
+def export_forward(model: torch.nn.Module, max_seq_len: int, attention: str = "custom_sdpa", call_tokens: int = 0) -> torch.export.ExportedProgram:
+    """`torch.export` of forward with a dynamic token count in [1, call_tokens] (0:
+    max_seq_len - 1), with
     custom attention and cache ops swapped in for the export only (`attention`: a key of
     `edgespec.export.swaps.EXPORT_ATTENTION`; "custom_sdpa", ExecuTorch's `llama::custom_sdpa`,
     keeps the program runnable by ExecuTorch's stock LLM runner)."""
     from edgespec.export.swaps import executorch_ops
 
     with torch.no_grad(), executorch_ops(model, attention):
-        return export_dynamic_length(model, max_seq_len)
+        return export_dynamic_length(model, call_tokens or max_seq_len - 1)
 
 
-def export_dynamic_length(module: torch.nn.Module, max_seq_len: int) -> torch.export.ExportedProgram:
+def export_dynamic_length(module: torch.nn.Module, max_tokens: int) -> torch.export.ExportedProgram:
     """`torch.export` of a module called as (tokens [1, T], input_pos [1]) with T in
-    [1, max_seq_len - 1] (a forward or next_token; the caller holds `executorch_ops`)."""
-    tokens, input_pos = torch.zeros((1, 4), dtype=torch.long), torch.zeros((1,), dtype=torch.long)
-    seq = torch.export.Dim("seq_len", min=1, max=max_seq_len - 1)
+    [1, max_tokens] (a forward or next_token; the caller holds `executorch_ops`)."""
+    tokens, input_pos = torch.zeros((1, min(4, max_tokens)), dtype=torch.long), torch.zeros((1,), dtype=torch.long)
+    seq = torch.export.Dim("seq_len", min=1, max=max_tokens)
     shapes = ({1: seq}, None)
     if isinstance(module, MethodAsForward):  # its forward takes *args: one entry holding them all
         shapes = (shapes,)
@@ -124,13 +134,13 @@ class MethodAsForward(torch.nn.Module):
         return getattr(self.owner, self.name)(*args)
 
 
-def export_with_next_token(model: torch.nn.Module, max_seq_len: int, attention: str = "custom_sdpa") -> dict[str, torch.export.ExportedProgram]:
+def export_with_next_token(model: torch.nn.Module, max_seq_len: int, attention: str = "custom_sdpa", call_tokens: int = 0) -> dict[str, torch.export.ExportedProgram]:
     """`export_forward`'s forward plus `next_token` (`Transformer.next_token`: the greedy token,
     edgespec.export.constants.NEXT_TOKEN), both with a dynamic token count, sharing one KV cache."""
     from edgespec.export.swaps import executorch_ops
 
     with torch.no_grad(), executorch_ops(model, attention):
-        return {name: export_dynamic_length(MethodAsForward(model, name), max_seq_len) for name in (C.FORWARD, C.NEXT_TOKEN)}
+        return {name: export_dynamic_length(MethodAsForward(model, name), call_tokens or max_seq_len - 1) for name in (C.FORWARD, C.NEXT_TOKEN)}
 
 
 BASE_DATA = "base"  # the tag (and .ptd file stem) of a program's base-model constants kept outside it

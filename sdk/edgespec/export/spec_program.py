@@ -33,12 +33,13 @@ def example_step_inputs(program: SpecProgram) -> tuple[torch.Tensor, ...]:
     )
 
 
-def export_spec_methods(program: SpecProgram, attention: str = "custom_sdpa") -> dict[str, torch.export.ExportedProgram]:
-    """`torch.export` of forward (autoregressive, dynamic length) and spec_step, attending
-    with `edgespec.export.swaps.EXPORT_ATTENTION[attention]` (`export.step_attention`)."""
+def export_spec_methods(program: SpecProgram, attention: str = "custom_sdpa", call_tokens: int = 0) -> dict[str, torch.export.ExportedProgram]:
+    """`torch.export` of forward (autoregressive, up to `call_tokens` tokens a call, 0: the
+    context - 1) and spec_step, attending with `edgespec.export.swaps.EXPORT_ATTENTION[attention]`
+    (`export.step_attention`)."""
     out = {}
     with torch.no_grad(), executorch_ops(program, attention):
-        out[C.FORWARD] = export_dynamic_length(MethodAsForward(program, "forward"), program.max_seq_len)
+        out[C.FORWARD] = export_dynamic_length(MethodAsForward(program, "forward"), call_tokens or program.max_seq_len - 1)
         out[C.SPEC_STEP] = torch.export.export(MethodAsForward(program, "step"), example_step_inputs(program), strict=False)
     return out
 

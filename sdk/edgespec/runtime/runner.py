@@ -139,7 +139,10 @@ class ProgramRunner(Program):
         none is cached (False: the plan in force is left alone; `edgespec info` reads the cache)."""
         super().__init__(path, data_path)
         _say_openmp_spins()
-        self.max_seq_len = int(self.constant(C.GET_MAX_SEQ_LEN))
+        self.max_seq_len = int(self.constant(C.GET_MAX_CONTEXT_LEN))  # the context
+        # the most tokens one call takes (ExecuTorch's get_max_seq_len; programs before
+        # export.prefill_chunk answered the context there and took one token less)
+        self.call_tokens = min(int(self.constant(C.GET_MAX_SEQ_LEN)), self.max_seq_len - 1)
         self.vocab_size = int(self.constant(C.GET_VOCAB_SIZE))
         self.eos_ids = tuple(int(x) for x in self.constant(C.GET_EOS_IDS, many=True))
         self.has_spec = C.SPEC_STEP in self.program.method_names
@@ -169,8 +172,9 @@ class ProgramRunner(Program):
         return self.forward(torch.zeros((1, rows), dtype=torch.long), 0)
 
     def forward(self, tokens: torch.Tensor, start_pos: int) -> torch.Tensor:
-        """Logits of the last position, [V], after feeding tokens [1, T] at start_pos."""
-        out = execute(self._forward, [tokens, torch.tensor([start_pos], dtype=torch.long)])
+        """Logits of the last position, [V], after feeding tokens [1, T] at start_pos (in calls
+        of at most `call_tokens`: on edgespec's kernels the bits of one call)."""
+        out = execute(self._forward, [*self._feed_all_but_last(tokens, start_pos)])
         return out[0].reshape(-1, self.vocab_size)[-1]
 
     def next_token(self, tokens: torch.Tensor, start_pos: int) -> int:
@@ -178,7 +182,15 @@ class ProgramRunner(Program):
         from the program's `next_token` (a screened head: fewer bytes read than forward's)."""
         if self._next_token is None:
             self._next_token = self.program.load_method(C.NEXT_TOKEN)
-        return int(execute(self._next_token, [tokens, torch.tensor([start_pos], dtype=torch.long)])[0][0])
+        return int(execute(self._next_token, [*self._feed_all_but_last(tokens, start_pos)])[0][0])
+
+    def _feed_all_but_last(self, tokens: torch.Tensor, start_pos: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Feed `forward` every chunk of `call_tokens` but the last; the last's inputs."""
+        n = self.call_tokens
+        last = (tokens.shape[1] - 1) // n * n
+        for s in range(0, last, n):
+            execute(self._forward, [tokens[:, s : s + n], torch.tensor([start_pos + s], dtype=torch.long)])
+        return tokens[:, last:], torch.tensor([start_pos + last], dtype=torch.long)
 
     def spec_step(
         self, last: int, draft: torch.Tensor, pos: int, temperature: float, uniforms: torch.Tensor, gumbel: torch.Tensor

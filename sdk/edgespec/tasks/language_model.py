@@ -86,23 +86,26 @@ def build_bundle_files(recipe: Recipe, stage_dir: Path, stage: StageClock) -> Lm
         half_kv_cache_(model)
 
     stage("export")
-    from edgespec.export.lowering import ProgramMeta, export_forward, export_with_next_token, lower_to_executorch
+    from edgespec.export.lowering import ProgramMeta, export_forward, export_with_next_token, lower_to_executorch, tokens_per_call
     from edgespec.export.swaps import program_ops
 
     windowed = bool(src.args.local_layers) and src.args.sliding_window < recipe.model.max_seq_len
+    call_tokens = tokens_per_call(recipe.model.max_seq_len, recipe.export.prefill_chunk)
     ops = program_ops(recipe.quant, recipe.export.step_attention, src.args.head_dim, speculative=spec is not None, windowed=windowed)
     if spec is not None:
         from edgespec.export.spec_program import export_spec_methods, spec_meta
 
-        programs = export_spec_methods(spec, ops.attention)
+        programs = export_spec_methods(spec, ops.attention, call_tokens)
     elif recipe.quant.head_screen:
-        programs = export_with_next_token(model, recipe.model.max_seq_len, ops.attention)
+        programs = export_with_next_token(model, recipe.model.max_seq_len, ops.attention, call_tokens)
     else:
-        programs = {"forward": export_forward(model, recipe.model.max_seq_len, ops.attention)}
+        programs = {"forward": export_forward(model, recipe.model.max_seq_len, ops.attention, call_tokens)}
 
     stage("lower")
     bos = src.bos_id if src.bos_id is not None else src.eos_ids[0]
-    meta = ProgramMeta(recipe.model.max_seq_len, src.args.vocab_size, src.args.n_layers, bos, src.eos_ids, spec_meta(spec) if spec is not None else None)
+    meta = ProgramMeta(
+        recipe.model.max_seq_len, src.args.vocab_size, src.args.n_layers, bos, src.eos_ids, spec_meta(spec) if spec is not None else None, call_tokens
+    )
     lowered = lower_to_executorch(programs, meta, xnnpack=ops.xnnpack, separate_base=recipe.export.separate_base)
     (stage_dir / LAYOUT.program).write_bytes(lowered.program)
     for name, data in lowered.data.items():  # base.ptd: the base model's weights (export.separate_base)
@@ -225,7 +228,7 @@ def verify(bundle_dir: Path, m: LmManifest) -> tuple[dict, str]:
     meta = verify_program(bundle_dir, m)
     spec = f", spec tree {meta['get_spec_branching']}" if "get_spec_branching" in meta else ""
     return meta, (
-        f"program answers {len(meta)} metadata methods (context {meta['get_max_seq_len']}, vocab {meta['get_vocab_size']}, eos {meta['get_eos_ids']}{spec})"
+        f"program answers {len(meta)} metadata methods (context {meta['get_max_context_len']}, {meta['get_max_seq_len']} tokens a call, vocab {meta['get_vocab_size']}, eos {meta['get_eos_ids']}{spec})"
     )
 
 

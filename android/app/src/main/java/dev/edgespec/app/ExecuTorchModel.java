@@ -13,7 +13,8 @@ import org.pytorch.executorch.Tensor;
  */
 public final class ExecuTorchModel implements LanguageModel {
   private final Module module;
-  private final int maxSeqLen;
+  private final int maxSeqLen;  // the context
+  private final int callTokens;  // the most tokens one forward call takes (a longer prompt is fed in chunks)
   private final int vocabSize;
   private final long[] eosIds;
   private final boolean hasSpec;
@@ -23,7 +24,9 @@ public final class ExecuTorchModel implements LanguageModel {
 
   public ExecuTorchModel(String ptePath) {
     module = Module.load(ptePath, Module.LOAD_MODE_MMAP);
-    maxSeqLen = (int) constant(ProgramContract.GET_MAX_SEQ_LEN);
+    maxSeqLen = (int) constant(ProgramContract.GET_MAX_CONTEXT_LEN);
+    // ExecuTorch's get_max_seq_len: tokens per call (programs before export.prefill_chunk answered the context)
+    callTokens = Math.min((int) constant(ProgramContract.GET_MAX_SEQ_LEN), maxSeqLen - 1);
     vocabSize = (int) constant(ProgramContract.GET_VOCAB_SIZE);
     EValue[] eos = module.execute(ProgramContract.GET_EOS_IDS);
     eosIds = new long[eos.length];
@@ -58,7 +61,13 @@ public final class ExecuTorchModel implements LanguageModel {
 
   @Override
   public float[] forward(long[] tokens, long startPos) {
-    EValue[] out = module.execute(ProgramContract.FORWARD, longs(tokens, 1, tokens.length), longs(new long[] {startPos}, 1));
+    int tailAt = (tokens.length - 1) / callTokens * callTokens;  // every chunk before it: fed for the cache
+    for (int s = 0; s < tailAt; s += callTokens) {
+      long[] chunk = java.util.Arrays.copyOfRange(tokens, s, s + callTokens);
+      module.execute(ProgramContract.FORWARD, longs(chunk, 1, chunk.length), longs(new long[] {startPos + s}, 1));
+    }
+    long[] tail = tailAt == 0 ? tokens : java.util.Arrays.copyOfRange(tokens, tailAt, tokens.length);
+    EValue[] out = module.execute(ProgramContract.FORWARD, longs(tail, 1, tail.length), longs(new long[] {startPos + tailAt}, 1));
     float[] all = out[0].toTensor().getDataAsFloatArray();
     float[] last = new float[vocabSize];
     System.arraycopy(all, all.length - vocabSize, last, 0, vocabSize);
