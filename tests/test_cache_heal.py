@@ -112,13 +112,33 @@ def flags_plan() -> plan.KernelPlan:
     return plan.KernelPlan(1, len(SHAPES), 0.01, {r: plan.RegimePlan(rows, choice, 1.0, 1.0, {choice.label(): 1.0}) for r, rows in plan.REGIMES.items()}, 0.0)
 
 
+class _QuietLoad:
+    """plan._LoadMeter's stand-in: every timing on a quiet machine."""
+
+    def __enter__(self):
+        self.load = QUIET
+        return self
+
+    def __exit__(self, *exc):
+        return None
+
+
+QUIET = plan.TimingLoad(0.0, 2)
+
+
+def _untimed(p: plan.KernelPlan) -> plan.KernelPlan:
+    """The plan without when and under what load it was timed (what a measurement adds)."""
+    return dataclasses.replace(p, timed_at="", load=None)
+
+
 @pytest.fixture()
 def plan_cache(tmp_path, monkeypatch, flags_plan):
-    """Plans under `tmp_path`; the program records `SHAPES` and each measurement gives
-    `flags_plan` (yields the list of what was measured)."""
+    """Plans under `tmp_path`; the program records `SHAPES`, each measurement gives
+    `flags_plan` on a quiet machine (yields the list of what was measured)."""
     monkeypatch.setenv("EDGESPEC_CACHE", str(tmp_path))
     monkeypatch.delenv(plan.ENV, raising=False)
     monkeypatch.setattr(plan, "record_shapes", lambda forward: list(SHAPES))
+    monkeypatch.setattr(plan, "_LoadMeter", _QuietLoad)
     measured = []
     monkeypatch.setattr(plan, "tune", lambda shapes, threads, forward: measured.append(shapes) or flags_plan)
     yield measured
@@ -151,7 +171,7 @@ def test_an_unwritable_plan_cache_is_skipped_with_a_note(tmp_path, monkeypatch, 
         _refuse_temporaries(monkeypatch)
     with pytest.warns(EdgespecNote, match="kernel plan could not be cached") as notes:
         got = plan.plan_program(_program, 1)
-    assert got == flags_plan and len(plan_cache) == 1 and len(notes) == 1
+    assert _untimed(got) == flags_plan and got.load == QUIET and len(plan_cache) == 1 and len(notes) == 1
     assert "\n" not in str(notes[0].message)
     _assert_installed(got)
 
@@ -159,7 +179,7 @@ def test_an_unwritable_plan_cache_is_skipped_with_a_note(tmp_path, monkeypatch, 
 def test_a_read_only_plan_cache_is_used_as_it_is(tmp_path, monkeypatch, plan_cache, flags_plan):
     path = plan.plan_path(SHAPES, 1)
     path.parent.mkdir(parents=True)
-    cached = dataclasses.replace(flags_plan, tune_s=2.5)
+    cached = dataclasses.replace(flags_plan, tune_s=2.5, load=QUIET)  # timed on a quiet machine: final
     path.write_text(json.dumps(cached.to_json()))
     _refuse_temporaries(monkeypatch)
     with warnings.catch_warnings():
@@ -197,8 +217,8 @@ def test_an_invalid_cached_plan_is_measured_again(tmp_path, plan_cache, flags_pl
         EDITS[damage](d)
         path.write_text(json.dumps(d))
     got = plan.plan_program(_program, 1)
-    assert got == flags_plan and len(plan_cache) == 1
-    assert plan.KernelPlan.from_json(json.loads(path.read_text())) == flags_plan  # the measured plan replaced it
+    assert _untimed(got) == flags_plan and len(plan_cache) == 1
+    assert plan.KernelPlan.from_json(json.loads(path.read_text())) == got  # the measured plan replaced it
     _assert_installed(got)
 
 
