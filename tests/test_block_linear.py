@@ -431,7 +431,9 @@ def test_an_fp16_kv_cache_halves_the_cache_keeps_rows_invariant_and_follows_eage
     model = half_kv_cache_(_tiny_block_kernel_model())
     assert model.layers[0].attention.kv_cache.k_cache.dtype == torch.float16
     pte = _lower_block_kernel_program(model)
-    cache_bytes = sum(b.numel() * 4 for m in _tiny_block_kernel_model().modules() for b in (getattr(m, "k_cache", None), getattr(m, "v_cache", None)) if b is not None)
+    cache_bytes = sum(
+        b.numel() * 4 for m in _tiny_block_kernel_model().modules() for b in (getattr(m, "k_cache", None), getattr(m, "v_cache", None)) if b is not None
+    )
     assert _planned_bytes(_tiny_block_kernel_pte()) - _planned_bytes(pte) >= 0.9 * cache_bytes / 2
     method = Runtime.get().load_program(pte).load_method("forward")
     tokens = torch.randint(0, 97, (1, 9), generator=torch.Generator().manual_seed(2))
@@ -461,7 +463,9 @@ def test_a_prompt_fed_in_chunks_gives_the_bits_of_one_call_with_less_planned_mem
     from edgespec.runtime.runner import ProgramRunner
 
     model = _tiny_block_kernel_model()
-    pte = lower_to_executorch({"forward": export_forward(model, 64, "exact", call_tokens=4)}, ProgramMeta(64, 97, 2, 1, (2,), call_tokens=4), xnnpack="none").program
+    pte = lower_to_executorch(
+        {"forward": export_forward(model, 64, "exact", call_tokens=4)}, ProgramMeta(64, 97, 2, 1, (2,), call_tokens=4), xnnpack="none"
+    ).program
     assert _planned_bytes(pte) < _planned_bytes(_tiny_block_kernel_pte())
     (tmp_path / "chunked.pte").write_bytes(pte)
     runner = ProgramRunner(tmp_path / "chunked.pte")

@@ -83,7 +83,9 @@ def test_a_plan_timed_on_a_busy_machine_is_timed_again_and_the_quiet_timing_kept
         timings.append(_Load.others)
         # busy: the other core's load slows the split calls, so no split wins; quiet: the flags' choice is 4% faster
         best, other = (busy_best, quiet_best) if _Load.others > plan.BUSY_CORES else (quiet_best, busy_best)
-        regimes = {r: plan.RegimePlan(n, best, 1.0, 1.0 if best == quiet_best else 1.3, {best.label(): 1.0, other.label(): 1.04}) for r, n in plan.REGIMES.items()}
+        regimes = {
+            r: plan.RegimePlan(n, best, 1.0, 1.0 if best == quiet_best else 1.3, {best.label(): 1.0, other.label(): 1.04}) for r, n in plan.REGIMES.items()
+        }
         return plan.KernelPlan(threads, len(shapes), 0.1, regimes, 0.01)
 
     monkeypatch.setattr(plan, "tune", fake_tune)

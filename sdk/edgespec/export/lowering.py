@@ -134,7 +134,9 @@ class MethodAsForward(torch.nn.Module):
         return getattr(self.owner, self.name)(*args)
 
 
-def export_with_next_token(model: torch.nn.Module, max_seq_len: int, attention: str = "custom_sdpa", call_tokens: int = 0) -> dict[str, torch.export.ExportedProgram]:
+def export_with_next_token(
+    model: torch.nn.Module, max_seq_len: int, attention: str = "custom_sdpa", call_tokens: int = 0
+) -> dict[str, torch.export.ExportedProgram]:
     """`export_forward`'s forward plus `next_token` (`Transformer.next_token`: the greedy token,
     edgespec.export.constants.NEXT_TOKEN), both with a dynamic token count, sharing one KV cache."""
     from edgespec.export.swaps import executorch_ops
