@@ -34,7 +34,8 @@ class ModelConfig(Record):
 
 @dataclass(frozen=True)
 class QuantConfig(Record):
-    """torchao quantization of the exported program.
+    """Quantization of the exported program: edgespec's block kernel over the file's own blocks
+    (the default), or torchao's tensors for XNNPACK.
 
     scheme: ``fp32`` (none), ``fp16`` (fp16 weights and activations; KV cache and attention
     in fp32), ``8da4w`` (int8 dynamic activations, int4 grouped weights), ``8da8w`` (int8
@@ -45,9 +46,10 @@ class QuantConfig(Record):
     the same bytes and the program stores them once), else fp32; 4 or 8 rounds it weight-only
     with ``group_size``.
 
-    carry_blocks: a linear stored in the source file as GGUF Q4_0/Q4_1 blocks keeps the
-    file's own codes and scales (no second rounding; edgespec.quant); false rounds the
-    dequantized weights again. rounding: how weights without carried blocks get their scales,
+    carry_blocks: a weight stored in the source file as GGUF blocks keeps the file's own codes
+    and scales (no second rounding; edgespec.quant): every type of `KERNEL_CARRIED` on
+    edgespec's kernel (Q4_0/Q4_1/Q4_K/Q5_0/Q5_1/Q5_K/Q6_K/Q3_K/Q8_0), Q4_0/Q4_1 on XNNPACK;
+    false rounds the dequantized weights again. rounding: how weights without carried blocks get their scales,
     ``maxabs`` (torchao's default) or ``mse`` (least squared error per block). head_bits: the
     lm head's weights in 8da4w, 4 (group_size blocks) or 8 (per output channel).
 
@@ -284,7 +286,8 @@ class NumericsConfig(Record):
 
 @dataclass(frozen=True)
 class ExportConfig(Record):
-    """Lowering to ExecuTorch (always XNNPACK-delegated).
+    """Lowering to ExecuTorch (what XNNPACK's delegate takes follows `quant.kernel`:
+    `edgespec.export.swaps.program_ops`).
 
     step_attention: how a speculative program attends: ``exact`` (edgespec's attention kernel,
     sdk/edgespec/kernels, in both `forward` and `spec_step`: all rows in one call, each row's

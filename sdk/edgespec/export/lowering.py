@@ -1,8 +1,10 @@
-"""Lower a `Transformer` to one XNNPACK-delegated ExecuTorch program.
+"""Lower a `Transformer` to one ExecuTorch program: edgespec's ops end to end for a program of
+the block kernel (nothing delegated), XNNPACK's delegate for the rest (`Delegation`).
 
 The program follows ExecuTorch's LLM runner conventions: `forward(tokens [1, T],
-input_pos [1])` with a dynamic T (the whole prompt in one call), the KV cache as mutable
-buffers inside the program, and the metadata methods of `edgespec.export.constants`.
+input_pos [1])` with a dynamic T up to `get_max_seq_len` (`export.prefill_chunk`; a longer
+prompt goes in chunks), the KV cache as mutable buffers inside the program, and the metadata
+methods of `edgespec.export.constants`.
 """
 
 from __future__ import annotations
