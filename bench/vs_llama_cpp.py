@@ -49,7 +49,8 @@ def run_measured(cmd: list[str], env: dict | None = None) -> tuple[str, float]:
     if done.returncode != 0:
         status = f"killed by signal {done.returncode - 128}" if done.returncode > 128 else f"exit status {done.returncode}"
         last = next((ln.strip() for ln in reversed(lines) if ln.strip()), "no output on stderr")
-        raise Failed(f"{Path(cmd[0]).name if 'python' not in Path(cmd[0]).name else ' '.join(cmd[2:5])}: {status}: {last[-300:]}")
+        tool = Path(cmd[0]).name if cmd[0] != sys.executable else " ".join(cmd[1:3])[:60]  # llama-bench, or "-m edgespec.cli"
+        raise Failed(f"{tool}: {status}: {last[-300:]}")
     return done.stdout, peak
 
 
