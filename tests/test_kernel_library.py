@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -101,3 +102,11 @@ def test_the_android_build_compiles_every_source_of_the_library():
     cmake = (Path(__file__).resolve().parents[1] / "android" / "kernels" / "CMakeLists.txt").read_text()
     listed = set(re.findall(r"\$\{EDGESPEC_KERNELS\}/(\w+\.cpp)", cmake))
     assert listed == set(library.SOURCES), (listed, library.SOURCES)
+
+
+def test_every_header_of_the_kernels_is_part_of_the_librarys_cache_key():
+    """An edited header must rebuild the library: every .h under kernels/ is in HEADERS (and
+    every source in SOURCES), so the cache key covers it."""
+    root = Path(library.__file__).parent
+    assert set(library.HEADERS) == {str(p.relative_to(root)) for p in root.rglob("*.h")}
+    assert set(library.SOURCES) == {p.name for p in root.glob("*.cpp")}

@@ -29,10 +29,20 @@ from edgespec.host import cache_dir, process_alive
 from edgespec.output_dir import renamed_into_place
 from edgespec.packages import package_dir
 
-SOURCES = ("attention.cpp", "block_embedding.cpp", "block_linear.cpp", "glue.cpp", "threadpool.cpp")  # compiled into one library
+SOURCES = (  # compiled into one library
+    "attention.cpp",
+    "block_argmax.cpp",
+    "block_embedding.cpp",
+    "block_linear.cpp",
+    "glue.cpp",
+    "kernel_bench.cpp",
+    "kernel_plan.cpp",
+    "threadpool.cpp",
+)
 HEADERS = (  # included by them (part of the cache key)
     "block_linear.h",
-    *(f"block_linear/{h}.h" for h in ("contract", "portable", "x86_avx2", "x86_avx512", "neon", "dispatch", "screen")),
+    "block_ops.h",
+    *(f"block_linear/{h}.h" for h in ("contract", "portable", "x86_avx2", "x86_avx512", "x86_amx", "neon", "dispatch", "screen")),
     "glue.h",
     "threadpool.h",
     "vec8.h",

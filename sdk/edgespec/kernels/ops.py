@@ -58,7 +58,7 @@ def _op(name: str, args: str, ref, fake=None) -> None:
     torch.library.register_fake(f"edgespec::{name}.out")(lambda *args, out, **kw: out)
 
 
-PROLOGUES = {"none": 0, "rms_norm": 1, "swiglu": 2}  # block_linear.cpp's Prologue
+PROLOGUES = {"none": 0, "rms_norm": 1, "swiglu": 2}  # block_ops.h's Prologue
 
 
 def reference_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, start_pos: int, mask: torch.Tensor | None = None) -> torch.Tensor:

@@ -1,6 +1,6 @@
 // An exact argmax over an 8-bit (S8H, Q8_0) head that reads a 5-bit screen of its codes
 // instead of the codes: every output row gets an interval that provably holds its value, and
-// only rows whose interval reaches the best lower bound are computed exactly (block_linear.cpp's
+// only rows whose interval reaches the best lower bound are computed exactly (block_argmax.cpp's
 // `edgespec::block_argmax`, docs/gemma3.md).
 //
 // Each code q in -128..127 is 8 (u - 16) + l with u = (q >> 3) + 16 in 0..31 (the screen keeps
