@@ -13,7 +13,7 @@ from edgespec.config import (
 )
 from edgespec.models.llama import LlamaArgs, Transformer  # noqa: E402
 from edgespec.speculative.features import FeatureCache  # noqa: E402
-from edgespec.speculative.streams import SpecModel, StreamParams  # noqa: E402
+from edgespec.speculative.streams import StreamParams, StreamsModel  # noqa: E402
 from edgespec.speculative.train import _dist, train_drafter  # noqa: E402
 from test_train import _periodic_examples  # noqa: E402
 
@@ -26,9 +26,9 @@ def main(out: str, batch_size: int) -> None:
         for p in base.parameters():
             p.normal_(0, 0.2)
     base.requires_grad_(False)
-    spec = SpecModel(base, StreamParams(base, DrafterConfig(gamma=2, n_layers=1, lora_rank=4, tree=(1, 1))))
+    spec = StreamsModel(base, StreamParams(base, DrafterConfig(draft_depth=2, n_layers=1, lora_rank=4, tree=(1, 1))))
     ex = _periodic_examples()
-    hp = TrainConfig(steps=12, batch_size=batch_size, lr=5e-3, warmup_steps=2, checkpoint_every=100, stream_weights=(1.0, 1.0), bf16=False)
+    hp = TrainConfig(steps=12, batch_size=batch_size, lr=5e-3, warmup_steps=2, checkpoint_every=100, depth_weights=(1.0, 1.0), bf16=False)
     log = train_drafter(spec, ex, FeatureCache(spec, ex).h, hp, Path(out) / "run")
     rank, _ = _dist()
     if rank == 0:

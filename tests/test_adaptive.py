@@ -12,7 +12,7 @@ from edgespec.config import DrafterConfig
 from edgespec.runtime.adaptive import AdaptiveSpeculation
 from edgespec.runtime.generate import eager_step, generate
 from edgespec.speculative.step import EagerSpecMethods, SpecProgram
-from edgespec.speculative.streams import SpecModel, StreamParams
+from edgespec.speculative.streams import StreamParams, StreamsModel
 from edgespec.speculative.tree import Tree
 
 
@@ -78,8 +78,8 @@ def test_rejects_nonsense_settings():
 @pytest.mark.parametrize("lookup", [0, 1])
 def test_the_decode_loop_under_the_policy_is_greedy_decoding(tiny_model, lookup):
     torch.manual_seed(1)
-    params = StreamParams(tiny_model, DrafterConfig(gamma=2, n_layers=1, lora_rank=4, f_rank=4, tree=(1, 1)))
-    m = EagerSpecMethods(SpecProgram(SpecModel(tiny_model, params), Tree((1, 1))).eval())
+    params = StreamParams(tiny_model, DrafterConfig(draft_depth=2, n_layers=1, lora_rank=4, f_rank=4, tree=(1, 1)))
+    m = EagerSpecMethods(SpecProgram(StreamsModel(tiny_model, params), Tree((1, 1))).eval())
     prompt, kw = [3, 1, 4, 1, 5, 9, 2, 6], dict(max_new_tokens=40, max_seq_len=96, eos_ids=())
     ar = generate(eager_step(tiny_model), prompt, **kw)
     policy = AdaptiveSpeculation(window=2, ar_probe=2, first_backoff=2, max_backoff=4)

@@ -20,7 +20,7 @@ from edgespec.models.tokenizer import Tokenizer
 from edgespec.runtime.batch import finished_ids, run_batch
 from edgespec.runtime.generate import GenerationResult
 from edgespec.speculative.features import FeatureCache
-from edgespec.speculative.streams import SpecModel, StreamParams
+from edgespec.speculative.streams import StreamParams, StreamsModel
 from test_fuzz import FAST, json_values
 from test_train import _periodic_examples, _run
 
@@ -59,7 +59,7 @@ def test_resume_refuses_a_checkpoint_that_would_run_code(tiny_model, tmp_path, k
 @pytest.mark.parametrize("kind", ["runs code", "damaged", "not a dict"])
 def test_feature_cache_rebuilds_a_file_that_would_run_code(tiny_model, tmp_path, kind):
     marker, files = _unsafe_files(tmp_path)
-    spec = SpecModel(tiny_model, StreamParams(tiny_model, DrafterConfig(gamma=2, n_layers=1, lora_rank=4, tree=(1, 1))))
+    spec = StreamsModel(tiny_model, StreamParams(tiny_model, DrafterConfig(draft_depth=2, n_layers=1, lora_rank=4, tree=(1, 1))))
     ex = _periodic_examples()
     files[kind](tmp_path / "features.pt")
     calls = []

@@ -184,3 +184,10 @@ def test_bench_with_one_new_token_reports_decode_speed_unavailable(tmp_path, mon
         assert "decode speed is unavailable" in out["note"]
     else:
         assert "ar.tokens_per_s: n/a" in res.output and "decode speed is unavailable" in res.output
+
+
+def test_time_call_is_the_median_of_the_timed_calls_after_the_warmup():
+    from edgespec.runtime.speed import time_call
+
+    calls = []
+    assert time_call(lambda: calls.append(1), warmup=2, reps=5) >= 0 and len(calls) == 7

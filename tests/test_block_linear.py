@@ -182,8 +182,7 @@ def test_table_rows_in_a_program_are_the_eager_rows_for_every_format():
     library.load()
     for fmt in FORMATS:
         b = _codes(fmt, 45, 96, seed=5)
-        table = BlockEmbedding(b)
-        table.use_kernel = True
+        table = BlockEmbedding(b).op()
         seq = torch.export.Dim("T", min=1, max=64)
         ep = torch.export.export(table, (torch.zeros(1, 3, dtype=torch.long),), dynamic_shapes=({1: seq},), strict=False)
         program = Runtime.get().load_program(to_edge(ep).to_executorch().buffer)
@@ -202,8 +201,7 @@ def test_program_equals_reference_for_every_row_count(fmt):
     exact)."""
     out, k = 45, 192
     b = _codes(fmt, out, k, seed=3)
-    linear = BlockLinear(b)
-    linear.use_kernel = True
+    linear = BlockLinear(b).op()
     _keep, method = _program(linear, k)
     x = torch.randn(1, 70, k) * 3
     ref = reference_block_linear(x, b)
@@ -238,8 +236,7 @@ def test_program_equals_reference_on_non_finite_and_tiny_blocks():
     x[0, 2, 64:] = torch.tensor([0.0 if j % 3 == 0 else 1e-38 * j for j in range(32)])
     for fmt in FORMATS:
         b = _codes(fmt, 33, k, seed=5)
-        linear = BlockLinear(b)
-        linear.use_kernel = True
+        linear = BlockLinear(b).op()
         _keep, method = _program(linear, k)
         torch.testing.assert_close(method.execute([x])[0], reference_block_linear(x, b), rtol=0, atol=0, equal_nan=True)
 
@@ -248,23 +245,29 @@ def test_stacked_linears_compute_each_ones_bits():
     """q/k/v (and gate/up) stacked into one block linear give, split back, bitwise each
     linear's own output (the kernel is per output row), biases and adapters included; mixed
     formats are not stacked."""
+    from edgespec.export.kernel_modules import Stacked
     from edgespec.kernels.block_linear import stacked
-    from edgespec.models.llama import projections
+    from edgespec.models.llama import adapted
 
     parts = [BlockLinear(_codes("U4H", n, 96, seed=i), torch.randn(n)) for i, n in enumerate((32, 16, 16))]
-    fused = stacked(parts)
+    fused = Stacked(stacked(parts), ("wq", "wk", "wv"), (32, 16, 16))
     x = torch.randn(5, 96)
     lora = {"wk": torch.nn.Linear(96, 16)}
     with torch.no_grad():
-        got = projections(fused, parts, ("wq", "wk", "wv"), lora, x)
-        want = [parts[0](x), parts[1](x) + lora["wk"](x), parts[2](x)]
+        got = fused(x, lora)
+        want = [adapted(p, lora, n, x) for p, n in zip(parts, ("wq", "wk", "wv"))]
     assert all(torch.equal(g, w) for g, w in zip(got, want))
     assert stacked([parts[0], BlockLinear(_codes("S8H", 16, 96))]) is None
     assert stacked([parts[0], torch.nn.Linear(96, 16)]) is None
 
 
-def test_exporting_a_block_kernel_model_stacks_its_projections_and_restores_them():
+def test_exporting_a_block_kernel_model_swaps_in_kernel_modules_and_restores_the_models_own():
+    """Inside the export's swaps the model's norms, attentions and feed-forwards are edgespec's
+    kernel modules (q/k/v and gate/up stacked, the separate linears left out of the program),
+    block linears run their op; after, the very same modules and weights are back. Without
+    glue only the block linears run their op."""
     from edgespec.config import QuantConfig
+    from edgespec.export.kernel_modules import KernelAttention, KernelFeedForward, KernelRMSNorm
     from edgespec.export.swaps import executorch_ops
     from edgespec.models.llama import LlamaArgs
     from edgespec.quant import plan_quantization, quantize_
@@ -272,12 +275,22 @@ def test_exporting_a_block_kernel_model_stacks_its_projections_and_restores_them
 
     model = random_transformer(LlamaArgs(dim=64, n_layers=1, n_heads=4, n_kv_heads=2, hidden_dim=96, vocab_size=97, max_seq_len=32))
     quantize_(model, plan_quantization(model, QuantConfig(scheme="8da4w", kernel="edgespec")))
-    attn, ffn = model.layers[0].attention, model.layers[0].feed_forward
+    layer = model.layers[0]
+    own, own_attention = list(model.modules()), model.layers[0].attention
     before = {k: v.clone() for k, v in model.state_dict().items()}
+    with executorch_ops(model, "exact", glue=True):
+        attn, ffn = layer.attention, layer.feed_forward
+        assert isinstance(attn, KernelAttention) and isinstance(ffn, KernelFeedForward) and isinstance(layer.attention_norm, KernelRMSNorm)
+        assert (
+            attn.stacked.linear.out_features == 64 + 2 * 32
+            and ffn.stacked.linear.out_features == 2 * 96
+            and type(attn.stacked.linear).__name__ == "BlockLinearOp"
+        )
+        assert not any(hasattr(attn, n) for n in ("wq", "wk", "wv")) and not any(hasattr(ffn, n) for n in ("w1", "w3"))
+        assert type(attn.wo).__name__ == "BlockLinearOp" and "wq" in own_attention._modules  # the model's own attention keeps its q
+    assert list(model.modules()) == own
     with executorch_ops(model, "exact"):
-        assert attn.fused.out_features == 64 + 2 * 32 and ffn.fused.out_features == 2 * 96
-        assert attn.fused.use_kernel and not any(isinstance(m, BlockLinear) for m in (attn.wq, attn.wk, attn.wv, ffn.w1, ffn.w3))
-    assert attn.fused is None and ffn.fused is None and isinstance(attn.wk, BlockLinear) and not attn.wk.use_kernel
+        assert type(layer.attention).__name__ == "Attention" and type(layer.attention.wk).__name__ == "BlockLinearOp"
     after = model.state_dict()
     assert before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before)
 
@@ -372,7 +385,9 @@ def _lower_block_kernel_program(model) -> bytes:
     """The model lowered with no delegate (block kernel, fused glue, edgespec's attention)."""
     from edgespec.export.lowering import ProgramMeta, export_forward, lower_to_executorch
 
-    return lower_to_executorch({"forward": export_forward(model, model.args.max_seq_len, "exact")}, ProgramMeta(64, 97, 2, 1, (2,)), xnnpack="none").program
+    return lower_to_executorch(
+        {"forward": export_forward(model, model.args.max_seq_len, "exact", glue=True)}, ProgramMeta(64, 97, 2, 1, (2,)), xnnpack="none"
+    ).program
 
 
 @functools.cache
@@ -464,7 +479,7 @@ def test_a_prompt_fed_in_chunks_gives_the_bits_of_one_call_with_less_planned_mem
 
     model = _tiny_block_kernel_model()
     pte = lower_to_executorch(
-        {"forward": export_forward(model, 64, "exact", call_tokens=4)}, ProgramMeta(64, 97, 2, 1, (2,), call_tokens=4), xnnpack="none"
+        {"forward": export_forward(model, 64, "exact", call_tokens=4, glue=True)}, ProgramMeta(64, 97, 2, 1, (2,), call_tokens=4), xnnpack="none"
     ).program
     assert _planned_bytes(pte) < _planned_bytes(_tiny_block_kernel_pte())
     (tmp_path / "chunked.pte").write_bytes(pte)
@@ -498,7 +513,7 @@ def test_glue_folded_into_the_linears_changes_no_bit(monkeypatch):
     from edgespec.export.lowering import export_forward
 
     model, folded = _tiny_block_kernel_program()
-    ep = fusion.fuse_block_linear_glue(export_forward(model, model.args.max_seq_len, "exact"))
+    ep = fusion.fuse_block_linear_glue(export_forward(model, model.args.max_seq_len, "exact", glue=True))
     targets = [str(n.target) for n in ep.graph.nodes if n.op == "call_function"]
     assert targets.count("edgespec.rms_norm.default") == 1 and "edgespec.silu_mul.default" not in targets and "aten.add.Tensor" not in targets
     assert targets.count("aten.split_with_sizes.default") == 2  # q/k/v's, one per layer

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from edgespec.config import QuantConfig
-from edgespec.models.blocks import BLOCK_FORMATS
+from edgespec.kernels.block_formats import GGUF_TYPES
 from edgespec.models.gguf import load_gguf
 from edgespec.quant import BlockOffsetLinear, plan_quantization, quantize_
 
@@ -55,7 +55,7 @@ def test_loader_keeps_the_blocks_gguf_stores(tmp_path, fmt):
     src = load_gguf(tmp_path / "m.gguf", 64)
     assert set(src.blocks) == {k for k in src.state_dict if k.endswith(".weight") and src.state_dict[k].dim() == 2}
     b = src.blocks["layers.0.feed_forward.w2.weight"]
-    assert b.format == fmt and b.bits == BLOCK_FORMATS[fmt][0] and (b.offsets is not None) == (fmt == "Q4_1")
+    assert b.format == fmt and b.bits == GGUF_TYPES[fmt].bits and (b.offsets is not None) == (fmt == "Q4_1")
     assert b.codes.abs().max() <= (127 if fmt == "Q8_0" else 8)
     for gname, mname in (("blk.0.ffn_down.weight", "layers.0.feed_forward.w2.weight"), ("token_embd.weight", "tok_embeddings.weight")):
         assert torch.equal(src.blocks[mname].dequantize(), torch.from_numpy(deq[gname]))  # bit for bit
@@ -130,7 +130,7 @@ def test_mse_scales_never_lose_to_maxabs():
         assert (err_mse <= (q0 * s0[..., None] - w.view(16, 2, 32)).pow(2).sum(-1) + 1e-9).all()
 
 
-@pytest.mark.parametrize("fmt", list(BLOCK_FORMATS))
+@pytest.mark.parametrize("fmt", list(GGUF_TYPES))
 def test_every_block_format_reads_what_gguf_dequantizes(fmt):
     """Codes, scales and mins of each type (random bytes of every field: K-quants' packed 6-bit
     scales, Q5's fifth bits, Q3_K's high-bit mask) give exactly `gguf`'s dequantized weights."""
@@ -142,7 +142,7 @@ def test_every_block_format_reads_what_gguf_dequantizes(fmt):
     raw = random_gguf_blocks(fmt, 8, 512, np.random.default_rng(1))
     want = torch.from_numpy(gguf.quants.dequantize(raw, getattr(gguf.GGMLQuantizationType, fmt)).reshape(8, 512).astype(np.float32))
     b = read_blocks(fmt, raw, (8, 512))
-    bits = BLOCK_FORMATS[fmt][0]
+    bits = GGUF_TYPES[fmt].bits
     assert b.bits == bits and b.codes.dtype == torch.int8
     assert -(2 ** (bits - 1)) <= int(b.codes.min()) and int(b.codes.max()) < 2 ** (bits - 1)  # centred codes
     assert torch.allclose(b.dequantize(), want, rtol=1e-6, atol=1e-7)

@@ -105,7 +105,7 @@ def test_missing_and_invalid_yaml(tmp_path):
         load_recipe(bad)
 
 
-def test_every_shipped_recipe_loads_and_names_existing_stream_weights():
+def test_every_shipped_recipe_loads_and_names_existing_drafter_weights():
     """A recipe's drafter weights ship with edgespec or the repository, or are what the same
     recipe's `edgespec train` writes (train.out_dir/<kind>.pt: train, then export)."""
     for path in sorted((ROOT / "recipes").glob("*.yaml")):

@@ -15,7 +15,7 @@ from test_train import _periodic_examples
 
 def _eagle(base, gamma=3):
     torch.manual_seed(1)
-    model = new_drafter(base, DrafterConfig(kind="eagle", gamma=gamma, tree=(1,) * gamma))
+    model = new_drafter(base, DrafterConfig(kind="eagle", draft_depth=gamma, tree=(1,) * gamma))
     with torch.no_grad():
         for p in model.params.parameters():
             p.add_(torch.randn_like(p) * 0.1)  # away from the copied top layer
@@ -71,9 +71,9 @@ def test_eagle_drafts_are_lossless(tiny_model):
 
 
 def test_eagle_trains_and_reloads(tiny_model, tmp_path):
-    model = new_drafter(tiny_model, DrafterConfig(kind="eagle", gamma=2, tree=(1, 1)))
+    model = new_drafter(tiny_model, DrafterConfig(kind="eagle", draft_depth=2, tree=(1, 1)))
     ex = _periodic_examples()
-    hp = TrainConfig(steps=30, batch_size=8, lr=3e-3, warmup_steps=5, checkpoint_every=100, stream_weights=(1.0, 1.0), bf16=False)
+    hp = TrainConfig(steps=30, batch_size=8, lr=3e-3, warmup_steps=5, checkpoint_every=100, depth_weights=(1.0, 1.0), bf16=False)
     log = train_drafter(model, ex, FeatureCache(model, ex).h, hp, tmp_path)
     assert sum(log.loss[-5:]) < 0.75 * sum(log.loss[:5])
     save_drafter(tmp_path / "eagle.pt", model.params, model.cfg)

@@ -28,8 +28,8 @@ json_values = st.recursive(
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
     max_leaves=12,
 )
-FIELDS = ["name", "model.source", "model.max_seq_len", "quant.scheme", "quant.group_size", "drafter.tree", "drafter.gamma", "drafter.draft_vocab"]
-FIELDS += ["train.lr", "train.steps", "train.stream_weights", "numerics.format", "export.step_attention", "validate.suites", "validate.gates", "nope", "quant"]
+FIELDS = ["name", "model.source", "model.max_seq_len", "quant.scheme", "quant.group_size", "drafter.tree", "drafter.draft_depth", "drafter.draft_vocab"]
+FIELDS += ["train.lr", "train.steps", "train.depth_weights", "numerics.format", "export.step_attention", "validate.suites", "validate.gates", "nope", "quant"]
 
 
 def _works_or_says_why(fn, *args):

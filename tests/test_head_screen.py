@@ -101,12 +101,11 @@ def _argmax_program(linear: BlockLinear, k: int):
     class Head(torch.nn.Module):
         def __init__(self):
             super().__init__()
-            self.linear = linear
+            self.linear = linear.op()
 
         def forward(self, x):
             return self.linear.argmax(x)
 
-    linear.use_kernel = True
     ep = torch.export.export(Head(), (torch.zeros(3, k),), dynamic_shapes=({0: torch.export.Dim("rows", min=1, max=64)},), strict=False)
     program = Runtime.get().load_program(to_edge(ep).to_executorch().buffer)
     return program, program.load_method("forward")  # the method lives as long as its program
@@ -202,9 +201,9 @@ def test_next_token_program_follows_forward_and_shares_its_cache():
     model = random_transformer(args, std=0.05)
     quantize_(model, plan_quantization(model, QuantConfig(scheme="8da4w", kernel="edgespec", head_bits=8)))
     assert isinstance(model.output, BlockLinear) and model.output.format == "S8H"
-    plain = lower_to_executorch({C.FORWARD: export_forward(model, 64, "exact")}, ProgramMeta(64, 4099, 2, 1, (2,)), xnnpack="none").program
+    plain = lower_to_executorch({C.FORWARD: export_forward(model, 64, "exact", glue=True)}, ProgramMeta(64, 4099, 2, 1, (2,)), xnnpack="none").program
     model.output.add_screen_()
-    both = lower_to_executorch(export_with_next_token(model, 64, "exact"), ProgramMeta(64, 4099, 2, 1, (2,)), xnnpack="none").program
+    both = lower_to_executorch(export_with_next_token(model, 64, "exact", glue=True), ProgramMeta(64, 4099, 2, 1, (2,)), xnnpack="none").program
     screen_bytes = model.output.screen.numel()
     assert len(both) - len(plain) < screen_bytes + model.output.packed.numel() // 4  # the head's blocks are not stored twice
     program = Runtime.get().load_program(both)

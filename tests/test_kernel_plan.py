@@ -28,7 +28,9 @@ def block_program(tmp_path_factory):
     quantize_(model, plan_quantization(model, QuantConfig(scheme="8da4w", kernel="edgespec")))
     path = tmp_path_factory.mktemp("plan") / "model.pte"
     path.write_bytes(
-        lower_to_executorch({"forward": export_forward(model.eval(), args.max_seq_len, "exact")}, ProgramMeta(64, 97, 2, 1, (2,)), xnnpack="none").program
+        lower_to_executorch(
+            {"forward": export_forward(model.eval(), args.max_seq_len, "exact", glue=True)}, ProgramMeta(64, 97, 2, 1, (2,)), xnnpack="none"
+        ).program
     )
     return path
 

@@ -98,10 +98,17 @@ def test_old_drafter_weights_files_load_with_a_note(tmp_path, tiny_model):
     from edgespec.config import DrafterConfig
     from edgespec.speculative.drafters import load_drafter, new_drafter, save_drafter
 
-    cfg = DrafterConfig(kind="hydra", gamma=2, n_layers=1, tree=(1, 1))
+    cfg = DrafterConfig(kind="hydra", draft_depth=2, n_layers=1, tree=(1, 1))
     save_drafter(tmp_path / "new.pt", new_drafter(tiny_model, cfg).params, cfg)
     blob = torch.load(tmp_path / "new.pt", weights_only=True)
-    arch = blob.pop("drafter")
+    assert blob["drafter"]["draft_depth"] == 2
+    arch = {("gamma" if k == "draft_depth" else k): v for k, v in blob["drafter"].items()}
+    torch.save({**blob, "drafter": arch}, tmp_path / "gamma.pt")  # the form before 2026-12-06 (the shipped weights'): read as it is
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert load_drafter(tmp_path / "gamma.pt", tiny_model, expect=cfg).cfg.draft_depth == 2
+        assert load_drafter(tmp_path / "gamma.pt", tiny_model).cfg.draft_depth == 2
+    blob.pop("drafter")
     blob["streams"] = {("drafter" if k == "kind" else k): v for k, v in arch.items()}  # the form before 0.12
     torch.save(blob, tmp_path / "old.pt")
     with warnings.catch_warnings():
@@ -150,15 +157,52 @@ def test_a_manifest_before_the_lookup_field_decodes_with_the_drafter_only(tmp_pa
     assert parse_manifest(data, "old").speculative.lookup == 0
 
 
+def test_a_manifest_with_the_streams_drafters_names_reads_into_todays_fields():
+    """Bundles written before 2026-12-06 name the drafter's depth and top layers `n_streams`
+    and `msa_layers`, and their recipe `drafter.gamma` and `train.stream_weights`."""
+    data = tiny_manifest_data()
+    data["speculative"] = {"tree_branching": [1, 1], "tree_parents": [-1, 0, 1], "drafter": "streams", "n_streams": 3, "msa_layers": 4}
+    data["recipe"]["drafter"]["gamma"] = data["recipe"]["drafter"].pop("draft_depth")
+    data["recipe"]["train"]["stream_weights"] = data["recipe"]["train"].pop("depth_weights")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # reading a bundle says nothing about its recipe's form
+        m = parse_manifest(data, "old")
+    assert (m.speculative.draft_depth, m.speculative.top_layers) == (3, 4) and m.recipe == Recipe()
+    assert {"draft_depth", "top_layers"} <= set(m.to_dict()["speculative"]) and "n_streams" not in m.to_dict()["speculative"]
+
+
+def test_a_recipe_with_the_streams_drafters_names_loads_with_one_note(tmp_path):
+    p = tmp_path / "old.yaml"
+    p.write_text("drafter:\n  gamma: 4\n  tree: [1, 1, 1, 1]\ntrain:\n  stream_weights: [1, 1, 1, 1]\n")
+    with pytest.warns(RecipeDeprecation, match=r"drafter.gamma is now drafter.draft_depth; train.stream_weights is now train.depth_weights"):
+        r = load_recipe(p)
+    assert (r.drafter.draft_depth, r.train.depth_weights) == (4, (1.0,) * 4)
+    with pytest.warns(RecipeDeprecation, match="'streams.gamma' is now 'drafter.draft_depth'"):
+        assert load_recipe(None, ["streams.gamma=4", "train.depth_weights=[1, 1, 1, 1]"]).drafter.draft_depth == 4
+    with pytest.warns(RecipeDeprecation, match="'train.stream_weights' is now 'train.depth_weights'"):
+        assert load_recipe(None, ["train.stream_weights=[1, 2, 3]"]).train.depth_weights == (1.0, 2.0, 3.0)
+    p.write_text("drafter:\n  gamma: 4\n  draft_depth: 4\n")
+    with pytest.raises(EdgespecError, match="recipe field 'drafter.gamma': is the earlier name of drafter.draft_depth"):
+        load_recipe(p)
+
+
 def test_every_recipe_and_manifest_kind_has_its_task():
     from edgespec.config import RECIPE_KINDS
     from edgespec.manifest import MANIFEST_KINDS
     from edgespec.tasks import TASKS, task_of_manifest, task_of_recipe
 
     assert {n: t.RECIPE for n, t in TASKS.items()} == RECIPE_KINDS and set(MANIFEST_KINDS) == set(TASKS)
-    assert task_of_recipe(Recipe()).NAME == "generate" and task_of_manifest(tiny_manifest()).NAME == "generate"
+    assert task_of_recipe(Recipe()).RECIPE.TASK == "generate" and task_of_manifest(tiny_manifest()).RECIPE.TASK == "generate"
     for task in TASKS.values():
         assert task.STAGES[0] == "load" and {"validate", "package"}.isdisjoint(task.STAGES)
+
+
+def test_a_registry_of_task_kinds_that_misses_one_fails_at_import():
+    from edgespec.config import RECIPE_KINDS, check_task_kinds
+
+    check_task_kinds(dict.fromkeys(RECIPE_KINDS), "x")
+    with pytest.raises(ImportError, match=r"x holds the task kinds \['generate'\]; edgespec.config.RECIPE_KINDS holds \['asr', 'generate'\]"):
+        check_task_kinds({"generate": None}, "x")
 
 
 def test_the_model_record_is_the_decoders_arguments_with_name_and_source_flat_on_disk():

@@ -9,7 +9,7 @@ from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent / "sdk" / "edgespec"
-TASK_INTERFACE = {"NAME", "DESCRIPTION", "RECIPE", "STAGES", "build_bundle_files", "run_validation", "summarize_validation"}
+TASK_INTERFACE = {"DESCRIPTION", "RECIPE", "STAGES", "build_bundle_files", "run_validation", "summarize_validation"}
 TASK_INTERFACE |= {"write_validation_report", "render_validation"}
 TASK_INTERFACE |= {"export_summary", "describe", "verify"}
 

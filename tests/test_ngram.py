@@ -10,7 +10,7 @@ from edgespec.config import DrafterConfig
 from edgespec.runtime.generate import eager_step, generate
 from edgespec.runtime.ngram import banned_naive, banned_tokens, block_, is_banned
 from edgespec.speculative.step import EagerSpecMethods, SpecProgram
-from edgespec.speculative.streams import SpecModel, StreamParams
+from edgespec.speculative.streams import StreamParams, StreamsModel
 from edgespec.speculative.tree import Tree
 
 
@@ -39,11 +39,11 @@ def _repeats(seq, n):
 
 def _spec(model, branching):
     torch.manual_seed(1)
-    params = StreamParams(model, DrafterConfig(gamma=len(branching), n_layers=1, lora_rank=4, f_rank=4, tree=(1,) * len(branching)))
+    params = StreamParams(model, DrafterConfig(draft_depth=len(branching), n_layers=1, lora_rank=4, f_rank=4, tree=(1,) * len(branching)))
     with torch.no_grad():
         for p in params.parameters():
             p.add_(torch.randn_like(p) * 0.3)
-    return SpecProgram(SpecModel(model, params), Tree(branching)).eval()
+    return SpecProgram(StreamsModel(model, params), Tree(branching)).eval()
 
 
 @pytest.mark.parametrize("n", [2, 3])

@@ -25,8 +25,8 @@ def test_values_are_yaml():
 
 
 def test_numbers_without_a_dot_are_numbers():
-    r = apply_overrides(Recipe(), ["train.lr=2e-4", "train.stream_weights=[1, 5e-1, 25e-2]", "validate.gates.min_score_ratio=0"])
-    assert r.train.lr == 2e-4 and r.train.stream_weights == (1.0, 0.5, 0.25) and r.validate.gates.min_score_ratio == 0.0
+    r = apply_overrides(Recipe(), ["train.lr=2e-4", "train.depth_weights=[1, 5e-1, 25e-2]", "validate.gates.min_score_ratio=0"])
+    assert r.train.lr == 2e-4 and r.train.depth_weights == (1.0, 0.5, 0.25) and r.validate.gates.min_score_ratio == 0.0
 
 
 def test_string_fields_take_the_text():
@@ -43,9 +43,9 @@ def test_sections_merge_and_later_overrides_win():
 def test_overrides_apply_to_the_file_before_checking():
     r = load_recipe(SPEC, ["drafter.tree=[2,1]"])
     assert r.drafter.tree == (2, 1) and r.name == "smollm2-135m-spec"
-    # checked once, after merging: together these are valid although gamma 4 alone is not
-    r = load_recipe(SPEC, ["drafter.gamma=4", "train.stream_weights=[1, 1, 1, 1]"])
-    assert r.drafter.gamma == 4
+    # checked once, after merging: together these are valid although draft_depth 4 alone is not
+    r = load_recipe(SPEC, ["drafter.draft_depth=4", "train.depth_weights=[1, 1, 1, 1]"])
+    assert r.drafter.draft_depth == 4
 
 
 def test_recipe_file_or_overrides_first():
@@ -66,7 +66,7 @@ def test_recipe_file_or_overrides_first():
         ("train.steps=1e3", "recipe field 'train.steps': must be an integer"),
         ("validate.enabled=maybe", "recipe field 'validate.enabled': must be true or false"),
         ("drafter.tree=[1,", "override 'drafter.tree=[1,': the value is not valid YAML"),
-        ("drafter.gamma=5", "recipe field 'train.stream_weights'"),
+        ("drafter.draft_depth=5", "recipe field 'train.depth_weights'"),
         ("quant.scheme", "override 'quant.scheme': expected FIELD=VALUE"),
         ("=fp32", "override '=fp32': expected FIELD=VALUE"),
         ("quant..scheme=fp32", "override 'quant..scheme=fp32': expected FIELD=VALUE"),

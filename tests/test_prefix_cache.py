@@ -6,7 +6,7 @@ import torch
 from edgespec.config import DrafterConfig
 from edgespec.runtime.generate import CacheState, eager_step, generate
 from edgespec.speculative.step import EagerSpecMethods, SpecProgram
-from edgespec.speculative.streams import SpecModel, StreamParams
+from edgespec.speculative.streams import StreamParams, StreamsModel
 from edgespec.speculative.tree import Tree
 
 
@@ -44,11 +44,11 @@ def test_autoregressive_reuse_matches_full_prefill(tiny_model):
 
 def test_speculative_reuse_matches_autoregressive(tiny_model):
     torch.manual_seed(1)
-    params = StreamParams(tiny_model, DrafterConfig(gamma=2, n_layers=1, lora_rank=4, f_rank=4, tree=(1, 1)))
+    params = StreamParams(tiny_model, DrafterConfig(draft_depth=2, n_layers=1, lora_rank=4, f_rank=4, tree=(1, 1)))
     with torch.no_grad():
         for p in params.parameters():
             p.add_(torch.randn_like(p) * 0.3)
-    methods = EagerSpecMethods(SpecProgram(SpecModel(tiny_model, params), Tree((2, 1))).eval())
+    methods = EagerSpecMethods(SpecProgram(StreamsModel(tiny_model, params), Tree((2, 1))).eval())
     kw = dict(max_new_tokens=12, max_seq_len=64, eos_ids=())
     reqs = _requests(tiny_model.args.vocab_size)
     expected = [generate(eager_step(tiny_model), p, **kw).completion_ids for p in reqs]

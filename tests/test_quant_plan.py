@@ -28,7 +28,7 @@ def _program(kind: str) -> tuple[SpecProgram, dict[str, torch.Tensor]]:
     and a copy of every float weight before quantization, by name in the program."""
     base = random_transformer(ARGS)
     torch.manual_seed(3)
-    drafter = new_drafter(base, DrafterConfig(kind=kind, gamma=3, n_layers=1, lora_rank=4, f_rank=4, tree=(1, 1, 1)))
+    drafter = new_drafter(base, DrafterConfig(kind=kind, draft_depth=3, n_layers=1, lora_rank=4, f_rank=4, tree=(1, 1, 1)))
     with torch.no_grad():
         for p in drafter.params.parameters():
             p.add_(torch.randn_like(p) * 0.3)
@@ -162,3 +162,50 @@ def test_an_undeclared_part_and_bad_policies_are_refused():
     with pytest.raises(ValueError, match="no rule"):
         QuantPlan({"x": "int4"})
     assert QuantPlan({"x": Unquantized()}).summary().unquantized == ["x"]
+
+
+def test_the_summary_names_every_linears_format_and_the_plan_screens_the_head():
+    """The summary (what the manifest records) accounts for every linear of the base model, by
+    format and in full (no list cut short), the head and the table by name; with
+    quant.head_screen the plan screens the Q8_0-style head and quantize_ stores its screen, and
+    a head that would not be Q8_0-style is refused when the plan is made."""
+    from edgespec.errors import EdgespecError
+
+    model = random_transformer(ARGS)
+    plan = plan_quantization(model, QuantConfig(head_screen=True))
+    assert plan.screened == ("output",)
+    summary = quantize_(model, plan)
+    assert model.output.screen is not None and summary.screened_head
+    assert summary.formats == {"Q4_1-style (rounded from float)": 14, "Q8_0-style (rounded from float)": 1}
+    assert summary.head == "Q8_0-style (rounded from float)" and summary.embedding == "float"
+    assert sorted(summary.as_dict()["rounded_layers"]) == sorted([*BASE_LINEARS, "output"])  # all 15, not the first 8
+    narrow = random_transformer(LlamaArgs(dim=48, n_layers=1, n_heads=4, n_kv_heads=2, hidden_dim=96, vocab_size=97, max_seq_len=64))
+    with pytest.raises(EdgespecError, match="head_screen screens a Q8_0-style .* head would be float"):
+        plan_quantization(narrow, QuantConfig(head_screen=True))  # 48 inputs: no whole block of 32, the head stays float
+
+
+def test_a_recipe_screening_the_head_of_a_speculative_program_is_refused_when_read():
+    from edgespec.config import recipe_from_args
+    from edgespec.errors import EdgespecError
+
+    assert recipe_from_args(["quant.head_screen=true"]).quant.head_screen
+    with pytest.raises(EdgespecError, match="quant.head_screen.*drafter"):
+        recipe_from_args(["recipes/smollm2-135m-spec.yaml", "quant.head_screen=true"])
+
+
+def test_what_quant_kernel_implies_is_decided_once():
+    """`program_kernels` alone turns the recipe's quant section into what the linears, the
+    table and the glue compute with; `program_ops` (attention, glue, delegation) follows it."""
+    from edgespec.export.swaps import program_ops
+    from edgespec.quant import KERNEL_CARRIED, XNNPACK_CARRIED, ProgramKernels, program_kernels
+
+    assert program_kernels(QuantConfig()) == ProgramKernels("edgespec", tuple(KERNEL_CARRIED), table_from_blocks=True)
+    assert program_kernels(QuantConfig(embedding_bits=8)).table_from_blocks is False
+    assert program_kernels(QuantConfig(carry_blocks=False)) == ProgramKernels("edgespec")
+    assert program_kernels(QuantConfig(kernel="xnnpack")) == ProgramKernels("xnnpack", XNNPACK_CARRIED)
+    assert program_kernels(QuantConfig(scheme="fp32")) == ProgramKernels("float") == program_kernels(QuantConfig(scheme="fp16", kernel="xnnpack"))
+    block, xnn = program_ops(QuantConfig(), "exact", 64, speculative=False), program_ops(QuantConfig(kernel="xnnpack"), "exact", 64, speculative=False)
+    assert (block.attention, block.xnnpack, block.glue) == ("exact", "none", True)
+    assert (xnn.attention, xnn.xnnpack, xnn.glue) == ("custom_sdpa", "all", False)
+    spec = program_ops(QuantConfig(), "rows", 64, speculative=True)
+    assert (spec.attention, spec.xnnpack, spec.glue) == ("rows", "compute", True)

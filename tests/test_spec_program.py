@@ -8,17 +8,17 @@ from edgespec.config import DrafterConfig
 from edgespec.errors import EdgespecError
 from edgespec.runtime.generate import eager_step, generate
 from edgespec.speculative.step import EagerSpecMethods, SpecProgram
-from edgespec.speculative.streams import SpecModel, StreamParams
+from edgespec.speculative.streams import StreamParams, StreamsModel
 from edgespec.speculative.tree import Tree
 
 
-def _spec_model(model, gamma: int, mode: str = "lossless") -> SpecModel:
+def _spec_model(model, gamma: int, mode: str = "lossless") -> StreamsModel:
     torch.manual_seed(1)
-    params = StreamParams(model, DrafterConfig(gamma=gamma, n_layers=1, lora_rank=4, f_rank=4, mode=mode, tree=(1,) * gamma))
+    params = StreamParams(model, DrafterConfig(draft_depth=gamma, n_layers=1, lora_rank=4, f_rank=4, mode=mode, tree=(1,) * gamma))
     with torch.no_grad():
         for p in params.parameters():
             p.add_(torch.randn_like(p) * 0.3)
-    return SpecModel(model, params)
+    return StreamsModel(model, params)
 
 
 def _prompts(n: int, vocab: int, length: int = 6):
@@ -107,7 +107,7 @@ def _eagle_model(model, gamma: int):
     from edgespec.speculative.drafters import new_drafter
 
     torch.manual_seed(1)
-    eagle = new_drafter(model, DrafterConfig(kind="eagle", gamma=gamma, tree=(1,) * gamma))
+    eagle = new_drafter(model, DrafterConfig(kind="eagle", draft_depth=gamma, tree=(1,) * gamma))
     with torch.no_grad():
         for p in eagle.params.parameters():
             p.add_(torch.randn_like(p) * 0.1)

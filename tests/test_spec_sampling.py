@@ -49,8 +49,8 @@ def test_one_step_output_distribution_equals_target(draft):
 def test_two_step_joint_distribution_on_a_tiny_model(tiny_model):
     """Joint law of the first two sampled tokens: speculative sampler vs exact target law."""
     from edgespec.runtime.generate import generate
+    from edgespec.speculative.common import NoDrafter
     from edgespec.speculative.step import EagerSpecMethods, SpecProgram
-    from edgespec.speculative.streams import SpecModel
 
     prompt = [1, 2, 3]
     with torch.no_grad():
@@ -69,7 +69,7 @@ def test_two_step_joint_distribution_on_a_tiny_model(tiny_model):
         def spec_step(self, last, draft, pos, temperature, uniforms, gumbel):
             return super().spec_step(last, fixed, pos, temperature, uniforms, gumbel)
 
-    m = FixedDraft(SpecProgram(SpecModel(tiny_model, None), Tree((2, 2))))
+    m = FixedDraft(SpecProgram(NoDrafter(tiny_model), Tree((2, 2))))
     n = 2000
     counts = {k: 0 for k in joint}
     other = 0

@@ -1,4 +1,4 @@
-"""Stream training on tiny random models: target alignment, learning, resume, DDP."""
+"""Drafter training on tiny random models: target alignment, learning, resume, DDP."""
 
 import json
 import os
@@ -13,7 +13,7 @@ from edgespec.config import DrafterConfig, TrainConfig
 from edgespec.errors import EdgespecError
 from edgespec.speculative.features import FeatureCache
 from edgespec.speculative.loss import DraftLoss
-from edgespec.speculative.streams import SpecModel, StreamParams
+from edgespec.speculative.streams import StreamParams, StreamsModel
 from edgespec.speculative.train import train_drafter
 from edgespec.speculative.train_data import TrainExample, epoch_order, make_batch
 
@@ -21,7 +21,7 @@ from edgespec.speculative.train_data import TrainExample, epoch_order, make_batc
 def test_make_batch_targets_are_future_response_tokens():
     ex = [TrainExample([10, 11, 12, 13, 14, 15], n_prompt=3), TrainExample([20, 21, 22, 23], n_prompt=2)]
     feats = [torch.zeros(6, 4), torch.zeros(4, 4)]
-    tokens, h0, main_t, stream_t, soft_ids, soft_p = make_batch(ex, feats, [0, 1], gamma=2)
+    tokens, h0, main_t, stream_t, soft_ids, soft_p = make_batch(ex, feats, [0, 1], depth=2)
     assert soft_ids is None and soft_p is None  # hard labels only
     # seq 0: response = 13, 14, 15 (positions 3..5)
     assert main_t[0].tolist() == [-100, -100, 13, 14, 15, -100]
@@ -38,7 +38,7 @@ def test_soft_labels_align_with_stream_targets():
     ids = torch.tensor([[t, t + 50] for t in resp], dtype=torch.int32)  # top-1 = the response token
     p = torch.tensor([[0.75, 0.25]] * 3, dtype=torch.float16)
     ex = [TrainExample([10, 11, 12, *resp], n_prompt=3, topk_ids=ids, topk_p=p), TrainExample([20, 21, 22, 23], n_prompt=2)]
-    tokens, h0, main_t, stream_t, soft_ids, soft_p = make_batch(ex, [torch.zeros(6, 4), torch.zeros(4, 4)], [0, 1], gamma=2)
+    tokens, h0, main_t, stream_t, soft_ids, soft_p = make_batch(ex, [torch.zeros(6, 4), torch.zeros(4, 4)], [0, 1], depth=2)
     assert soft_ids.shape == (2, 6, 3, 2)  # index 0: the main target, 1 + j: stream j
     targets = torch.cat([main_t[..., None], stream_t], -1)
     has = soft_p.sum(-1) > 0
@@ -50,7 +50,7 @@ def test_soft_labels_align_with_stream_targets():
 
 
 def test_soft_weight_mixes_in_the_teachers_top_k(tiny_model):
-    spec = SpecModel(tiny_model, StreamParams(tiny_model, DrafterConfig(gamma=2, n_layers=1, lora_rank=4, tree=(1, 1))))
+    spec = StreamsModel(tiny_model, StreamParams(tiny_model, DrafterConfig(draft_depth=2, n_layers=1, lora_rank=4, tree=(1, 1))))
     g = torch.Generator().manual_seed(0)
     ex = []
     for _ in range(4):
@@ -58,10 +58,10 @@ def test_soft_weight_mixes_in_the_teachers_top_k(tiny_model):
         R = 12 - 4
         ids = torch.stack([torch.tensor(toks[4:]), torch.randint(0, 97, (R,), generator=g)], 1).to(torch.int32)
         ex.append(TrainExample(toks, 4, ids, torch.tensor([[0.5, 0.5]] * R, dtype=torch.float16)))
-    batch = make_batch(ex, FeatureCache(spec, ex).h, [0, 1, 2, 3], gamma=2)
+    batch = make_batch(ex, FeatureCache(spec, ex).h, [0, 1, 2, 3], depth=2)
 
     def loss(b):
-        hp = TrainConfig(stream_weights=(1.0, 1.0), soft_weight=b, bf16=False)
+        hp = TrainConfig(depth_weights=(1.0, 1.0), soft_weight=b, bf16=False)
         with torch.no_grad():
             return float(DraftLoss(spec, hp)(*batch)[0])
 
@@ -82,18 +82,18 @@ def test_soft_weight_mixes_in_the_teachers_top_k(tiny_model):
 def test_shared_mode_main_loss_keeps_the_original_models_distribution(tiny_model):
     """In shared mode the main stream's loss mixes the teacher's top-K (the original model's
     distribution: the KL term) with the hard next token, like each stream's."""
-    spec = SpecModel(tiny_model, StreamParams(tiny_model, DrafterConfig(gamma=1, n_layers=1, lora_rank=4, mode="shared", tree=(1,))))
+    spec = StreamsModel(tiny_model, StreamParams(tiny_model, DrafterConfig(draft_depth=1, n_layers=1, lora_rank=4, mode="shared", tree=(1,))))
     g = torch.Generator().manual_seed(2)
     ex = []
     for _ in range(3):
         toks = torch.randint(0, 97, (11,), generator=g).tolist()
         ids = torch.stack([torch.tensor(toks[4:]), torch.randint(0, 97, (7,), generator=g)], 1).to(torch.int32)
         ex.append(TrainExample(toks, 4, ids, torch.tensor([[0.25, 0.75]] * 7, dtype=torch.float16)))
-    batch = make_batch(ex, FeatureCache(spec, ex).h, [0, 1, 2], gamma=1)
+    batch = make_batch(ex, FeatureCache(spec, ex).h, [0, 1, 2], depth=1)
 
     def main_term(b):  # total minus the stream's term (stream weight 1)
         with torch.no_grad():
-            total, per_stream, _ = DraftLoss(spec, TrainConfig(stream_weights=(1.0,), main_weight=1.0, soft_weight=b, bf16=False))(*batch)
+            total, per_stream, _ = DraftLoss(spec, TrainConfig(depth_weights=(1.0,), main_weight=1.0, soft_weight=b, bf16=False))(*batch)
         return float(total - per_stream.sum())
 
     with torch.no_grad():
@@ -110,11 +110,11 @@ def test_shared_mode_main_loss_keeps_the_original_models_distribution(tiny_model
 def test_draft_vocabulary_loss_is_the_cross_entropy_over_the_slice(tiny_model):
     """With draft ids the streams' loss is CE over the slice of the lm head, targets outside
     it are left out of the loss and count as misses; all ids = the full-vocabulary loss."""
-    spec = SpecModel(tiny_model, StreamParams(tiny_model, DrafterConfig(gamma=1, n_layers=1, lora_rank=4, tree=(1,))))
+    spec = StreamsModel(tiny_model, StreamParams(tiny_model, DrafterConfig(draft_depth=1, n_layers=1, lora_rank=4, tree=(1,))))
     g = torch.Generator().manual_seed(1)
     ex = [TrainExample(torch.randint(0, 97, (10,), generator=g).tolist(), 3) for _ in range(3)]
-    batch = make_batch(ex, FeatureCache(spec, ex).h, [0, 1, 2], gamma=1)
-    hp = TrainConfig(stream_weights=(1.0,), bf16=False)
+    batch = make_batch(ex, FeatureCache(spec, ex).h, [0, 1, 2], depth=1)
+    hp = TrainConfig(depth_weights=(1.0,), bf16=False)
     with torch.no_grad():
         full, _, full_acc = DraftLoss(spec, hp)(*batch)
         same, _, same_acc = DraftLoss(spec, hp, torch.arange(97))(*batch)
@@ -144,15 +144,15 @@ def _periodic_examples(n=24, period=1, vocab=97):
 
 def test_streams_learn_a_predictable_sequence(tiny_model, tmp_path):
     """On repeated-token sequences the future is predictable: stream accuracy must rise."""
-    spec = SpecModel(tiny_model, StreamParams(tiny_model, DrafterConfig(gamma=2, n_layers=1, lora_rank=8, tree=(1, 1))))
+    spec = StreamsModel(tiny_model, StreamParams(tiny_model, DrafterConfig(draft_depth=2, n_layers=1, lora_rank=8, tree=(1, 1))))
     ex = _periodic_examples()
     feats = FeatureCache(spec, ex).h
-    hp = TrainConfig(steps=60, batch_size=8, lr=1e-2, warmup_steps=5, checkpoint_every=30, stream_weights=(1.0, 1.0), bf16=False)
+    hp = TrainConfig(steps=60, batch_size=8, lr=1e-2, warmup_steps=5, checkpoint_every=30, depth_weights=(1.0, 1.0), bf16=False)
     log = train_drafter(spec, ex, feats, hp, tmp_path)
     first = sum(log.loss[:5]) / 5
     last = sum(log.loss[-5:]) / 5
     assert last < 0.75 * first, (first, last)
-    assert min(log.stream_acc[-1]) > 0.5
+    assert min(log.depth_acc[-1]) > 0.5
     assert json.loads((tmp_path / "log.json").read_text())["steps"][-1] == 60
 
 
@@ -164,8 +164,8 @@ def _run(tiny_model, ex, d, steps=10, lr=1e-3, stop_at=None, kind="streams"):
     from edgespec.speculative.drafters import new_drafter
 
     torch.manual_seed(0)
-    spec = new_drafter(tiny_model, DrafterConfig(kind=kind, gamma=2, n_layers=1, lora_rank=4, tree=(1, 1)))
-    hp = TrainConfig(steps=steps, batch_size=4, lr=lr, warmup_steps=2, checkpoint_every=5, stream_weights=(1.0, 1.0), bf16=False)
+    spec = new_drafter(tiny_model, DrafterConfig(kind=kind, draft_depth=2, n_layers=1, lora_rank=4, tree=(1, 1)))
+    hp = TrainConfig(steps=steps, batch_size=4, lr=lr, warmup_steps=2, checkpoint_every=5, depth_weights=(1.0, 1.0), bf16=False)
 
     def on_step(step, log):
         if step == stop_at:
@@ -212,7 +212,7 @@ def test_a_run_resumes_on_another_machine_from_its_portable_checkpoint(tiny_mode
 def test_resume_refuses_a_checkpoint_of_another_recipe_or_data(tiny_model, tmp_path):
     ex = _periodic_examples()
     _run(tiny_model, ex, tmp_path, steps=5)  # a finished run
-    with pytest.raises(EdgespecError, match="another base model, data or stream/training settings"):
+    with pytest.raises(EdgespecError, match="another base model, data or drafter/training settings"):
         _run(tiny_model, ex, tmp_path, steps=5, lr=2e-3)
     with pytest.raises(EdgespecError, match="train.out_dir"):
         _run(tiny_model, _periodic_examples(period=2), tmp_path, steps=5)
@@ -220,8 +220,28 @@ def test_resume_refuses_a_checkpoint_of_another_recipe_or_data(tiny_model, tmp_p
     assert log.steps == [1, 2, 3, 4, 5]
 
 
+def test_a_checkpoint_of_an_earlier_version_resumes_under_todays_names(tiny_model):
+    """The loss log's per-depth accuracies were `stream_acc`, and the run fingerprint spells the
+    renamed fields as then (`gamma`, `stream_weights`): the same run resumes across the rename."""
+    import hashlib
+    from dataclasses import asdict
+
+    from edgespec.speculative.features import examples_digest, run_fingerprint, tensors_digest
+    from edgespec.speculative.train import read_log
+
+    log = read_log({"steps": [1], "loss": [2.0], "stream_acc": [[0.5, 0.25]], "tokens_seen": [7], "dev_stream_acc": [[0.5, 0.5]]})
+    assert log.depth_acc == [[0.5, 0.25]] and log.dev_depth_acc == [[0.5, 0.5]]
+    spec = StreamsModel(tiny_model, StreamParams(tiny_model, DrafterConfig(draft_depth=2, n_layers=1, lora_rank=4, tree=(1, 1))))
+    ex, hp = _periodic_examples(), TrainConfig(depth_weights=(1.0, 0.5), bf16=False)
+    skipped = ("data", "out_dir", "checkpoint_every", "dev_items")
+    settings = {("stream_weights" if k == "depth_weights" else k): v for k, v in asdict(hp).items() if k not in skipped}
+    drafter = "DrafterConfig(kind='streams', mode='lossless', gamma=2, n_layers=1, lora_rank=4, f_rank=0, tree=(1, 1), weights='', draft_vocab=0)"
+    blob = {"base": tensors_digest(tiny_model), "drafter": drafter, "vocab": None, "data": examples_digest(ex), "train": settings}
+    assert run_fingerprint(spec, ex, hp) == hashlib.sha256(json.dumps(blob, sort_keys=True, default=str).encode()).hexdigest()
+
+
 def test_feature_cache_batches_give_each_examples_own_features(tiny_model):
-    spec = SpecModel(tiny_model, StreamParams(tiny_model, DrafterConfig(gamma=2, n_layers=1, lora_rank=4, tree=(1, 1))))
+    spec = StreamsModel(tiny_model, StreamParams(tiny_model, DrafterConfig(draft_depth=2, n_layers=1, lora_rank=4, tree=(1, 1))))
     g = torch.Generator().manual_seed(3)
     ex = [TrainExample(torch.randint(0, 97, (int(n),), generator=g).tolist(), 2) for n in torch.randint(3, 30, (9,), generator=g)]
     batched = FeatureCache(spec, ex, batch_tokens=64).h
@@ -234,7 +254,7 @@ def test_feature_cache_batches_give_each_examples_own_features(tiny_model):
 
 
 def test_feature_cache_is_rebuilt_for_other_data_or_model(tiny_model, tmp_path):
-    spec = SpecModel(tiny_model, StreamParams(tiny_model, DrafterConfig(gamma=2, n_layers=1, lora_rank=4, tree=(1, 1))))
+    spec = StreamsModel(tiny_model, StreamParams(tiny_model, DrafterConfig(draft_depth=2, n_layers=1, lora_rank=4, tree=(1, 1))))
     path = tmp_path / "features.pt"
     ex = _periodic_examples()
     first = FeatureCache(spec, ex, path).h
@@ -293,12 +313,12 @@ def test_dev_split_is_scored_at_each_checkpoint_and_the_best_kept(tiny_model, tm
     from edgespec.speculative.train import DevSet, best_weights, dev_score
 
     torch.manual_seed(0)
-    spec = new_drafter(tiny_model, DrafterConfig(gamma=2, n_layers=1, lora_rank=4, tree=(1, 1), mode="shared"))
+    spec = new_drafter(tiny_model, DrafterConfig(draft_depth=2, n_layers=1, lora_rank=4, tree=(1, 1), mode="shared"))
     train_ex, dev_ex = _periodic_examples(period=3), _periodic_examples(n=8, period=5)
-    hp = TrainConfig(steps=12, batch_size=4, lr=2e-2, warmup_steps=2, checkpoint_every=3, stream_weights=(1.0, 1.0), bf16=False)
+    hp = TrainConfig(steps=12, batch_size=4, lr=2e-2, warmup_steps=2, checkpoint_every=3, depth_weights=(1.0, 1.0), bf16=False)
     dev = DevSet(dev_ex, FeatureCache(spec, dev_ex).h)
     log = train_drafter(spec, train_ex, FeatureCache(spec, train_ex).h, hp, tmp_path, dev=dev)
-    assert log.dev_steps == [3, 6, 9, 12] and len(log.dev_loss) == 4 and all(len(a) == 2 for a in log.dev_stream_acc)
+    assert log.dev_steps == [3, 6, 9, 12] and len(log.dev_loss) == 4 and all(len(a) == 2 for a in log.dev_depth_acc)
     loss_mod = DraftLoss(spec, hp)
     assert dev_score(loss_mod, dev, 2, 4)[0] == pytest.approx(log.dev_loss[-1], abs=1e-4)  # the last weights
     best = best_weights(tmp_path)

@@ -201,7 +201,7 @@ def test_a_shared_program_is_validated_on_its_task_against_its_own_fine_tune(tin
     r = tmp_path / "r.yaml"
     r.write_text(
         f"name: tiny-shared\nmodel: {{source: {tiny_hf_dir}, max_seq_len: 2048}}\nquant: {{scheme: fp32}}\nnumerics: {{search: false}}\n"
-        f"drafter: {{kind: streams, mode: shared, gamma: 2, n_layers: 1, lora_rank: 4, tree: [1, 1], weights: {tmp_path / 'shared.pt'}}}\n"
+        f"drafter: {{kind: streams, mode: shared, draft_depth: 2, n_layers: 1, lora_rank: 4, tree: [1, 1], weights: {tmp_path / 'shared.pt'}}}\n"
         "validate: {suites: ['task:sql_chinook'], prompts_per_suite: 2, fidelity_chunks: 1}\n"
     )
     out = tmp_path / "bundle"
@@ -226,7 +226,7 @@ def test_a_shared_program_is_validated_on_its_task_against_its_own_fine_tune(tin
 
 
 def frozen(model, tokens):
-    from edgespec.speculative.streams import frozen_layers
+    from edgespec.speculative.common import frozen_layers
 
     return frozen_layers(model, model.embed(tokens), 0, model.args.n_layers)
 
@@ -238,7 +238,7 @@ def _tiny_shared_drafter(src, path, seed):
     from edgespec.models.load import build_model, read_source
     from edgespec.speculative.drafters import new_drafter, save_drafter
 
-    cfg = DrafterConfig(kind="streams", mode="shared", gamma=2, n_layers=1, lora_rank=4, tree=(1, 1))
+    cfg = DrafterConfig(kind="streams", mode="shared", draft_depth=2, n_layers=1, lora_rank=4, tree=(1, 1))
     drafter = new_drafter(build_model(read_source(str(src), 256)), cfg)
     torch.manual_seed(seed)
     for p in drafter.params.lora.parameters():  # adapters that change the model (B starts at zero)
@@ -258,7 +258,7 @@ def test_task_programs_share_one_base_file(tiny_hf_dir, tmp_path):
         r.write_text(
             f"name: tiny-{task}\nmodel: {{source: {tiny_hf_dir}, max_seq_len: 256}}\nquant: {{scheme: 8da4w, group_size: 32, kernel: edgespec}}\n"
             f"numerics: {{search: false}}\nexport: {{separate_base: {str(separate).lower()}}}\nvalidate: {{enabled: false}}\n"
-            f"drafter: {{kind: streams, mode: shared, gamma: 2, n_layers: 1, lora_rank: 4, tree: [1, 1], weights: {tmp_path / (task + '.pt')}}}\n"
+            f"drafter: {{kind: streams, mode: shared, draft_depth: 2, n_layers: 1, lora_rank: 4, tree: [1, 1], weights: {tmp_path / (task + '.pt')}}}\n"
         )
         out = tmp_path / f"bundle-{task}-{separate}"
         res = CliRunner().invoke(main, ["export", str(r), "-o", str(out)])

@@ -4,7 +4,8 @@ as frozen, validated dataclasses (the typed records of edgespec.config.records).
 `parse_manifest` is the one reader of a manifest: every field is type-checked, an error
 names the field (``manifest field 'tokenizer.eos_ids': ...``); `Manifest.to_dict` is what
 `edgespec.bundle.write_manifest` writes. Bundles of schema 1 written before these records
-(``"k/n"`` losslessness, a ``streams`` recipe section) are read through `_upgrade`.
+(``"k/n"`` losslessness, a ``streams`` recipe section, the speculative record's ``n_streams``
+and ``msa_layers``) are read through `_upgrade`.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from edgespec.config import AsrRecipe, Recipe, Record, from_dict, parsing, require, upgrade_recipe_data
+from edgespec.config import AsrRecipe, Recipe, Record, check_task_kinds, from_dict, parsing, require, upgrade_recipe_data
 from edgespec.config.migrations import RENAMED_VALUES
 from edgespec.errors import EdgespecError
 from edgespec.models.args import LlamaArgs
@@ -176,15 +177,28 @@ class TokenizerInfo(Record):
 
 @dataclass(frozen=True)
 class QuantizationInfo(Record):
-    """How the linears got their weights (edgespec.quant.QuantSummary)."""
+    """How the linears got their weights (edgespec.quant.QuantSummary). Bundles written before
+    2026-12-06 list at most 8 rounded layers and leave formats, head and embedding empty."""
 
     PATH: ClassVar[str] = "quantization"
     carried: int = 0
     rounded: int = 0
     unquantized: int = 0
-    rounded_layers: tuple[str, ...] = ()
+    rounded_layers: tuple[str, ...] = ()  # every rounded linear
     rounded_from: dict[str, int] = field(default_factory=dict)  # rounded layers by the source file's storage type
     rounding_error: dict[str, float] = field(default_factory=dict)  # by storage type: ||W' - W|| / ||W|| of those layers
+    formats: dict[str, int] = field(default_factory=dict)  # linears by the weight format the program computes with
+    head: str = ""  # the lm head's format ("" in older bundles)
+    embedding: str = ""  # the embedding table's
+    screened_head: bool = False
+
+    def weights_line(self) -> str | None:
+        """The program's weight formats in words (`edgespec info`); None for older bundles."""
+        if not self.formats:
+            return None
+        linears = ", ".join(f"{n} x {f}" for f, n in self.formats.items())
+        screen = ", with its 5-bit screen" if self.screened_head else ""
+        return f"linears {linears}; lm head {self.head}{screen}; embedding {self.embedding}"
 
 
 def rerounded(rounded_from: Mapping[str, int], rounding_error: Mapping[str, float]) -> list[tuple[int, str]]:
@@ -202,10 +216,16 @@ def ineffective_quant_fields(quant, info: QuantizationInfo | None) -> list[str]:
     each with why (the export's summary line names them): today `head_bits` on the block
     kernel when the lm head kept the file's blocks (a carried head is computed as the file
     stores it, whatever bits the field asks)."""
+    from edgespec.quant import program_kernels
+
     out = []
     default_head_bits = type(quant)().head_bits
-    head_carried = info is not None and info.carried > 0 and not any(n == "output" or n.endswith(".output") for n in info.rounded_layers)
-    if quant.block_kernel and quant.carry_blocks and quant.head_bits != default_head_bits and head_carried:
+    if info is None or not info.head:  # an older bundle: its list of rounded layers was cut to 8, so only where it is whole
+        head_carried = info is not None and info.carried > 0 and info.rounded <= len(info.rounded_layers) and "output" not in info.rounded_layers
+    else:
+        head_carried = info.head.endswith("(the file's blocks)")
+    kernels = program_kernels(quant)
+    if kernels.linears == "edgespec" and kernels.carried and quant.head_bits != default_head_bits and head_carried:
         out.append(f"quant.head_bits={quant.head_bits} had no effect: the lm head kept the file's blocks (quant.carry_blocks: true; false re-rounds it)")
     return out
 
@@ -219,8 +239,8 @@ class SpeculativeInfo(Record):
     tree_parents: tuple[int, ...]
     drafter: str = "streams"  # the drafter kind (bundles before heads: streams)
     mode: str = "lossless"
-    n_streams: int = 0
-    msa_layers: int = 0
+    draft_depth: int = 0  # the depths the drafter was trained to draft (recipe drafter.draft_depth; 0: none, the host drafts)
+    top_layers: int = 0  # the top base layers the drafter works over (recipe drafter.n_layers: the streams' MSA layers)
     weights: str = LAYOUT.drafter  # the bundle's file holding the drafter
     draft_vocab: int = 0
     step_attention: str = "rows"
@@ -257,10 +277,10 @@ class Manifest(Record):
 class LmManifest(Manifest):
     """A language-model bundle: tokenizer, program with `forward` (+ `spec_step`)."""
 
-    TASK: ClassVar[str] = "generate"
+    TASK: ClassVar[str] = Recipe.TASK
     KIND: ClassVar[str] = "language model"
     USE: ClassVar[str] = "edgespec generate --bundle {bundle} --prompt TEXT"
-    task: str = "generate"
+    task: str = Recipe.TASK
     model: LmModelInfo
     recipe: Recipe
     tokenizer: TokenizerInfo
@@ -282,10 +302,10 @@ class LmManifest(Manifest):
 class AsrManifest(Manifest):
     """A speech recognition bundle: program over audio (or features), phoneme tokens."""
 
-    TASK: ClassVar[str] = "asr"
+    TASK: ClassVar[str] = AsrRecipe.TASK
     KIND: ClassVar[str] = "speech recognition"
     USE: ClassVar[str] = "edgespec transcribe --bundle {bundle} AUDIO.wav"
-    task: str = "asr"
+    task: str = AsrRecipe.TASK
     model: AsrModelInfo
     recipe: AsrRecipe
     ctc: dict[str, float]
@@ -298,6 +318,8 @@ class AsrManifest(Manifest):
 
 
 MANIFEST_KINDS: dict[str, type[Manifest]] = {m.TASK: m for m in (LmManifest, AsrManifest)}
+"""The manifest record of each task kind (edgespec.config.RECIPE_KINDS)."""
+check_task_kinds(MANIFEST_KINDS, "edgespec.manifest.MANIFEST_KINDS")
 
 
 def parse_manifest(data: Any, where: str) -> LmManifest | AsrManifest:
@@ -320,6 +342,9 @@ def parse_manifest(data: Any, where: str) -> LmManifest | AsrManifest:
         raise EdgespecError(f"{where}: nested too deeply to be a manifest") from None
 
 
+_RENAMED_SPECULATIVE = {"n_streams": "draft_depth", "msa_layers": "top_layers"}  # SpeculativeInfo's fields: old -> new
+
+
 def _upgrade(data: dict) -> dict:
     """Schema-1 manifests written before these records, in today's shape."""
     data = dict(data)
@@ -328,7 +353,9 @@ def _upgrade(data: dict) -> dict:
     s = data.get("speculative")
     renamed = RENAMED_VALUES[("export", "step_attention")]
     if isinstance(s, dict) and s.get("step_attention") in renamed:  # the recipe's value, as it was written
-        data["speculative"] = {**s, "step_attention": renamed[s["step_attention"]]}
+        s = data["speculative"] = {**s, "step_attention": renamed[s["step_attention"]]}
+    if isinstance(s, dict) and _RENAMED_SPECULATIVE.keys() & s.keys():  # the streams drafter's names, before 2026-12-06
+        data["speculative"] = {_RENAMED_SPECULATIVE.get(k, k): v for k, v in s.items()}
     v = data.get("validation")
     if isinstance(v, dict) and isinstance(v.get("lossless"), str) and v["lossless"].count("/") == 1:
         ok, n = v["lossless"].split("/")

@@ -48,16 +48,23 @@ import torch.nn.functional as F
 from torch import nn
 
 from edgespec.config import QuantConfig
+from edgespec.kernels.block_formats import BLOCK, GGUF_TYPES
 from edgespec.kernels.block_linear import BlockCodes, BlockEmbedding, BlockLinear
-from edgespec.models.blocks import BLOCK, BlockWeights
+from edgespec.models.blocks import BlockWeights
+from edgespec.models.llama import half_kv_cache_
 
-Kernel = Literal["edgespec", "xnnpack", "lookup"]  # lookup: an embedding's rows are looked up (no activations to quantize)
-XNNPACK_CARRIED = ("Q4_0", "Q4_1")  # the file's block types an XNNPACK program carries (4-bit, symmetric codes + offsets)
+Reader = Literal["edgespec", "xnnpack", "lookup"]
+"""What computes with a weight: a linear kernel (edgespec's block kernel, XNNPACK's GEMMs) or,
+for an embedding table, a lookup of rows (no activations to quantize)."""
+XNNPACK_CARRIED = tuple(
+    t.name for t in GGUF_TYPES.values() if t.xnnpack
+)  # the file's block types an XNNPACK program carries (4-bit, symmetric codes + offsets)
 
 
 @dataclass
 class QuantSummary:
-    """What quantization did, layer by layer: how each linear's weights were obtained."""
+    """What quantization did, layer by layer: how each linear's weights were obtained (every
+    linear of the base model is in exactly one of carried, rounded, unquantized)."""
 
     carried: list[str] = field(default_factory=list)  # GGUF blocks kept (codes and scales of the file)
     rounded: list[str] = field(default_factory=list)  # codes and scales chosen here
@@ -65,15 +72,23 @@ class QuantSummary:
     rounded_from: dict[str, int] = field(default_factory=dict)  # rounded layers by the file's storage type (Q6_K, F32, ...)
     # what rounding again cost, by the file's storage type: ||W' - W|| / ||W|| over those layers (W the file's weights)
     rounding_error: dict[str, float] = field(default_factory=dict)
+    formats: dict[str, int] = field(default_factory=dict)  # linears by the weight format the program computes with (`Rule.label`)
+    head: str = "float"  # the lm head's format (`Rule.label`)
+    embedding: str = "float"  # the embedding table's
+    screened_head: bool = False  # the head's 5-bit screen is stored (quant.head_screen)
 
     def as_dict(self) -> dict:
         return {
             "carried": len(self.carried),
             "rounded": len(self.rounded),
             "unquantized": len(self.unquantized),
-            "rounded_layers": self.rounded[:8],
+            "rounded_layers": list(self.rounded),
             "rounded_from": dict(sorted(self.rounded_from.items())),
             "rounding_error": {k: round(v, 5) for k, v in sorted(self.rounding_error.items())},
+            "formats": dict(sorted(self.formats.items(), key=lambda kv: -kv[1])),
+            "head": self.head,
+            "embedding": self.embedding,
+            "screened_head": self.screened_head,
         }
 
 
@@ -148,17 +163,39 @@ def symmetric8_blocks(w: torch.Tensor) -> BlockCodes:
 
 # a file's block type -> the kernel format that computes its blocks exactly: every type
 # edgespec's kernel carries (U4: U4H where the scales and mins are fp16 values, else U4F)
-KERNEL_CARRIED = {
-    "Q4_0": "U4",
-    "Q4_1": "U4",
-    "Q4_K": "U4",
-    "Q5_1": "S8M",  # 5-bit q as int8, the file's d and min
-    "Q5_K": "S8M",  # d sc_j and -dmin m_j per 32
-    "Q8_0": "S8H",
-    "Q5_0": "S8H",  # codes q - 16, fp16 d: Q8_0's form
-    "Q6_K": "S8F",  # a scale per 16
-    "Q3_K": "S8F",
-}
+KERNEL_CARRIED = {t.name: t.kernel for t in GGUF_TYPES.values()}
+
+
+@dataclass(frozen=True)
+class ProgramKernels:
+    """What a program's linears and embedding compute with under one `QuantConfig`: the
+    consequences of ``quant.kernel``, decided by `program_kernels` only (the quantization plan,
+    the export's swaps and the manifest read them).
+
+    linears: ``edgespec`` (`BlockLinear`, edgespec's block kernel), ``xnnpack`` (torchao's
+    tensors lowered to XNNPACK) or ``float`` (fp32 and fp16 programs); carried: the file's
+    block types its linears keep as they are (``quant.carry_blocks``); table_from_blocks: an
+    embedding table stored in a carried type is read from its blocks (`BlockEmbedding`), with
+    ``quant.embedding_bits: 0``; glue: the norms, rotations and gates between the linears are
+    edgespec's ops too (the program needs edgespec's library anyway)."""
+
+    linears: Literal["edgespec", "xnnpack", "float"]
+    carried: tuple[str, ...] = ()
+    table_from_blocks: bool = False
+
+    @property
+    def glue(self) -> bool:
+        return self.linears == "edgespec"
+
+
+def program_kernels(cfg: QuantConfig) -> ProgramKernels:
+    """`ProgramKernels` of a program quantized by `cfg`."""
+    if not cfg.int8_activations:
+        return ProgramKernels("float")
+    if cfg.kernel == "xnnpack":
+        return ProgramKernels("xnnpack", XNNPACK_CARRIED if cfg.carry_blocks else ())
+    carried = tuple(KERNEL_CARRIED) if cfg.carry_blocks else ()
+    return ProgramKernels("edgespec", carried, table_from_blocks=bool(carried) and cfg.embedding_bits == 0)
 
 
 def carried_codes(b: BlockWeights) -> BlockCodes:
@@ -222,27 +259,31 @@ def _intx_weight(codes: torch.Tensor, scales: torch.Tensor, bits: int, block: in
 class Carried:
     """A weight that keeps the source file's blocks: the file's codes and scales, no second
     rounding. format: the file's block type (Q4_0, Q4_1; with edgespec's kernel every type of
-    `KERNEL_CARRIED`). kernel ``lookup``: an embedding table whose rows are read from the
+    `KERNEL_CARRIED`). reader ``lookup``: an embedding table whose rows are read from the
     blocks (`BlockEmbedding`, a program of edgespec's kernel; a tied head carries the same
     bytes, stored once)."""
 
     format: str
-    kernel: Kernel
+    reader: Reader
     blocks: BlockWeights = field(compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.format != self.blocks.format:
             raise ValueError(f"Carried: format {self.format} but blocks of {self.blocks.format}")
-        carries = {"edgespec": KERNEL_CARRIED, "lookup": KERNEL_CARRIED, "xnnpack": XNNPACK_CARRIED}.get(self.kernel, ())
+        carries = {"edgespec": KERNEL_CARRIED, "lookup": KERNEL_CARRIED, "xnnpack": XNNPACK_CARRIED}.get(self.reader, ())
         if self.format not in carries:
-            raise ValueError(f"Carried: kernel {self.kernel!r} does not carry {self.format} blocks")
+            raise ValueError(f"Carried: {self.reader!r} does not carry {self.format} blocks")
+
+    def label(self) -> str:
+        """The weight format, as `edgespec info` names it."""
+        return f"{self.format} (the file's blocks)"
 
     def apply(self, linear: nn.Module) -> nn.Module:
         """The linear (or embedding) computing with the file's blocks (in place where it can)."""
         b = self.blocks
-        if self.kernel == "lookup":
+        if self.reader == "lookup":
             return BlockEmbedding(carried_codes(b))
-        if self.kernel == "edgespec":
+        if self.reader == "edgespec":
             return BlockLinear(carried_codes(b), linear.bias)
         linear.weight = _intx_weight(b.codes, b.scales.to(torch.bfloat16).float(), b.bits, BLOCK)
         return linear if b.offsets is None else BlockOffsetLinear(linear, b.offsets)
@@ -252,28 +293,33 @@ class Carried:
 class Rounded:
     """A weight whose codes and scales are chosen here from its float values: `bits`-bit codes
     with a scale per `block` input elements (a linear's in_features: one per output channel),
-    for `kernel`. rounding: ``maxabs`` or ``mse`` (least squared error per block); source: the
+    for `reader`. rounding: ``maxabs`` or ``mse`` (least squared error per block); source: the
     file's storage type of the weight (F32, Q6_K, ...), None when it is not the file's."""
 
     bits: int
     block: int
-    kernel: Kernel
+    reader: Reader
     rounding: Literal["maxabs", "mse"] = "maxabs"
     source: str | None = None
 
     def __post_init__(self) -> None:
         if self.bits not in (4, 8) or self.block <= 0:
             raise ValueError(f"Rounded: {self.bits} bits per {self.block} elements (4 or 8 bits, a positive block)")
-        if self.kernel not in _ROUNDERS or self.rounding not in ("maxabs", "mse"):
-            raise ValueError(f"Rounded: unknown kernel {self.kernel!r} or rounding {self.rounding!r}")
-        if self.kernel == "edgespec" and self.block != BLOCK:
+        if self.reader not in _ROUNDERS or self.rounding not in ("maxabs", "mse"):
+            raise ValueError(f"Rounded: unknown reader {self.reader!r} or rounding {self.rounding!r}")
+        if self.reader == "edgespec" and self.block != BLOCK:
             raise ValueError(f"Rounded: edgespec's kernel rounds blocks of {BLOCK}, not {self.block}")
-        if self.rounding == "mse" and (self.kernel == "lookup" or (self.kernel == "edgespec" and self.bits == 8)):
-            raise ValueError(f"Rounded: no mse rounding for {self.bits}-bit {self.kernel} weights")
+        if self.rounding == "mse" and (self.reader == "lookup" or (self.reader == "edgespec" and self.bits == 8)):
+            raise ValueError(f"Rounded: no mse rounding for {self.bits}-bit {self.reader} weights")
+
+    def label(self) -> str:
+        """The weight format, as `edgespec info` names it."""
+        form = {4: "Q4_1-style", 8: "Q8_0-style"}[self.bits] if self.reader == "edgespec" else f"int{self.bits} per {self.block}"
+        return f"{form} (rounded from {self.source or 'float'})"
 
     def apply(self, module: nn.Module) -> nn.Module:
         """The module with its weight rounded (in place where it can)."""
-        return _ROUNDERS[self.kernel](module, self)
+        return _ROUNDERS[self.reader](module, self)
 
 
 def _round_xnnpack(linear: nn.Linear, r: Rounded) -> nn.Module:
@@ -307,6 +353,9 @@ class Unquantized:
     """A linear the scheme leaves in float: edgespec's kernel takes no bias and only whole
     blocks of 32; 8da4w needs in_features a multiple of group_size."""
 
+    def label(self) -> str:
+        return "float"
+
     def apply(self, module: nn.Module) -> nn.Module:
         return module
 
@@ -321,11 +370,16 @@ class QuantPlan:
     half: the parts cast to fp16 after the rules (an fp16 program), each by its own
     ``to_half_`` where it has one (a Transformer keeps RoPE and its KV cache fp32), else
     `nn.Module.half`; base: the base model's name in the program ("" the program itself),
-    whose linears the summary counts."""
+    whose linears the summary counts; screened: the lm heads (S8H block linears) given a
+    5-bit screen after the rules (``quant.head_screen``, `BlockLinear.add_screen_`);
+    fp16_kv_cache: the models whose KV caches are then stored in fp16 (``quant.kv_cache``,
+    `edgespec.models.llama.half_kv_cache_`)."""
 
     rules: Mapping[str, Rule]
     half: tuple[str, ...] = ()
     base: str = ""
+    screened: tuple[str, ...] = ()  # the lm heads whose 5-bit screen the program stores (quant.head_screen)
+    fp16_kv_cache: tuple[str, ...] = ()  # the models whose attention caches are stored in fp16 (quant.kv_cache)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "rules", MappingProxyType(dict(self.rules)))  # frozen all the way down
@@ -336,11 +390,18 @@ class QuantPlan:
     def summary(self) -> QuantSummary:
         """The base model's linears (names within it) by how their weights are obtained: what
         the manifest records."""
-        s, prefix = QuantSummary(), f"{self.base}." if self.base else ""
+        prefix = f"{self.base}." if self.base else ""
+        s = QuantSummary(screened_head=f"{prefix}output" in self.screened)
         for name, rule in self.rules.items():
-            if not name.startswith(prefix) or getattr(rule, "kernel", None) == "lookup":
-                continue  # another part's, or the embedding (not a linear)
+            if not name.startswith(prefix):
+                continue  # another part's
             local = name[len(prefix) :]
+            if getattr(rule, "reader", None) == "lookup":  # the embedding (not a linear)
+                s.embedding = rule.label()
+                continue
+            s.formats[rule.label()] = s.formats.get(rule.label(), 0) + 1
+            if local == "output":
+                s.head = rule.label()
             if isinstance(rule, Carried):
                 s.carried.append(local)
             elif isinstance(rule, Unquantized):
@@ -355,10 +416,11 @@ class QuantPlan:
 def _linear_rule(name: str, linear: nn.Linear, cfg: QuantConfig, head_bits: int, blocks: BlockWeights | None, source: str | None) -> Rule | None:
     """The rule of one linear under an 8da4w / 8da8w scheme (None: fp32 and fp16 keep linears
     float). blocks, source: the file's blocks and storage type of its weight (None: not the file's)."""
-    if not cfg.int8_activations:
+    kernels = program_kernels(cfg)
+    if kernels.linears == "float":
         return None
     n = linear.in_features
-    if cfg.block_kernel and n % BLOCK:
+    if kernels.linears == "edgespec" and n % BLOCK:
         return Unquantized()
     head = name == "output" or name.endswith(".output")
     if cfg.scheme == "8da8w" or (head and head_bits == 8):
@@ -367,11 +429,12 @@ def _linear_rule(name: str, linear: nn.Linear, cfg: QuantConfig, head_bits: int,
         return Unquantized()
     else:
         bits, block = 4, cfg.group_size
-    if cfg.block_kernel:  # a file's blocks are kept whatever the bits: the kernel computes each carried format as it is
-        if cfg.carry_blocks and blocks is not None and blocks.format in KERNEL_CARRIED:
+    carried = blocks is not None and blocks.format in kernels.carried
+    if kernels.linears == "edgespec":  # a file's blocks are kept whatever the bits: the kernel computes each carried format as it is
+        if carried:
             return Carried(blocks.format, "edgespec", blocks)
         return Rounded(bits, BLOCK, "edgespec", cfg.rounding if bits == 4 else "maxabs", source)  # 8 bits: Q8_0-style max-abs
-    if cfg.carry_blocks and blocks is not None and blocks.format in XNNPACK_CARRIED and (bits, block) == (4, BLOCK):
+    if carried and (bits, block) == (4, BLOCK):
         return Carried(blocks.format, "xnnpack", blocks)
     return Rounded(bits, block, "xnnpack", cfg.rounding, source)
 
@@ -382,7 +445,7 @@ def _embedding_rule(cfg: QuantConfig, blocks: BlockWeights | None, source: str |
     ``carry_blocks``), fp32 otherwise (None)."""
     if cfg.embedding_bits:
         return Rounded(cfg.embedding_bits, cfg.group_size, "lookup", "maxabs", source)
-    if cfg.block_kernel and cfg.carry_blocks and blocks is not None and blocks.format in KERNEL_CARRIED:
+    if program_kernels(cfg).table_from_blocks and blocks is not None and blocks.format in KERNEL_CARRIED:
         return Carried(blocks.format, "lookup", blocks)
     return None
 
@@ -444,7 +507,22 @@ def plan_quantization(
         if rule is not None:
             rules[name] = rule
     half = tuple(sorted(parts, key=len)) if cfg.scheme == "fp16" else ()  # outer parts first
-    return QuantPlan(rules, half, base_name)
+    screened = (_screened_head(f"{prefix}output", rules.get(f"{prefix}output")),) if cfg.head_screen else ()
+    return QuantPlan(rules, half, base_name, screened, (base_name,) if cfg.kv_cache == "fp16" else ())
+
+
+def _screened_head(name: str, rule: Rule | None) -> str:
+    """The lm head `name` that ``quant.head_screen`` screens, checked: the screen is of Q8_0-style
+    (S8H) blocks, the form of a carried Q8_0 or Q5_0 head or one rounded to 8 bits."""
+    s8h = (isinstance(rule, Carried) and rule.reader == "edgespec" and KERNEL_CARRIED[rule.format] == "S8H") or (
+        isinstance(rule, Rounded) and rule.reader == "edgespec" and rule.bits == 8
+    )
+    if not s8h:
+        from edgespec.errors import EdgespecError
+
+        what = "float" if rule is None else rule.label()
+        raise EdgespecError(f"quant.head_screen screens a Q8_0-style (S8H) lm head; this model's head would be {what}: set quant.head_screen false")
+    return name
 
 
 def _untie_(program: nn.Module, names) -> None:
@@ -480,6 +558,10 @@ def quantize_(program: nn.Module, plan: QuantPlan) -> QuantSummary:
             acc = squares.setdefault(rule.source, [0.0, 0.0])
             acc[0] += (_computed_weight(new) - before).pow(2).sum().item()
             acc[1] += before.pow(2).sum().item()
+    for name in plan.screened:
+        program.get_submodule(name).add_screen_()
+    for name in plan.fp16_kv_cache:
+        half_kv_cache_(program.get_submodule(name))
     for name in plan.half:
         part = program.get_submodule(name)
         getattr(part, "to_half_", part.half)()

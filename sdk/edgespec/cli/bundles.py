@@ -28,10 +28,12 @@ def info(bundle: str, verify: bool) -> None:
         verify_checksums(bundle, m)
     task = task_of_manifest(m)
     click.echo(f"bundle      {Path(bundle).resolve()} (schema {m.schema_version}{', checksums ok' if verify else ''})")
-    click.echo(f"task        {task.NAME}: {task.DESCRIPTION}")
+    click.echo(f"task        {m.task}: {task.DESCRIPTION}")
     for line in task.describe(m):
         click.echo(line)
-    click.echo(f"precision   {m.precision} (group size {m.recipe.quant.group_size})")
+    q = getattr(m, "quantization", None)
+    weights = q.weights_line() if q is not None else None  # None: a bundle from before 2026-12-06
+    click.echo(f"precision   {m.precision}: {weights}" if weights else f"precision   {m.precision} (group size {m.recipe.quant.group_size})")
     click.echo(f"methods     {', '.join(m.methods)}")
     for name, f in m.files.items():
         click.echo(f"file        {name:<16} {f.bytes / 1e6:8.2f} MB  sha256 {f.sha256[:16]}…")

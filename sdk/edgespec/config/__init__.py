@@ -13,7 +13,7 @@ One module per concern; every public name is importable from ``edgespec.config``
 - `edgespec.config.override_grammar`: ``FIELD=VALUE`` overrides (`apply_overrides`);
 - `edgespec.config.migrations`: recipes of earlier versions (`upgrade_recipe_data`, `RecipeDeprecation`);
 - `edgespec.config.recipe_files`: reading and writing recipe files (`load_recipe`, `recipe_from_args`,
-  `recipe_to_yaml`, `RECIPE_KINDS`);
+  `recipe_to_yaml`, `RECIPE_KINDS`: the task kinds, `check_task_kinds`);
 - `edgespec.config.yaml_syntax`: YAML as recipes read it.
 """
 
@@ -36,7 +36,7 @@ from edgespec.config.lm_sections import (
 )
 from edgespec.config.migrations import RecipeDeprecation, upgrade_recipe_data
 from edgespec.config.override_grammar import apply_overrides
-from edgespec.config.recipe_files import RECIPE_KINDS, load_recipe, recipe_from_args, recipe_to_yaml
+from edgespec.config.recipe_files import RECIPE_KINDS, check_task_kinds, load_recipe, recipe_from_args, recipe_to_yaml
 from edgespec.config.records import Record, field_types, from_dict, parsing, require
 
 __all__ = [
@@ -64,6 +64,7 @@ __all__ = [
     "TuneConfig",
     "ValidateConfig",
     "apply_overrides",
+    "check_task_kinds",
     "field_types",
     "from_dict",
     "load_recipe",

@@ -100,6 +100,7 @@ def _asr_numerics() -> NumericsConfig:
 class AsrRecipe(Record):
     """A speech recognition export (``task: asr``): Conformer CTC -> ExecuTorch program."""
 
+    TASK: ClassVar[str] = "asr"  # its task kind (edgespec.config.RECIPE_KINDS)
     name: str = "conformer-hama"
     task: Literal["asr"] = "asr"
     model: SpeechModelConfig = field(default_factory=SpeechModelConfig)

@@ -129,24 +129,27 @@ class DrafterConfig(Record):
     """The drafter of the speculative program and how it drafts (recipe section ``drafter:``;
     recipes before 2026-12-02 call it ``streams:`` with the kind in ``streams.drafter``).
 
-    kind: ``streams`` (Speculative Streaming: gamma streams over the top n_layers,
-    multi-stream attention), ``medusa`` (gamma Medusa-1 heads on the final hidden state) or
+    kind: ``streams`` (Speculative Streaming: draft_depth streams over the top n_layers,
+    multi-stream attention), ``medusa`` (draft_depth Medusa-1 heads on the final hidden state) or
     ``hydra`` (heads that also see the token before their target) or ``eagle`` (one draft
     decoder layer over fused low/mid/top features of the whole context, drafting chains);
     for heads n_layers is only where training caches its features, eagle ignores it, and
     both are lossless.
 
-    mode: ``lossless`` (main stream = untouched base model) or ``shared`` (adapters shared
-    with the main stream, fine-tuned). tree: branching per depth (top-k of stream d).
-    weights: trained drafter weights (a file made by ``edgespec train``); empty = no
-    speculative methods. draft_vocab: the drafting lm head covers only the N most frequent tokens of the training
+    draft_depth: how many tokens ahead the drafter is trained to draft (the paper's gamma for
+    streams, the number of heads for Medusa/Hydra, eagle's passes; ``gamma`` before
+    2026-12-06); the tree drafts at most this deep. mode: ``lossless`` (main stream =
+    untouched base model) or ``shared`` (streams only: adapters shared with the main stream,
+    fine-tuned). tree: branching per depth (top-k of draft depth d). weights: trained
+    drafter weights (a file made by ``edgespec train``); empty = no speculative methods.
+    draft_vocab: the drafting lm head covers only the N most frequent tokens of the training
     corpus (verification keeps the full vocabulary); 0 = the full vocabulary.
     """
 
     PATH: ClassVar[str] = "drafter"
     kind: Literal["streams", "medusa", "hydra", "eagle"] = "streams"
     mode: Literal["lossless", "shared"] = "lossless"
-    gamma: int = 3
+    draft_depth: int = 3
     n_layers: int = 4
     lora_rank: int = 16
     f_rank: int = 0
@@ -161,31 +164,33 @@ class DrafterConfig(Record):
             "draft heads leave the base model untouched (so does the eagle layer): mode must be lossless",
         )
         require(self.draft_vocab >= 0, self._at("draft_vocab"), f"must be >= 0 (0 = the full vocabulary), got {self.draft_vocab}")
-        require(1 <= self.gamma <= 8, self._at("gamma"), f"must be in [1, 8], got {self.gamma}")
+        require(1 <= self.draft_depth <= 8, self._at("draft_depth"), f"must be in [1, 8], got {self.draft_depth}")
         require(self.n_layers >= 1, self._at("n_layers"), f"must be >= 1, got {self.n_layers}")
         require(self.lora_rank >= 0 and self.f_rank >= 0, self._at("lora_rank"), "ranks must be >= 0")
         require(
-            1 <= len(self.tree) <= self.gamma and all(k >= 1 for k in self.tree),
+            1 <= len(self.tree) <= self.draft_depth and all(k >= 1 for k in self.tree),
             self._at("tree"),
-            f"needs 1..gamma positive branching factors, got {list(self.tree)}",
+            f"needs 1..draft_depth positive branching factors, got {list(self.tree)}",
         )
 
 
 @dataclass(frozen=True)
 class TrainConfig(Record):
-    """Stream training (``edgespec train``; edgespec.speculative.train takes it as is).
+    """Drafter training (``edgespec train``; edgespec.speculative.train takes it as is).
 
     data: a JSONL file, either self-distilled (``prompt_ids``/``response_ids``, written by
     ``edgespec distill``) or text pairs (``prompt``/``response``), or ``task:NAME``: the train
-    split of a task's gold pairs (edgespec.corpus.task_data: translation_de, sql_chinook). stream_weights: a_j, the
-    loss weight of stream j (paper: 0.1 each); main_weight: a0, the next-token loss weight
-    (shared mode only). soft_weight: b in (1 - b) CE(hard) + b CE(teacher's top-K) for each
-    stream, and in shared mode for the main stream too, where the teacher's top-K term stands
-    in for the KL to the original model (truncated to its top K: at b = 0.5 it did not keep
-    the answers' quality, docs/speculative-streaming.md; needs data with soft labels:
-    ``edgespec distill --source``). bf16: the MSA layers
-    and the lm head run under bf16 autocast. With ``drafter.draft_vocab`` set, the streams'
-    loss is taken over that draft vocabulary, as the program drafts. dev_items: with
+    split of a task's gold pairs (edgespec.corpus.task_data: translation_de, sql_chinook).
+    depth_weights: a_j, the loss weight of draft depth j, one per depth of
+    ``drafter.draft_depth`` (streams paper: 0.1 each; ``stream_weights`` before 2026-12-06);
+    main_weight: a0, the next-token loss weight (shared mode only). soft_weight: b in
+    (1 - b) CE(hard) + b CE(teacher's top-K) for each draft depth, and in shared mode for the
+    main stream too, where the teacher's top-K term stands in for the KL to the original
+    model (truncated to its top K: at b = 0.5 it did not keep the answers' quality,
+    docs/speculative-streaming.md; needs data with soft labels: ``edgespec distill
+    --source``). bf16: the drafter's layers and the lm head run under bf16 autocast. With
+    ``drafter.draft_vocab`` set, the drafting rows' loss is taken over that draft vocabulary,
+    as the program drafts. dev_items: with
     ``task:NAME`` data, the first N items of the task's dev split (units kept out of training)
     are scored with the training loss at each checkpoint and the run's drafter is the
     checkpoint that scored best there (0, or a task without a dev split: the last step's).
@@ -200,9 +205,9 @@ class TrainConfig(Record):
     length_window: int = 32  # batches of similar lengths: sorted within windows of this many batches (1 = random)
     lr: float = 5e-4
     warmup_steps: int = 50
-    stream_weights: tuple[float, ...] = (1.0, 0.5, 0.25)
+    depth_weights: tuple[float, ...] = (1.0, 0.5, 0.25)
     main_weight: float = 1.0
-    soft_weight: float = 0.0  # b: weight of the teacher's top-K (soft labels) in each stream's loss
+    soft_weight: float = 0.0  # b: weight of the teacher's top-K (soft labels) in each depth's loss
     checkpoint_every: int = 100
     seed: int = 0
     bf16: bool = True
@@ -412,6 +417,7 @@ class ValidateConfig(Record):
 class Recipe(Record):
     """One export, fully described. ``Recipe()`` is the built-in default recipe."""
 
+    TASK: ClassVar[str] = "generate"  # its task kind (edgespec.config.RECIPE_KINDS): a recipe without ``task`` is one
     name: str = "smollm2-135m"
     model: ModelConfig = field(default_factory=ModelConfig)
     quant: QuantConfig = field(default_factory=QuantConfig)
@@ -425,11 +431,20 @@ class Recipe(Record):
 
     def _check(self) -> None:
         require(bool(self.name), "name", "must not be empty")
-        require(len(self.train.stream_weights) >= self.drafter.gamma, "train.stream_weights", f"needs one weight per stream ({self.drafter.gamma})")
+        require(
+            len(self.train.depth_weights) >= self.drafter.draft_depth,
+            "train.depth_weights",
+            f"needs one weight per draft depth (drafter.draft_depth: {self.drafter.draft_depth})",
+        )
         require(
             self.quant.kv_cache == "fp32" or not self.drafter.weights or self.export.step_attention == "exact",
             "quant.kv_cache",
             f"an fp16 cache is read by edgespec's exact attention; this speculative program attends with export.step_attention={self.export.step_attention}: set it to exact",
+        )
+        require(
+            not (self.quant.head_screen and self.drafter.weights),
+            "quant.head_screen",
+            "makes an autoregressive program's next_token; a recipe with a drafter (drafter.weights) has spec_step instead: set it false",
         )
         require(
             not self.export.separate_base or bool(self.drafter.weights),

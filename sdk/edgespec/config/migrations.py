@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from edgespec.config.records import require
 from edgespec.errors import EdgespecNote
 
 
@@ -13,7 +14,10 @@ class RecipeDeprecation(EdgespecNote):
 
 _RENAMED_SECTIONS: dict[str, tuple[str, dict[str, str]]] = {"streams": ("drafter", {"drafter": "kind"})}
 """old section -> (new section, {old field: new field}) for recipes of earlier versions."""
-_REMOVED_FIELDS = {("export", "backend"): "export.backend was never read (programs are always XNNPACK-delegated); remove it"}
+_RENAMED_FIELDS: dict[tuple[str, str], str] = {("drafter", "gamma"): "draft_depth", ("train", "stream_weights"): "depth_weights"}
+"""(section, old field) -> new field, sections in today's names, for recipes of earlier
+versions (2026-12-06: the streams drafter's names for what every drafter has)."""
+_REMOVED_FIELDS = {("export", "backend"): "export.backend was never read (the recipe's quant.kernel decides what a program computes with); remove it"}
 RENAMED_VALUES: dict[tuple[str, str], dict[str, str]] = {("export", "step_attention"): {"block": "custom_sdpa"}}
 """(section, field) -> {old value: new value} for recipes of earlier versions (`block` attention
 is ExecuTorch's `llama::custom_sdpa` for all rows, not edgespec's block kernel)."""
@@ -23,14 +27,16 @@ def renamed_path(path: list[str]) -> list[str]:
     """A dotted field path of an earlier recipe version in today's names (one RecipeDeprecation note)."""
     import warnings
 
-    if path and path[0] in _RENAMED_SECTIONS:
-        new, fields = _RENAMED_SECTIONS[path[0]]
-        renamed = [new, *path[1:]]
-        if len(path) > 1:
-            renamed[1] = fields.get(path[1], path[1])
+    renamed = list(path)
+    if renamed and renamed[0] in _RENAMED_SECTIONS:
+        renamed[0], fields = _RENAMED_SECTIONS[path[0]]
+        if len(renamed) > 1:
+            renamed[1] = fields.get(renamed[1], renamed[1])
+    if len(renamed) > 1:
+        renamed[1] = _RENAMED_FIELDS.get((renamed[0], renamed[1]), renamed[1])
+    if renamed != path:
         warnings.warn(f"recipe field '{'.'.join(path)}' is now '{'.'.join(renamed)}'", RecipeDeprecation, stacklevel=4)
-        return renamed
-    return path
+    return renamed
 
 
 def upgrade_recipe_data(data: dict, note: bool = True) -> dict:
@@ -47,6 +53,12 @@ def upgrade_recipe_data(data: dict, note: bool = True) -> dict:
             data[new] = {fields.get(k, k): v for k, v in section.items()}
             renamed = ", ".join(f"{old}.{k} -> {new}.{v}" for k, v in fields.items() if k in section)
             notes.append(f"the '{old}:' section is now '{new}:'" + (f" ({renamed})" if renamed else ""))
+    for (section, old), new in _RENAMED_FIELDS.items():
+        fields = data.get(section)
+        if isinstance(fields, dict) and old in fields:
+            require(new not in fields, f"{section}.{old}", f"is the earlier name of {section}.{new}, which the recipe sets too: keep {new} only")
+            data[section] = {(new if k == old else k): v for k, v in fields.items()}
+            notes.append(f"{section}.{old} is now {section}.{new}")
     for (section, name), why in _REMOVED_FIELDS.items():
         if isinstance(data.get(section), dict) and name in data[section]:
             del data[section][name]

@@ -3,7 +3,7 @@ overrides and migrations), the CLI's ``[RECIPE] [FIELD=VALUE]...``, and writing 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,12 +15,23 @@ from edgespec.config.records import from_dict, require
 from edgespec.config.yaml_syntax import one_line, parse_yaml
 from edgespec.errors import EdgespecError
 
-RECIPE_KINDS: dict[str, type] = {"generate": Recipe, "asr": AsrRecipe}
-"""A recipe's ``task`` field picks its class (absent: a language-model recipe)."""
+RECIPE_KINDS: dict[str, type] = {r.TASK: r for r in (Recipe, AsrRecipe)}
+"""The task kinds, in one place: a recipe's ``task`` field picks its class here (absent: a
+language-model recipe), and a bundle manifest's ``task`` names the same kinds. The layers
+above config hold one entry per kind, each checked against this list when imported
+(`check_task_kinds`): edgespec.manifest.MANIFEST_KINDS (the manifest record) and
+edgespec.tasks.TASKS (the task module). A new task kind starts here."""
+
+
+def check_task_kinds(registry: Mapping[str, object], name: str) -> None:
+    """Raise ImportError unless `registry` (named `name`, for the message) holds exactly the
+    task kinds of RECIPE_KINDS."""
+    if set(registry) != set(RECIPE_KINDS):
+        raise ImportError(f"{name} holds the task kinds {sorted(registry)}; edgespec.config.RECIPE_KINDS holds {sorted(RECIPE_KINDS)}: one entry per kind")
 
 
 def _recipe_class(data: dict) -> type:
-    task = data.get("task", "generate")
+    task = data.get("task", Recipe.TASK)
     require(task in RECIPE_KINDS, "task", f"must be one of {list(RECIPE_KINDS)}, got {task!r}")
     return RECIPE_KINDS[task]
 

@@ -101,15 +101,18 @@ def tokens_per_call(max_seq_len: int, prefill_chunk: int) -> int:
     return min(prefill_chunk, max_seq_len - 1) if prefill_chunk else max_seq_len - 1
 
 
-def export_forward(model: torch.nn.Module, max_seq_len: int, attention: str = "custom_sdpa", call_tokens: int = 0) -> torch.export.ExportedProgram:
+def export_forward(
+    model: torch.nn.Module, max_seq_len: int, attention: str = "custom_sdpa", call_tokens: int = 0, glue: bool = False
+) -> torch.export.ExportedProgram:
     """`torch.export` of forward with a dynamic token count in [1, call_tokens] (0:
     max_seq_len - 1), with
     custom attention and cache ops swapped in for the export only (`attention`: a key of
     `edgespec.export.swaps.EXPORT_ATTENTION`; "custom_sdpa", ExecuTorch's `llama::custom_sdpa`,
-    keeps the program runnable by ExecuTorch's stock LLM runner)."""
+    keeps the program runnable by ExecuTorch's stock LLM runner; `glue`: edgespec's norms,
+    rotations and gates, `edgespec.export.swaps.ProgramOps.glue`)."""
     from edgespec.export.swaps import executorch_ops
 
-    with torch.no_grad(), executorch_ops(model, attention):
+    with torch.no_grad(), executorch_ops(model, attention, glue):
         return export_dynamic_length(model, call_tokens or max_seq_len - 1)
 
 
@@ -137,13 +140,13 @@ class MethodAsForward(torch.nn.Module):
 
 
 def export_with_next_token(
-    model: torch.nn.Module, max_seq_len: int, attention: str = "custom_sdpa", call_tokens: int = 0
+    model: torch.nn.Module, max_seq_len: int, attention: str = "custom_sdpa", call_tokens: int = 0, glue: bool = False
 ) -> dict[str, torch.export.ExportedProgram]:
     """`export_forward`'s forward plus `next_token` (`Transformer.next_token`: the greedy token,
     edgespec.export.constants.NEXT_TOKEN), both with a dynamic token count, sharing one KV cache."""
     from edgespec.export.swaps import executorch_ops
 
-    with torch.no_grad(), executorch_ops(model, attention):
+    with torch.no_grad(), executorch_ops(model, attention, glue):
         return {name: export_dynamic_length(MethodAsForward(model, name), call_tokens or max_seq_len - 1) for name in (C.FORWARD, C.NEXT_TOKEN)}
 
 

@@ -33,12 +33,14 @@ def example_step_inputs(program: SpecProgram) -> tuple[torch.Tensor, ...]:
     )
 
 
-def export_spec_methods(program: SpecProgram, attention: str = "custom_sdpa", call_tokens: int = 0) -> dict[str, torch.export.ExportedProgram]:
+def export_spec_methods(
+    program: SpecProgram, attention: str = "custom_sdpa", call_tokens: int = 0, glue: bool = False
+) -> dict[str, torch.export.ExportedProgram]:
     """`torch.export` of forward (autoregressive, up to `call_tokens` tokens a call, 0: the
     context - 1) and spec_step, attending with `edgespec.export.swaps.EXPORT_ATTENTION[attention]`
-    (`export.step_attention`)."""
+    (`export.step_attention`); `glue`: `edgespec.export.swaps.ProgramOps.glue`."""
     out = {}
-    with torch.no_grad(), executorch_ops(program, attention):
+    with torch.no_grad(), executorch_ops(program, attention, glue):
         out[C.FORWARD] = export_dynamic_length(MethodAsForward(program, "forward"), call_tokens or program.max_seq_len - 1)
         out[C.SPEC_STEP] = torch.export.export(MethodAsForward(program, "step"), example_step_inputs(program), strict=False)
     return out
@@ -48,4 +50,4 @@ def spec_meta(program: SpecProgram):
     from edgespec.export.lowering import SpecMeta
 
     cfg = program.cfg  # None: a program without trained drafting parameters
-    return SpecMeta(program.tree.branching, program.tree.parents, cfg.gamma if cfg else 0, cfg is None or cfg.mode != "shared")
+    return SpecMeta(program.tree.branching, program.tree.parents, cfg.draft_depth if cfg else 0, cfg is None or cfg.mode != "shared")

@@ -3,13 +3,14 @@
 `replace_kv_cache_with_custom_kv_cache`, `replace_sdpa_with_custom_op`). The model's files hold
 the model only; eager code and training never run custom ops.
 
-- `executorch_ops(model, attention)`: every `KVCache` is an `ExecuTorchKVCache` (ExecuTorch's
-  `llama::update_cache`), every attention's op the module `EXPORT_ATTENTION[attention]` makes
-  (ExecuTorch's `llama::custom_sdpa`, or edgespec's exact kernel), and where the linears are
-  edgespec's block kernel, the glue between them is edgespec's fused ops
-  (`fuse_projections`: q/k/v and gate/up as one op call each).
-- `program_ops(quant, ...)`: what the recipe's `quant.kernel` implies for a program's
-  attention and XNNPACK delegation, decided here only.
+- `executorch_ops(model, attention, glue)`: every `KVCache` is an `ExecuTorchKVCache`
+  (ExecuTorch's `llama::update_cache`), every attention's op the module
+  `EXPORT_ATTENTION[attention]` makes (ExecuTorch's `llama::custom_sdpa`, or edgespec's exact
+  kernel), block linears run their op, and with `glue` the norms, attentions and feed-forwards
+  are edgespec's kernel modules (`edgespec.export.kernel_modules`: q/k/v and gate/up as one op
+  call each).
+- `program_ops(quant, ...)`: what a program's attention, glue and XNNPACK delegation are,
+  from `edgespec.quant.program_kernels` (what ``quant.kernel`` makes of the linears).
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ from torch import nn
 
 from edgespec.config import QuantConfig
 from edgespec.errors import EdgespecError
-from edgespec.kernels.block_linear import BlockEmbedding, BlockLinear, stacked
-from edgespec.models.llama import SDPA, Attention, FeedForward, KVCache, RMSNorm, additive_mask
+from edgespec.export.kernel_modules import kernel_modules
+from edgespec.models.llama import SDPA, Attention, KVCache, additive_mask
+from edgespec.quant import program_kernels
 
 
 def load_executorch_llm_ops() -> None:
@@ -109,75 +111,46 @@ class ProgramOps:
     """What a language-model program computes with besides its linears (`program_ops`).
 
     attention: a key of `EXPORT_ATTENTION`, for every method of the program; xnnpack: what of
-    the program XNNPACK takes (`Delegation`). The glue
-    between linears follows the linears `quant` made: edgespec's fused ops where they are
-    edgespec's block kernel (`executorch_ops`)."""
+    the program XNNPACK takes (`Delegation`); glue: its norms, rotations and gates are
+    edgespec's ops (`edgespec.export.kernel_modules`), as where its linears are edgespec's
+    block kernel."""
 
     attention: str
     xnnpack: Delegation
+    glue: bool = False
 
 
 def program_ops(quant: QuantConfig, step_attention: str, head_dim: int, speculative: bool, windowed: bool = False) -> ProgramOps:
     """What `quant.kernel` implies for a program of a decoder with heads of `head_dim`, with
     speculative methods (attending by `export.step_attention`) or without; `windowed`: some
     layers attend within a sliding window shorter than the context (Gemma 3)."""
+    kernels = program_kernels(quant)
+    block_kernel = kernels.linears == "edgespec"
     if speculative:  # the drafter's float parts and the acceptance's softmax are XNNPACK's; on the
         # block kernel nothing else is (a delegated reshape between edgespec's ops is a delegate call)
-        return ProgramOps(step_attention, xnnpack="compute" if quant.block_kernel else "all")
+        return ProgramOps(step_attention, xnnpack="compute" if block_kernel else "all", glue=kernels.glue)
     # a program of edgespec's block kernel needs edgespec's library anyway: its attention
     # is edgespec's too (one row: ~4x faster than llama::custom_sdpa here, bench/attention_paths.py),
     # where the kernel is compiled for the model's head size; windows are the exact kernel's
     # only (its mask: llama::custom_sdpa's mask path gave wrong logits)
     from edgespec.kernels.ops import HEAD_SIZES
 
-    attention = "exact" if (quant.block_kernel or windowed) and head_dim in HEAD_SIZES else "custom_sdpa"
+    attention = "exact" if (block_kernel or windowed) and head_dim in HEAD_SIZES else "custom_sdpa"
     # an autoregressive block-kernel program is edgespec's ops end to end: nothing to delegate
-    return ProgramOps(attention, xnnpack="none" if quant.block_kernel else "all")
+    return ProgramOps(attention, xnnpack="none" if block_kernel else "all", glue=kernels.glue)
 
 
 @contextmanager
-def fuse_projections(model: nn.Module):
-    """Within the block, each attention's q/k/v and each feed-forward's gate/up that are block
-    linears of one format run as one block linear (`stacked`): their shared input is quantized
-    once, in one op call. The separate modules are set aside meanwhile (an exported program
-    holds only the stacked weights); on exit they are back."""
-    swapped = []
-    for m in model.modules():
-        names = ("wq", "wk", "wv") if isinstance(m, Attention) else ("w1", "w3") if isinstance(m, FeedForward) else ()
-        fused = stacked([getattr(m, n) for n in names]) if names else None
-        if fused is not None:
-            fused.use_kernel = getattr(m, names[0]).use_kernel  # the op in a program, the reference in eager code
-            swapped.append((m, names, [getattr(m, n) for n in names]))
-            for n in names:
-                setattr(m, n, _Shape(getattr(m, n).out_features))
-            m.fused = fused
-    try:
-        yield model
-    finally:
-        for m, names, linears in swapped:
-            m.fused = None
-            for n, lin in zip(names, linears):
-                setattr(m, n, lin)
-
-
-class _Shape(nn.Module):
-    """Where a linear stacked into `fused` stood: its output size, no weights."""
-
-    def __init__(self, out_features: int):
-        super().__init__()
-        self.out_features = out_features
-
-
-@contextmanager
-def executorch_ops(model: nn.Module, attention: str = "custom_sdpa"):
+def executorch_ops(model: nn.Module, attention: str = "custom_sdpa", glue: bool = False):
     """Within the block, every attention of `model` uses custom ops (`EXPORT_ATTENTION[attention]`:
-    ExecuTorch's `llama::custom_sdpa` or edgespec's exact kernel) and every `KVCache` (an
+    ExecuTorch's `llama::custom_sdpa` or edgespec's exact kernel), every `KVCache` (an
     attention's, or a drafter's per-position store) is an `ExecuTorchKVCache` over the same
-    buffers, as `torch.export` of a program needs; on exit the plain PyTorch
-    modules are back. Eager code never runs custom ops (ExecuTorch's
-    `replace_sdpa_with_custom_op` idea, undone after export)."""
+    buffers, and the block linears and, with `glue` (`ProgramOps.glue`), the glue between
+    them are edgespec's kernel modules (`kernel_modules`), as `torch.export` of a program
+    needs; on exit the plain PyTorch modules are back. Eager code never runs custom ops
+    (ExecuTorch's `replace_sdpa_with_custom_op` idea, undone after export)."""
     load_executorch_llm_ops()
-    from edgespec.kernels.ops import HEAD_SIZES  # and the edgespec::attention schema
+    from edgespec.kernels.ops import HEAD_SIZES  # and the edgespec ops' schemas
 
     windowed = [m.window for m in model.modules() if isinstance(m, Attention) and m.window]
     if windowed and attention != "exact":
@@ -187,24 +160,16 @@ def executorch_ops(model: nn.Module, attention: str = "custom_sdpa"):
             "(within their window they attend to every key)"
         )
     make_sdpa = EXPORT_ATTENTION[attention]
-    # a program with edgespec's block kernel needs edgespec's library anyway: its glue between
-    # linears is edgespec's fused ops too (no XNNPACK delegate call per norm, rotation, gate)
-    block_linears = [m for m in model.modules() if isinstance(m, (BlockLinear, BlockEmbedding))]  # and tables read from blocks
-    glue = [m for m in model.modules() if isinstance(m, (RMSNorm, Attention, FeedForward))] if block_linears else []
     caches = [(m, name, c) for m in model.modules() for name, c in m.named_children() if type(c) is KVCache]  # attention's and any other
     attentions = [(m, m.sdpa) for m in model.modules() if isinstance(m, Attention)]
     for m, name, c in caches:
         setattr(m, name, ExecuTorchKVCache(c.k_cache, c.v_cache))
     for m, _ in attentions:
         m.sdpa = make_sdpa()
-    for m in block_linears + glue:
-        m.use_kernel = True
     try:
-        with fuse_projections(model):  # q/k/v and gate/up: one op call, one quantization of their input
+        with kernel_modules(model, glue):  # (copies of the attentions above: their caches and ops swapped first)
             yield model
     finally:
-        for m in block_linears + glue:
-            m.use_kernel = False
         for m, name, c in caches:
             swapped = getattr(m, name)
             c.k_cache, c.v_cache = swapped.k_cache, swapped.v_cache  # (to_half_ may have replaced them)

@@ -1,7 +1,8 @@
 """`edgespec tune`: choose a bundle's draft tree by measurement, on this device.
 
-The models are in `edgespec.speculative.tree_tuning` (acceptance replay, step cost); this module
-runs them against a bundle's own program and stream weights.
+The models are in `edgespec.speculative.tree_tuning` (acceptance replay, step cost model), the
+timing of the program's calls in `edgespec.runtime.speed`; this module runs them against a
+bundle's own program and drafter weights.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from edgespec.config import TuneConfig
+from edgespec.runtime.speed import forward_curve, step_cost
 from edgespec.speculative import tree_tuning as T
 from edgespec.speculative.tree import Tree
 
@@ -48,14 +50,14 @@ def tune_bundle(bundle_dir: str | Path, cfg: TuneConfig | None = None, on_progre
     base = build_model(src)
     spec = load_drafter(weights, base)
     vocab = drafting_vocabulary(weights, src, manifest.speculative.draft_vocab)  # the program's own id map
-    ranks = T.future_ranks(spec, seqs, spec.cfg.gamma, vocab)
+    ranks = T.future_ranks(spec, seqs, spec.cfg.draft_depth, vocab)
     on_progress("costs", 0, 1)
-    curve = T.forward_curve(runner, context)
+    curve = forward_curve(runner, context)
     t_1 = curve[1]
-    t_own = T.step_cost(runner, context)
+    t_own = step_cost(runner, context)
     cost = T.StepCostModel.calibrate(curve, t_own, Tree(runner.branching), spec.draft_layers / base.args.n_layers)
     # drafts that continue earlier drafts (Hydra, eagle) are replayed exactly for chains (top-k at the last depth only)
-    table = T.estimate(ranks, cost, T.candidate_trees(spec.cfg.gamma, max_size, chains_only=spec.chains_only))
+    table = T.estimate(ranks, cost, T.candidate_trees(spec.cfg.draft_depth, max_size, chains_only=spec.chains_only))
     ar_tps = 1.0 / t_1
     own = tuple(runner.branching)
     lookup = None  # the hybrid draft replays exactly on chains only (a product tree's other candidates follow the match)

@@ -29,8 +29,7 @@
 #include <limits>
 #include <vector>
 
-#include <executorch/extension/kernel_util/make_boxed_from_unboxed_functor.h>
-#include <executorch/runtime/kernel/kernel_includes.h>
+#include "op_api.h"
 
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
@@ -45,10 +44,6 @@
 
 namespace edgespec {
 namespace {
-
-using executorch::aten::ScalarType;
-using executorch::aten::Tensor;
-using executorch::runtime::KernelRuntimeContext;
 
 using namespace edgespec::vec;
 constexpr int kRowBlock = 16;  // query rows that share key/value loads

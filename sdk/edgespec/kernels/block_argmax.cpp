@@ -16,8 +16,7 @@
 #include <mutex>
 #include <vector>
 
-#include <executorch/extension/kernel_util/make_boxed_from_unboxed_functor.h>
-#include <executorch/runtime/kernel/kernel_includes.h>
+#include "op_api.h"
 
 #include "block_ops.h"
 #include "glue.h"
@@ -27,10 +26,6 @@ namespace edgespec {
 namespace {
 
 namespace B = edgespec::blocks;
-using executorch::aten::ScalarType;
-using executorch::aten::SizesType;
-using executorch::aten::Tensor;
-using executorch::runtime::KernelRuntimeContext;
 
 // Row r of x [M, K] -> the index of its largest output over the packed weight's n rows
 // (torch.argmax's rule: first largest, first NaN), for each r: out [M]. Without a screen, the

@@ -13,8 +13,7 @@
 
 #include <limits>
 
-#include <executorch/extension/kernel_util/make_boxed_from_unboxed_functor.h>
-#include <executorch/runtime/kernel/kernel_includes.h>
+#include "op_api.h"
 
 #include "block_linear/contract.h"
 
@@ -22,10 +21,6 @@ namespace edgespec {
 namespace {
 
 namespace B = edgespec::blocks;
-using executorch::aten::ScalarType;
-using executorch::aten::SizesType;
-using executorch::aten::Tensor;
-using executorch::runtime::KernelRuntimeContext;
 
 Tensor& block_embedding_out(KernelRuntimeContext& ctx, const Tensor& ids, const Tensor& weight, int64_t format, int64_t n, int64_t k, Tensor& out) {
   ET_KERNEL_CHECK_MSG(ctx, ids.scalar_type() == ScalarType::Long && ids.dim() <= 7, InvalidArgument, out,

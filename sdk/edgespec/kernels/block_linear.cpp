@@ -25,8 +25,7 @@
 #include <cstdint>
 #include <vector>
 
-#include <executorch/extension/kernel_util/make_boxed_from_unboxed_functor.h>
-#include <executorch/runtime/kernel/kernel_includes.h>
+#include "op_api.h"
 
 #include "block_ops.h"
 #include "threadpool.h"
@@ -72,10 +71,6 @@ void linear_rows(const B::Choice& choice, const Input& in, int64_t M, int64_t K,
 
 namespace {
 
-using executorch::aten::ScalarType;
-using executorch::aten::SizesType;
-using executorch::aten::Tensor;
-using executorch::runtime::KernelRuntimeContext;
 
 Tensor& block_linear_out(KernelRuntimeContext& ctx, const Tensor& x, const Tensor& weight, int64_t format, int64_t n, int64_t prologue,
                          const executorch::aten::optional<Tensor>& norm_weight, double eps, const executorch::aten::optional<Tensor>& residual,

@@ -21,18 +21,21 @@ integer dots are exact in fp32), so eager code computes the program's bits.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 import torch
 from torch import nn
 
-BLOCK = 32
+from edgespec.kernels.block_formats import BLOCK, TILE_FORMATS
+
 TILE_ROWS = 8
 PAIR_ROWS = 2 * TILE_ROWS  # tile rows come in pairs (block_linear.h): rows are padded to a multiple of 16
-FORMAT_IDS = {"U4H": 1, "U4F": 2, "S8H": 3, "S8F": 4, "S8M": 5}  # block_linear.h's Format
-TILE_BYTES = {"U4H": 160, "U4F": 192, "S8H": 272, "S8F": 320, "S8M": 320}
-WITH_MIN = ("U4H", "U4F", "S8M")  # formats whose blocks have a min m
-FP32_SCALES = ("U4F", "S8F", "S8M")  # formats whose tiles hold fp32 scales (the others fp16)
+# views of the formats' table (edgespec.kernels.block_formats)
+FORMAT_IDS = {f.name: f.id for f in TILE_FORMATS.values()}  # contract.h's Format
+TILE_BYTES = {f.name: f.tile_bytes for f in TILE_FORMATS.values()}
+WITH_MIN = tuple(f.name for f in TILE_FORMATS.values() if f.with_min)  # formats whose blocks have a min m
+FP32_SCALES = tuple(f.name for f in TILE_FORMATS.values() if f.fp32_scales)  # formats whose tiles hold fp32 scales (the others fp16)
 GROUP = 4  # codes of one row side by side in a tile (block_linear.h: one 32-bit lane of a SIMD dot)
 
 
@@ -209,9 +212,10 @@ def reference_block_linear(x: torch.Tensor, blocks: BlockCodes, rows_per_pass: i
 
 
 class BlockLinear(nn.Module):
-    """A linear over packed weight blocks, plus an fp32 bias if given (Qwen2's q/k/v). Eager
-    calls run the reference (same bits as the kernel); inside `kernel_ops` (export) it is the op
-    `edgespec::block_linear`, whose weight is the packed buffer stored in the program."""
+    """A linear over packed weight blocks, plus an fp32 bias if given (Qwen2's q/k/v). It
+    computes the reference (same bits as the kernel); `op()` is the same linear as the op
+    `edgespec::block_linear`, whose weight is the packed buffer stored in the program (what
+    an export swaps in, edgespec.export.kernel_modules)."""
 
     def __init__(self, blocks: BlockCodes, bias: torch.Tensor | None = None):
         super().__init__()
@@ -221,11 +225,14 @@ class BlockLinear(nn.Module):
         self.register_buffer("bias", None if bias is None else bias.detach().float().clone())
         self.register_buffer("screen", None)  # `add_screen_`: the 5-bit screen `argmax` reads
         self._blocks = blocks  # unpacked, for eager calls
-        self.use_kernel = False
 
     @property
     def blocks(self) -> BlockCodes:
         return self._blocks
+
+    def op(self) -> BlockLinearOp:
+        """This linear computing with edgespec's ops, over the very same buffers."""
+        return recast(self, BlockLinearOp)
 
     def add_screen_(self) -> BlockLinear:
         """Store the 5-bit screen `argmax` reads in the program (S8H weights without a bias)."""
@@ -235,30 +242,36 @@ class BlockLinear(nn.Module):
         return self
 
     def argmax(self, x: torch.Tensor) -> torch.Tensor:
-        """`self(x).argmax(-1)`: x [..., K] -> [...] int64, the same index. In a program it is
-        `edgespec::block_argmax`, which reads the screen when one was added (`add_screen_`)
-        and computes exactly only the outputs that could be the largest."""
-        if not self.use_kernel:
-            return self(x).argmax(-1)
-        return torch.ops.edgespec.block_argmax(x, self.packed, FORMAT_IDS[self.format], self.out_features, self.screen)
+        """`self(x).argmax(-1)`: x [..., K] -> [...] int64, the same index. As the op
+        (`BlockLinearOp`) it is `edgespec::block_argmax`, which reads the screen when one was
+        added (`add_screen_`) and computes exactly only the outputs that could be the largest."""
+        return self(x).argmax(-1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.use_kernel:  # the op's schema: edgespec.kernels.ops (imported by `executorch_ops`)
-            y = torch.ops.edgespec.block_linear(x, self.packed, FORMAT_IDS[self.format], self.out_features)
-        else:
-            y = reference_block_linear(x, self._blocks)
+        y = reference_block_linear(x, self._blocks)
         return y if self.bias is None else y + self.bias
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, format={self.format}"
 
 
+class BlockLinearOp(BlockLinear):
+    """`BlockLinear` as edgespec's ops (`BlockLinear.op`; the schemas: edgespec.kernels.ops)."""
+
+    def argmax(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.edgespec.block_argmax(x, self.packed, FORMAT_IDS[self.format], self.out_features, self.screen)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.ops.edgespec.block_linear(x, self.packed, FORMAT_IDS[self.format], self.out_features)
+        return y if self.bias is None else y + self.bias
+
+
 class BlockEmbedding(nn.Module):
     """An embedding table whose rows are those of a packed block matrix, dequantized (the
     file's values, w = d q + m). A tied model's table and lm head are one matrix of the file:
     carried as blocks, both pack the same bytes, which the program stores once. Eager calls
-    dequantize the rows looked up; inside `kernel_ops` (export) it is the op
-    `edgespec::block_embedding` over the packed buffer."""
+    dequantize the rows looked up; `op()` is the same table as the op
+    `edgespec::block_embedding` over the packed buffer (what an export swaps in)."""
 
     def __init__(self, blocks: BlockCodes):
         super().__init__()
@@ -266,19 +279,41 @@ class BlockEmbedding(nn.Module):
         self.format = blocks.format
         self.register_buffer("packed", pack(blocks))
         self._blocks = blocks  # unpacked, for eager calls
-        self.use_kernel = False
 
     @property
     def blocks(self) -> BlockCodes:
         return self._blocks
 
+    def op(self) -> BlockEmbeddingOp:
+        """This table read by edgespec's op, over the very same buffer."""
+        return recast(self, BlockEmbeddingOp)
+
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        if self.use_kernel:  # the op's schema: edgespec.kernels.ops
-            return torch.ops.edgespec.block_embedding(ids, self.packed, FORMAT_IDS[self.format], self.num_embeddings, self.embedding_dim)
         return self._blocks.rows(ids)
 
     def extra_repr(self) -> str:
         return f"{self.num_embeddings}, {self.embedding_dim}, format={self.format}"
+
+
+class BlockEmbeddingOp(BlockEmbedding):
+    """`BlockEmbedding` as edgespec's op (`BlockEmbedding.op`; the schema: edgespec.kernels.ops)."""
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return torch.ops.edgespec.block_embedding(ids, self.packed, FORMAT_IDS[self.format], self.num_embeddings, self.embedding_dim)
+
+
+M = TypeVar("M", bound=nn.Module)
+
+
+def recast(module: nn.Module, cls: type[M], drop: tuple[str, ...] = ()) -> M:
+    """A `cls` (a subclass of the module's class that computes the same thing another way)
+    over the module's very parameters, buffers, attributes and submodules, less the submodules
+    named in `drop`; the module itself is unchanged. How an export swaps in its op modules."""
+    new = cls.__new__(cls)
+    new.__dict__.update(module.__dict__)
+    new._parameters, new._buffers = dict(module._parameters), dict(module._buffers)
+    new._modules = {k: v for k, v in module._modules.items() if k not in drop}
+    return new
 
 
 def stacked(linears: list[nn.Module]) -> BlockLinear | None:

@@ -15,8 +15,7 @@
 #include <cstdint>
 #include <limits>
 
-#include <executorch/extension/kernel_util/make_boxed_from_unboxed_functor.h>
-#include <executorch/runtime/kernel/kernel_includes.h>
+#include "op_api.h"
 
 #include "glue.h"
 #include "vec8.h"
@@ -24,9 +23,6 @@
 namespace edgespec {
 namespace {
 
-using executorch::aten::ScalarType;
-using executorch::aten::Tensor;
-using executorch::runtime::KernelRuntimeContext;
 
 bool resize_like(const Tensor& x, Tensor& out) { return executorch::runtime::resize_tensor(out, x.sizes()) == executorch::runtime::Error::Ok; }
 

@@ -42,6 +42,7 @@ SOURCES = (  # compiled into one library
 HEADERS = (  # included by them (part of the cache key)
     "block_linear.h",
     "block_ops.h",
+    "op_api.h",
     *(f"block_linear/{h}.h" for h in ("contract", "portable", "x86_avx2", "x86_avx512", "x86_amx", "neon", "dispatch", "screen")),
     "glue.h",
     "threadpool.h",

@@ -13,7 +13,8 @@ import numpy as np
 import torch
 
 from edgespec.errors import EdgespecError
-from edgespec.models.blocks import BLOCK_FORMATS, BlockWeights, read_blocks
+from edgespec.kernels.block_formats import GGUF_TYPES
+from edgespec.models.blocks import BlockWeights, read_blocks
 from edgespec.models.llama import ROPE_ROWS, LlamaArgs, interleave_rope_rows
 from edgespec.models.source import ModelSource
 from edgespec.models.tokenizer import build_bpe_tokenizer_json, build_spm_tokenizer_json
@@ -113,7 +114,7 @@ def tokenizer_json(reader, path: str | Path = "") -> str:
 
 def load_gguf(path: str | Path, max_seq_len: int) -> ModelSource:
     """Read a GGUF file. Every weight is dequantized to fp32 (`state_dict`); matrices of the
-    block formats edgespec computes with (`BLOCK_FORMATS`) are also kept as the file's blocks
+    block formats edgespec computes with (`edgespec.kernels.block_formats.GGUF_TYPES`) are also kept as the file's blocks
     (`blocks`, see `edgespec.models.blocks`), so quantization can carry them over instead of
     rounding them a second time.
 
@@ -200,7 +201,7 @@ def load_gguf(path: str | Path, max_seq_len: int) -> ModelSource:
         shape = tuple(int(s) for s in reversed(t.shape))  # GGUF lists dims innermost-first
         file_types[name] = t.tensor_type.name
         rope_rows = permute and name.endswith(ROPE_ROWS)
-        if t.tensor_type.name in BLOCK_FORMATS and len(shape) == 2:
+        if t.tensor_type.name in GGUF_TYPES and len(shape) == 2:
             b = read_blocks(t.tensor_type.name, t.data, shape)
             blocks[name] = b.reorder_rows(interleave_rope_rows(torch.arange(shape[0]), head_dim)) if rope_rows else b
             state[name] = blocks[name].dequantize()

@@ -42,11 +42,8 @@ class RMSNorm(nn.Module):
         super().__init__()
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(dim))
-        self.use_kernel = False  # edgespec::rms_norm (set by `executorch_ops` for block-kernel programs)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.use_kernel:
-            return torch.ops.edgespec.rms_norm(x, self.weight, self.eps)
         x32 = x.float()
         y = x32 * torch.rsqrt(x32.pow(2).unflatten(-1, (1, -1)).mean((-2, -1), keepdim=True).flatten(-2) + self.eps)
         return y.type_as(x) * self.weight
@@ -187,15 +184,6 @@ def adapted(linear: nn.Linear, adapters, name: str, x: torch.Tensor) -> torch.Te
     return y
 
 
-def projections(fused: nn.Module | None, linears: Sequence[nn.Linear], names: Sequence[str], adapters, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """The outputs of `linears` on x, each plus its adapter (`adapted`): one call of `fused`
-    (their rows stacked, `edgespec.export.swaps.fuse_projections`) split back, else one call each."""
-    if fused is None:
-        return tuple(adapted(lin, adapters, n, x) for lin, n in zip(linears, names))
-    ys = fused(x).split([lin.out_features for lin in linears], -1)
-    return tuple(y if adapters is None or n not in adapters else y + adapters[n](x) for y, n in zip(ys, names))
-
-
 def additive_mask(visible: torch.Tensor) -> torch.Tensor:
     """A boolean visibility mask as the additive one attention takes: 0 where visible, -inf elsewhere."""
     return torch.zeros(visible.shape).masked_fill(~visible, float("-inf"))
@@ -236,8 +224,14 @@ class Attention(nn.Module):
         self.rope_table = 0  # which head_dim-wide half of the rope tables: 0 the model's base, 1 the local layers'
         # Gemma's query_pre_attn_scalar: q pre-multiplied so that SDPA's head_dim^-0.5 makes it
         self.q_scale = args.attn_scale * args.head_dim**0.5 if args.attn_scale else 1.0
-        self.use_kernel = False  # edgespec::rope (set by `executorch_ops` for block-kernel programs)
-        self.fused = None  # wq, wk, wv as one block linear while a block-kernel program is exported (`fuse_projections`)
+
+    def project(self, x: torch.Tensor, adapters=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q, k, v of rows x [B, T, d]: [B, T, H * D], [B, T, Hkv * D] twice, each plus its adapter."""
+        return adapted(self.wq, adapters, "wq", x), adapted(self.wk, adapters, "wk", x), adapted(self.wv, adapters, "wv", x)
+
+    def rotate(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """RoPE of x [B, T, H, D] at angles cos, sin [T, D] (`apply_rope`)."""
+        return apply_rope(x, cos, sin, self.rope_swap)
 
     def forward(
         self, x: torch.Tensor, start_pos, cos: torch.Tensor, sin: torch.Tensor, adapters=None, mask: torch.Tensor | None = None, kv: GrowingKV | None = None
@@ -247,7 +241,7 @@ class Attention(nn.Module):
         kv: where K/V go and come from: None = this layer's static cache (rows
         [start_pos, start_pos + T) are written), or a `GrowingKV`. mask: see `SDPA`."""
         B, T, _ = x.shape
-        q, k, v = projections(self.fused, (self.wq, self.wk, self.wv), ("wq", "wk", "wv"), adapters, x)
+        q, k, v = self.project(x, adapters)
         q = q.view(B, T, self.n_heads, self.head_dim)
         k = k.view(B, T, self.n_kv_heads, self.head_dim)
         v = v.view(B, T, self.n_kv_heads, self.head_dim)
@@ -257,10 +251,7 @@ class Attention(nn.Module):
             cos, sin = cos.narrow(-1, self.rope_table * self.head_dim, self.head_dim), sin.narrow(-1, self.rope_table * self.head_dim, self.head_dim)
         if self.q_scale != 1.0:
             q = q * self.q_scale
-        if self.use_kernel:
-            q, k = torch.ops.edgespec.rope(q, cos, sin), torch.ops.edgespec.rope(k, cos, sin)
-        else:
-            q, k = apply_rope(q, cos, sin, self.rope_swap), apply_rope(k, cos, sin, self.rope_swap)
+        q, k = self.rotate(q, cos, sin), self.rotate(k, cos, sin)
         kv = self.kv_cache if kv is None else kv
         cdt = kv.dtype  # the cache and attention stay fp32 in fp16 models
         keys, values = kv.update(start_pos, k.to(cdt), v.to(cdt))
@@ -275,16 +266,17 @@ class FeedForward(nn.Module):
         self.w1 = nn.Linear(dim, hidden_dim, bias=False)  # gate
         self.w3 = nn.Linear(dim, hidden_dim, bias=False)  # up
         self.w2 = nn.Linear(hidden_dim, dim, bias=False)  # down
-        self.use_kernel = False  # edgespec::silu_mul (set by `executorch_ops` for block-kernel programs)
-        self.fused = None  # w1 and w3 as one block linear while a block-kernel program is exported (`fuse_projections`)
+
+    def project(self, x: torch.Tensor, adapters=None) -> tuple[torch.Tensor, torch.Tensor]:
+        """gate, up of rows x [..., dim]: [..., hidden_dim] each, each plus its adapter."""
+        return adapted(self.w1, adapters, "w1", x), adapted(self.w3, adapters, "w3", x)
+
+    def activate(self, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+        """The gated activation: act(gate) * up."""
+        return ACTIVATIONS[self.activation](gate) * up
 
     def forward(self, x: torch.Tensor, adapters=None) -> torch.Tensor:
-        gate, up = projections(self.fused, (self.w1, self.w3), ("w1", "w3"), adapters, x)
-        if self.use_kernel and self.activation == "silu":
-            h = torch.ops.edgespec.silu_mul(gate, up)
-        else:
-            h = ACTIVATIONS[self.activation](gate) * up
-        return adapted(self.w2, adapters, "w2", h)
+        return adapted(self.w2, adapters, "w2", self.activate(*self.project(x, adapters)))
 
 
 def linear_shapes(args: LlamaArgs) -> dict[str, tuple[int, int]]:

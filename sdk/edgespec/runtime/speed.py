@@ -1,5 +1,7 @@
 """Speed methodology, in one place: `edgespec bench`, `edgespec validate` and
-bench/spec_vs_ar.py all measure with `measure` and report `row_stats` / `summarize`.
+bench/spec_vs_ar.py all measure with `measure` and report `row_stats` / `summarize`; single
+program calls are timed with `time_call` (`edgespec tune`'s call costs, `forward_curve` and
+`step_cost`; bench/step_cost.py, bench/mkl_threads.py).
 
 - Side by side: every decoder (autoregressive `forward`, speculative `spec_step`, prompt
   lookup through `spec_step`) runs on the same loaded program for every prompt.
@@ -17,14 +19,17 @@ bench/spec_vs_ar.py all measure with `measure` and report `row_stats` / `summari
 - A prompt whose generation made no decode call (max_new_tokens 1, or EOS right after
   prefill: every new token came from prefill) has no decode speed; it is left out of the
   decode numbers, which are null when no prompt is left, and the summary says so in `note`.
+- One call (`time_call`): `warmup` untimed calls, then the median of `reps` timed ones.
 
-Field by field: docs/benchmarks.md. Nothing here imports torch (the decoders do).
+Field by field: docs/benchmarks.md. Nothing here imports torch at import time (the decoders
+do; the call timers import it when called).
 """
 
 from __future__ import annotations
 
 import resource
 import statistics
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
@@ -48,6 +53,45 @@ def peak_rss_mb() -> float:
     except OSError:
         pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+def time_call(fn: Callable[[], object], warmup: int = 2, reps: int = 7) -> float:
+    """Median seconds of fn() over `reps` calls, after `warmup` calls not counted."""
+    for _ in range(warmup):
+        fn()
+    ts = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t)
+    return statistics.median(ts)
+
+
+CURVE_ROWS = (1, 2, 4, 8)  # row counts tune measures forward at
+
+
+def forward_curve(runner, context: int, reps: int = 7, rows: tuple[int, ...] = CURVE_ROWS) -> dict[int, float]:
+    """Seconds of the program's forward (an `edgespec.runtime.runner.ProgramRunner`) over n
+    tokens at position `context`, for n in `rows` (one prefill: each call rewrites the same
+    cache slots)."""
+    import torch
+
+    runner.forward(torch.zeros((1, context), dtype=torch.long), 0)
+    return {n: time_call(lambda n=n: runner.forward(torch.zeros((1, n), dtype=torch.long), context), reps=reps) for n in rows}
+
+
+def step_cost(runner, context: int, reps: int = 7) -> float:
+    """Seconds of one greedy spec_step at position `context` (after a prefill), drafting from
+    the draft the program itself made there."""
+    import torch
+
+    from edgespec.speculative.tree import placeholder_draft
+
+    runner.forward(torch.zeros((1, context), dtype=torch.long), 0)
+    R, k = runner.tree_size, runner.topk
+    _, draft = runner.spec_step(0, placeholder_draft(runner.depth, k), context, 0.0, torch.full((R, k), 0.5), torch.zeros(runner.vocab_size))
+    half, noise = torch.full((R, k), 0.5), torch.zeros(runner.vocab_size)
+    return time_call(lambda: runner.spec_step(0, draft, context, 0.0, half, noise), reps=reps)
 
 
 def measure(

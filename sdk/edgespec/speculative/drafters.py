@@ -1,13 +1,13 @@
 """The drafters a speculative program can carry, and their weights files.
 
 `drafter.kind` in the recipe names one: ``streams`` (Speculative Streaming: stream rows
-through the top MSA layers, `SpecModel`), ``medusa`` (Medusa-1 heads on the final hidden
+through the top MSA layers, `StreamsModel`), ``medusa`` (Medusa-1 heads on the final hidden
 state, `MedusaModel`), ``hydra`` (heads that also see the token before their target,
 `HydraModel`) or ``eagle`` (a draft decoder layer of its own over fused features of the
 whole context, `EagleModel`). All are a `Drafter`: the same training interface
 (`forward_train`, `lower_hidden`) and the same drafting interface of
 `edgespec.speculative.step.SpecProgram` (`prefill`, `draft`), so one trainer, one replay and
-one program serve all four.
+one program serve all four; what they share is in `edgespec.speculative.common`.
 
 A weights file (`save_drafter`) records the drafter and the architecture it was trained
 with; a recipe that names it must agree on those fields (`load_drafter`).
@@ -28,7 +28,7 @@ from edgespec.errors import EdgespecError
 from edgespec.models.llama import Transformer
 from edgespec.speculative.eagle import EagleLayer, EagleModel
 from edgespec.speculative.medusa import HydraHeads, HydraModel, MedusaHeads, MedusaModel
-from edgespec.speculative.streams import SpecModel, StreamParams
+from edgespec.speculative.streams import StreamParams, StreamsModel
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ class Drafter(Protocol):
 
     base: Transformer
     params: nn.Module | None  # the trained parameters, their class declaring its `quant_policy` (None: nothing drafted, e.g. prompt lookup)
-    cfg: DrafterConfig | None  # its architecture (gamma, mode, n_layers, ...)
+    cfg: DrafterConfig | None  # its architecture (draft_depth, mode, n_layers, ...)
     first: int  # layer L0: the first base layer drafting rows run through (n_layers: none)
     taps: tuple[int, ...]  # layers whose inputs (n_layers: the top output) make its features
     draft_layers: int  # decoder layers a drafting row runs through (tune's cost model)
@@ -89,17 +89,17 @@ class Drafter(Protocol):
 
 # the fields a weights file fixes, per drafter; the tree (and the path) are decoding choices
 ARCHITECTURE = {
-    "streams": ("kind", "mode", "gamma", "n_layers", "lora_rank", "f_rank"),
-    "medusa": ("kind", "gamma", "n_layers"),  # n_layers: where training cached its features
-    "hydra": ("kind", "gamma", "n_layers"),
-    "eagle": ("kind", "gamma"),
+    "streams": ("kind", "mode", "draft_depth", "n_layers", "lora_rank", "f_rank"),
+    "medusa": ("kind", "draft_depth", "n_layers"),  # n_layers: where training cached its features
+    "hydra": ("kind", "draft_depth", "n_layers"),
+    "eagle": ("kind", "draft_depth"),
 }
 
 
 _BUILD = {
-    "streams": lambda base, cfg: SpecModel(base, StreamParams(base, cfg)),
-    "medusa": lambda base, cfg: MedusaModel(base, MedusaHeads(base.args.dim, cfg.gamma), cfg.n_layers),
-    "hydra": lambda base, cfg: HydraModel(base, HydraHeads(base.args.dim, cfg.gamma), cfg.n_layers),
+    "streams": lambda base, cfg: StreamsModel(base, StreamParams(base, cfg)),
+    "medusa": lambda base, cfg: MedusaModel(base, MedusaHeads(base.args.dim, cfg.draft_depth), cfg.n_layers),
+    "hydra": lambda base, cfg: HydraModel(base, HydraHeads(base.args.dim, cfg.draft_depth), cfg.n_layers),
     "eagle": lambda base, cfg: EagleModel(base, EagleLayer(base), cfg),
 }
 
@@ -116,12 +116,17 @@ def architecture(cfg: DrafterConfig) -> dict:
 def read_architecture(blob: dict) -> tuple[dict, bool]:
     """The architecture a weights file was trained with, in today's field names, and whether
     the file is of an earlier form (before 2026-12-02 the record is ``streams`` with the kind in
-    ``drafter``; before 0.2 ``msa_config``; before heads it holds streams)."""
+    ``drafter``; before 0.2 ``msa_config``; before heads it holds streams). The draft depth
+    was ``gamma`` before 2026-12-06: a file of that form is read as it is, without a note (the
+    weights shipped with edgespec are of it)."""
     if "drafter" in blob:
-        return dict(blob["drafter"]), False
-    arch = dict(blob["streams"] if "streams" in blob else blob["msa_config"])
-    arch["kind"] = arch.pop("drafter", "streams")
-    return arch, True
+        arch, legacy = dict(blob["drafter"]), False
+    else:
+        arch, legacy = dict(blob["streams"] if "streams" in blob else blob["msa_config"]), True
+        arch["kind"] = arch.pop("drafter", "streams")
+    if "gamma" in arch:
+        arch["draft_depth"] = arch.pop("gamma")
+    return arch, legacy
 
 
 def save_drafter(path, params: nn.Module, cfg: DrafterConfig, draft_ids: torch.Tensor | None = None) -> None:
@@ -197,7 +202,7 @@ def load_drafter(path, base: Transformer, expect: DrafterConfig | None = None) -
             raise EdgespecError(f"drafter weights '{path}' were trained with another architecture ({said}); set the recipe to match or retrain")
         cfg = expect
     else:
-        cfg = DrafterConfig(**arch, tree=(1,) * arch["gamma"])
+        cfg = DrafterConfig(**arch, tree=(1,) * arch["draft_depth"])
     try:
         model = new_drafter(base, cfg)
         model.params.load_state_dict(blob["state_dict"])

@@ -34,7 +34,7 @@ from torch import nn
 from edgespec.config import DrafterConfig
 from edgespec.models.llama import GrowingKV, KVCache, RMSNorm, Transformer, TransformerBlock
 from edgespec.quant import QuantPolicy
-from edgespec.speculative.streams import frozen_layers, stream_positions
+from edgespec.speculative.common import draft_positions, frozen_layers
 
 
 def feature_taps(n_layers: int) -> tuple[int, int, int]:
@@ -128,13 +128,13 @@ class EagleModel(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Teacher forcing with training-time test (module docstring). tokens [B, T], h0 the
         features [B, T, 3d]. Returns (None in place of the main hidden: lossless, the base is
-        not run; drafting rows' lm-head inputs [B, L, g, d] at `stream_positions`: row (t, j)
+        not run; drafting rows' lm-head inputs [B, L, g, d] at `draft_positions`: row (t, j)
         predicts token t + 2 + j)."""
         p = self.params
         B, T = tokens.shape
         if h0 is None:
             h0 = self.lower_hidden(tokens)
-        gamma = self.cfg.gamma
+        depth = self.cfg.draft_depth
         e = self.base.embed(tokens).detach()  # [B, T, d]
         g = p.fused(h0)  # [B, T, d]
         feat = torch.cat([torch.zeros_like(g[:, :1]), g[:, :-1]], 1)  # g_{p-1}, 0 at p = 0
@@ -142,13 +142,13 @@ class EagleModel(nn.Module):
         kv = GrowingKV.empty(B, bk.n_kv_heads, bk.head_dim, e.dtype)
         positions = torch.arange(T)
         outs = []
-        for j in range(1, gamma + 1):
+        for j in range(1, depth + 1):
             a = self._layer(p.enter(e, feat), 0, positions, pass_mask(T, j), kv)  # [B, T, d]
             outs.append(a)
             feat = torch.cat([torch.zeros_like(a[:, :1]), a[:, :-1]], 1)
-        rows, _ = stream_positions(start, B, T, length)  # [B, L]
+        rows, _ = draft_positions(start, B, T, length)  # [B, L]
         # depth j (1-based) at row t is pass j's output at position t + j
-        idx = (rows[:, :, None] + torch.arange(1, gamma + 1)).clamp(max=T - 1)  # [B, L, g]
+        idx = (rows[:, :, None] + torch.arange(1, depth + 1)).clamp(max=T - 1)  # [B, L, g]
         return None, p.norm(_pick_pass(torch.stack(outs, 2), idx))
 
     # -- in the program --------------------------------------------------------------------

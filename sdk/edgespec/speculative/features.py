@@ -58,13 +58,19 @@ def load_saved(path: Path) -> dict | None:
     return blob if isinstance(blob, dict) else None
 
 
+# fields renamed since fingerprints were first recorded, spelled in the fingerprint as they were
+# then: a run keeps its fingerprint across the rename (it resumes; recorded fingerprints hold)
+_FINGERPRINT_NAMES = {"depth_weights": "stream_weights", "draft_depth": "gamma"}
+
+
 def run_fingerprint(model: Drafter, examples: list[TrainExample], hp: TrainConfig, draft_ids: torch.Tensor | None = None) -> str:
     """What decides the trained weights: base model, drafter settings, draft vocabulary, data
     content and the training settings (not where they are written nor how often)."""
     # not where they are written, how often, nor which checkpoint a dev split picks
-    settings = {k: v for k, v in asdict(hp).items() if k not in ("data", "out_dir", "checkpoint_every", "dev_items")}
+    settings = {_FINGERPRINT_NAMES.get(k, k): v for k, v in asdict(hp).items() if k not in ("data", "out_dir", "checkpoint_every", "dev_items")}
+    drafter = repr(model.cfg).replace("draft_depth=", f"{_FINGERPRINT_NAMES['draft_depth']}=")
     vocab = None if draft_ids is None else hashlib.sha256(draft_ids.to(torch.int64).numpy().tobytes()).hexdigest()
-    blob = {"base": tensors_digest(model.base), "drafter": repr(model.cfg), "vocab": vocab, "data": examples_digest(examples), "train": settings}
+    blob = {"base": tensors_digest(model.base), "drafter": drafter, "vocab": vocab, "data": examples_digest(examples), "train": settings}
     return hashlib.sha256(json.dumps(blob, sort_keys=True, default=str).encode()).hexdigest()
 
 

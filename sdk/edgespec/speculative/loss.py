@@ -1,4 +1,5 @@
-"""The drafter's training loss: L = a0 * CE(next token) + sum_j a_j * CE(token t+1+j).
+"""The drafter's training loss: L = a0 * CE(next token) + sum_j a_j * CE(token t+1+j), with
+a_j = `train.depth_weights[j - 1]` (draft depth j) and a0 = `train.main_weight`.
 
 Lossless mode trains only drafting parameters; the main stream is frozen, so its
 next-token term is constant and is skipped (a0 counts in shared mode only).
@@ -11,12 +12,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from edgespec.config import TrainConfig
+from edgespec.speculative.common import draft_positions
 from edgespec.speculative.drafters import Drafter
-from edgespec.speculative.streams import stream_positions
 
 
 class DraftLoss(nn.Module):
-    """forward(batch) -> (loss, per-stream losses, per-stream top-1 accuracy); the module DDP wraps.
+    """forward(batch) -> (loss, per-depth losses, per-depth top-1 accuracy); the module DDP wraps.
 
     A stream's loss is (1 - b) * CE(hard target) + b * CE(teacher's top-K, renormalized),
     b = `soft_weight`, the second term only where the batch carries soft labels; in shared mode
@@ -75,7 +76,7 @@ class DraftLoss(nn.Module):
         starts = torch.where(has.any(1), has.float().argmax(1), T - 1)
         ends = T - has.flip(1).float().argmax(1)  # one past the last position with a target
         length = max(1, int((ends - starts).max()))
-        rows, fresh = stream_positions(starts, B, T, length)  # [B, L]
+        rows, fresh = draft_positions(starts, B, T, length)  # [B, L]
 
         def at_rows(x: torch.Tensor) -> torch.Tensor:
             return x.gather(1, rows.view(B, -1, *([1] * (x.dim() - 2))).expand(B, rows.shape[1], *x.shape[2:]))
@@ -89,7 +90,7 @@ class DraftLoss(nn.Module):
             main_h, stream_h = self.model.forward_train(tokens, h0, starts, length)
         head = None if self.draft_ids is None else self.head
         g = stream_h.shape[2]
-        w = self.hp.stream_weights
+        w = self.hp.depth_weights
         losses, accs = [], []
         total = torch.zeros(())
         for j in range(g):

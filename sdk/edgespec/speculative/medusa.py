@@ -29,7 +29,7 @@ from torch import nn
 from edgespec.config import DrafterConfig
 from edgespec.models.llama import Transformer
 from edgespec.quant import QuantPolicy
-from edgespec.speculative.streams import frozen_layers, stream_positions
+from edgespec.speculative.common import draft_positions, frozen_layers
 
 
 class MedusaHeads(nn.Module):
@@ -74,7 +74,7 @@ class HydraHeads(nn.Module):
 
 class MedusaModel(nn.Module):
     """Frozen base + Medusa-1 heads, a `edgespec.speculative.drafters.Drafter`: the training
-    interface of the streams' `SpecModel` and the drafting interface of
+    interface of the streams' `StreamsModel` and the drafting interface of
     `edgespec.speculative.step.SpecProgram` (so the heads decode through the same step and
     tree verifier as the streams).
 
@@ -89,8 +89,8 @@ class MedusaModel(nn.Module):
         super().__init__()
         n_top_layers = min(n_top_layers, base.args.n_layers)
         self.base, self.params = base, heads
-        # gamma heads over features cached at the streams' layer L0 (no adapters, chain drafts)
-        self.cfg = DrafterConfig(kind=self.DRAFTER, gamma=heads.n_heads, n_layers=n_top_layers, lora_rank=0, tree=(1,) * heads.n_heads)
+        # draft_depth heads over features cached at the streams' layer L0 (no adapters, chain drafts)
+        self.cfg = DrafterConfig(kind=self.DRAFTER, draft_depth=heads.n_heads, n_layers=n_top_layers, lora_rank=0, tree=(1,) * heads.n_heads)
         self.first = base.args.n_layers - n_top_layers
         self.taps = (self.first,)
         self.draft_layers = 0  # a head is one block on the final hidden state, no decoder layers
@@ -101,12 +101,12 @@ class MedusaModel(nn.Module):
     def forward_train(
         self, tokens: torch.Tensor, h0: torch.Tensor | None = None, start: int | torch.Tensor = 0, length: int | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(main final hidden [B, T, d], head inputs [B, L, g, d] at `stream_positions`); see `SpecModel.forward_train`."""
+        """(main final hidden [B, T, d], head inputs [B, L, g, d] at `draft_positions`); see `StreamsModel.forward_train`."""
         if h0 is None:
             h0 = self.lower_hidden(tokens)
         with torch.no_grad():
             h = self.base.norm(frozen_layers(self.base, h0, self.first, self.base.args.n_layers))
-        rows, _ = stream_positions(start, *tokens.shape, length)
+        rows, _ = draft_positions(start, *tokens.shape, length)
         return h, self.head_inputs(h.gather(1, rows[:, :, None].expand(*rows.shape, h.shape[-1])), tokens, rows)
 
     def head_inputs(self, h_rows: torch.Tensor, tokens: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:

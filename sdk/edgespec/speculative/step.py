@@ -19,9 +19,9 @@ step(last, draft, input_pos, temperature, uniforms, gumbel) -> (tokens, n, next 
 Outputs are a few ids: never full-vocabulary logits per tree node.
 
 The drafting model is a `edgespec.speculative.drafters.Drafter` (`base`, `taps`: the
-layers whose inputs it reads as features, `prefill`, `cfg.gamma`, `params`: None when nothing is drafted and the
-host fills the draft, e.g. prompt lookup, `main_lora(i)`, `draft(...)`): `SpecModel`
-(streams), `MedusaModel` or `HydraModel` (heads).
+layers whose inputs it reads as features, `prefill`, `cfg.draft_depth`, `params`: None when nothing is drafted and the
+host fills the draft, e.g. prompt lookup, `main_lora(i)`, `draft(...)`): `StreamsModel`
+(streams), `MedusaModel` or `HydraModel` (heads), `EagleModel`, or `NoDrafter` (the host drafts).
 """
 
 from __future__ import annotations
@@ -44,9 +44,9 @@ class SpecProgram(nn.Module):
         """draft_ids [N]: the draft vocabulary (full-vocabulary ids) of the drafting rows'
         lm head; None = the base model's full head."""
         super().__init__()
-        if model.params is not None and len(tree.branching) > model.cfg.gamma:
+        if model.params is not None and len(tree.branching) > model.cfg.draft_depth:
             raise EdgespecError(
-                f"tree depth {len(tree.branching)} exceeds the {model.cfg.gamma} trained streams; use a tree of at most {model.cfg.gamma} levels"
+                f"tree depth {len(tree.branching)} exceeds the drafter's trained depth {model.cfg.draft_depth}; use a tree of at most {model.cfg.draft_depth} levels"
             )
         # the modules once each (`base.*`, `streams.*`: the names in the program); the drafting
         # model's behaviour as bound methods, not as a second owner of the same modules (a

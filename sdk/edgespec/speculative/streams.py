@@ -1,8 +1,8 @@
 """Multi-stream attention (Speculative Streaming) over a loaded `Transformer`.
 
 The top `n_layers` of the base model become MSA layers. Besides the main stream there
-are `gamma` speculative streams; stream j at position t predicts the token j steps after
-the main stream's next token. Streams enter at layer L0 = N - n_layers as
+are gamma (`drafter.draft_depth`) speculative streams; stream j at position t predicts the
+token j steps after the main stream's next token. Streams enter at layer L0 = N - n_layers as
 
     S[t, j] = f(M[t]) + P[j]                 f = identity, or identity + rank-eta map
 
@@ -31,6 +31,7 @@ from torch import nn
 from edgespec.config import DrafterConfig
 from edgespec.models.llama import SDPA, GrowingKV, Transformer, attention_op, linear_shapes
 from edgespec.quant import QuantPolicy
+from edgespec.speculative.common import draft_positions, frozen_layers
 
 
 class LoRA(nn.Module):
@@ -55,7 +56,7 @@ class StreamParams(nn.Module):
         super().__init__()
         a = base.args
         self.cfg = cfg
-        self.stream_emb = nn.Parameter(torch.randn(cfg.gamma, a.dim) * 0.02)  # P_j
+        self.stream_emb = nn.Parameter(torch.randn(cfg.draft_depth, a.dim) * 0.02)  # P_j
         self.f = nn.Sequential(nn.Linear(a.dim, cfg.f_rank, bias=False), nn.Linear(cfg.f_rank, a.dim, bias=False)) if cfg.f_rank else None
         if self.f is not None:
             nn.init.zeros_(self.f[1].weight)
@@ -123,42 +124,26 @@ class StreamSDPA(SDPA):
         return y.permute(0, 3, 4, 1, 2, 5).reshape(B, R, H, D)
 
 
-def stream_positions(start: int | torch.Tensor, batch: int, T: int, length: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Positions [B, L] of the stream rows when sequence b's rows start at start_b (an int for
-    all, or [B]), L = `length` or T - min(start), clamped to T - 1; and which of them are not
-    clamped repeats [B, L]."""
-    starts = torch.as_tensor(start).expand(batch)
-    L = length if length is not None else T - int(starts.min())
-    rows = starts[:, None] + torch.arange(L)
-    return rows.clamp(max=T - 1), rows <= T - 1
-
-
-@torch.no_grad()
-def frozen_layers(base: Transformer, x: torch.Tensor, start: int, stop: int) -> torch.Tensor:
-    """Base layers [start, stop) over teacher-forced rows x [B, T, d], no adapters, no cache."""
-    cos, sin = base.rope(torch.arange(x.shape[1]))
-    return base.run_layers(x, start, stop, 0, cos, sin, kvs=base.new_kvs(x.shape[0], cos.dtype))
-
-
-class SpecModel(nn.Module):
-    """A base `Transformer` plus speculative streams. The base weights are never modified.
+class StreamsModel(nn.Module):
+    """The streams drafter, a `edgespec.speculative.drafters.Drafter`: a base `Transformer`
+    plus the streams' parameters (`StreamParams`). The base weights are never modified.
 
     Training runs `forward_train` (teacher forcing, no cache); decoding runs the same blocks
     through `edgespec.speculative.step.SpecProgram` (static cache, one call per step)."""
 
-    def __init__(self, base: Transformer, params: StreamParams | None):
+    def __init__(self, base: Transformer, params: StreamParams):
         super().__init__()
         self.base = base
-        self.params = params  # None: plain tree verification, no streams (prompt lookup)
-        self.cfg = params.cfg if params is not None else None
-        self.first = base.args.n_layers - (self.cfg.n_layers if self.cfg is not None else 0)
+        self.params = params
+        self.cfg = params.cfg
+        self.first = base.args.n_layers - self.cfg.n_layers
         self.taps = (self.first,)  # the program keeps the input of layer L0 for drafting rows
         self.draft_layers = base.args.n_layers - self.first  # layers a drafting row runs through
         self.chains_only = False  # tune: every tree's acceptance is replayed exactly
 
     def main_lora(self, i: int) -> nn.ModuleDict | None:
         """Adapters of layer i on main-stream rows: Shared mode only (Lossless: none)."""
-        return self.stream_lora(i) if self.cfg is not None and self.cfg.mode == "shared" and i >= self.first else None
+        return self.stream_lora(i) if self.cfg.mode == "shared" and i >= self.first else None
 
     def stream_lora(self, i: int) -> nn.ModuleDict:
         """Adapters of MSA layer i (i >= first) on stream rows."""
@@ -174,15 +159,15 @@ class SpecModel(nn.Module):
 
         Returns (main final hidden [B, T, d], stream final hidden [B, L, g, d]), both after
         the final norm (apply `base.output` for logits); stream row i of sequence b is
-        position start_b + i (`stream_positions`: L = length or T - min(start); rows past
+        position start_b + i (`edgespec.speculative.common.draft_positions`: L = length or T - min(start); rows past
         T - 1 repeat position T - 1).
         """
         base = self.base
         B, T = tokens.shape
         if h0 is None:
             h0 = self.lower_hidden(tokens)
-        g = self.cfg.gamma
-        rows, _ = stream_positions(start, B, T, length)  # [B, L]
+        g = self.cfg.draft_depth
+        rows, _ = draft_positions(start, B, T, length)  # [B, L]
         L = rows.shape[1]
         N = base.args.n_layers
         pos = torch.arange(T)
@@ -207,21 +192,17 @@ class SpecModel(nn.Module):
     def prefill(self, feats, tokens, input_pos, start_pos) -> None:
         return None  # streams keep no state of their own between calls
 
-    def draft(self, v, depth: int, head) -> torch.Tensor | None:
+    def draft(self, v, depth: int, head) -> torch.Tensor:
         """The next draft [depth, k] (`edgespec.speculative.step.Verified` v): `head` (the
         program's drafting head) over `draft_hidden`."""
-        hidden = self.draft_hidden(v.feats, v.h, v.last, v.start_pos, depth)
-        return None if hidden is None else head(hidden)
+        return head(self.draft_hidden(v.feats, v.h, v.last, v.start_pos, depth))
 
-    def draft_hidden(self, h0: torch.Tensor, h: torch.Tensor | None, last: torch.Tensor, start_pos, depth: int) -> torch.Tensor | None:
+    def draft_hidden(self, h0: torch.Tensor, h: torch.Tensor | None, last: torch.Tensor, start_pos, depth: int) -> torch.Tensor:
         """Final-norm hidden states [depth, d] of the drafting rows after main row `last` [1]
         of h0 [R, d] (layer-L0 inputs; the row's position is start_pos - 1; the final hidden
         states h are not used by streams). The stream rows sit at cache slots start_pos.. and attend causally:
         the main stream's keys up to the row, then streams i <= j, exactly the stream mask
-        once the accepted path is compacted. Their K/V land in slots the next call overwrites.
-        None without streams."""
-        if self.params is None:
-            return None
+        once the accepted path is compacted. Their K/V land in slots the next call overwrites."""
         base = self.base
         x = self.params.enter(h0.index_select(0, last)[0])[:depth][None]  # [1, D, d]
         cos, sin = base.rope(torch.arange(depth) + start_pos)
@@ -229,12 +210,8 @@ class SpecModel(nn.Module):
         return base.norm(x)[0]
 
 
-def count_parameters(module: nn.Module) -> int:
-    return sum(p.numel() for p in module.parameters())
-
-
 @torch.no_grad()
-def merged_main_model(model: SpecModel) -> Transformer:
+def merged_main_model(model: StreamsModel) -> Transformer:
     """What a Shared model's main stream computes, as one plain `Transformer`: a copy of the
     base whose adapted linears are W + scale * B A (fp32; the base itself is left as it is).
     The fine-tuned model as a reference (answers, fidelity) for its program; a Lossless

@@ -33,26 +33,34 @@ from torch import nn
 
 from edgespec.config import TrainConfig
 from edgespec.output_dir import claim_dir, written_names
+from edgespec.speculative.common import count_parameters
 from edgespec.speculative.drafters import Drafter, new_drafter, save_drafter
 from edgespec.speculative.features import FeatureCache, load_saved, run_fingerprint
 from edgespec.speculative.loss import DraftLoss
-from edgespec.speculative.streams import count_parameters
 from edgespec.speculative.train_data import TrainExample, epoch_order, load_examples, make_batch
 
 
 @dataclass
 class TrainLog:
-    """Per step: the loss, each stream's top-1 accuracy (of the batch), response tokens seen;
-    per checkpoint with a dev split: its loss and each stream's top-1 accuracy there."""
+    """Per step: the loss, each draft depth's top-1 accuracy (of the batch), response tokens
+    seen; per checkpoint with a dev split: its loss and each depth's top-1 accuracy there."""
 
     steps: list[int] = field(default_factory=list)
     loss: list[float] = field(default_factory=list)
-    stream_acc: list[list[float]] = field(default_factory=list)
+    depth_acc: list[list[float]] = field(default_factory=list)
     tokens_seen: list[int] = field(default_factory=list)
     seconds: float = 0.0
     dev_steps: list[int] = field(default_factory=list)
     dev_loss: list[float] = field(default_factory=list)
-    dev_stream_acc: list[list[float]] = field(default_factory=list)
+    dev_depth_acc: list[list[float]] = field(default_factory=list)
+
+
+_OLD_LOG_FIELDS = {"stream_acc": "depth_acc", "dev_stream_acc": "dev_depth_acc"}  # as earlier versions named them
+
+
+def read_log(data: dict) -> TrainLog:
+    """A checkpoint's loss log (`asdict(TrainLog)`), also as checkpoints of earlier versions wrote it."""
+    return TrainLog(**{_OLD_LOG_FIELDS.get(k, k): v for k, v in data.items()})
 
 
 @dataclass
@@ -63,14 +71,14 @@ class DevSet:
     feats: list[torch.Tensor]
 
 
-def dev_score(loss_mod: nn.Module, dev: DevSet, gamma: int, batch_size: int) -> tuple[float, list[float]]:
-    """The training loss and each stream's top-1 accuracy over the dev set (no gradient),
+def dev_score(loss_mod: nn.Module, dev: DevSet, depth: int, batch_size: int) -> tuple[float, list[float]]:
+    """The training loss and each draft depth's top-1 accuracy over the dev set (no gradient),
     batches weighted by their response tokens."""
     total, accs, weight = 0.0, None, 0
     with torch.no_grad():
         for i in range(0, len(dev.examples), batch_size):
             idx = list(range(i, min(i + batch_size, len(dev.examples))))
-            batch = make_batch(dev.examples, dev.feats, idx, gamma)
+            batch = make_batch(dev.examples, dev.feats, idx, depth)
             loss, _, acc = loss_mod(*batch)
             w = int((batch[2] != -100).sum())  # main targets: the batch's response tokens
             total += float(loss) * w
@@ -101,7 +109,7 @@ def train_drafter(
     dev: DevSet | None = None,
 ) -> TrainLog:
     """Train model.params on examples with `hp` (steps, lr, loss weights, ...; its data, out_dir
-    and drafter are the caller's); the streams' loss over the draft vocabulary `draft_ids` when
+    and drafter are the caller's); the drafting rows' loss over the draft vocabulary `draft_ids` when
     given (`DraftLoss`). Resumable from out_dir/ckpt.pt when that checkpoint was made with
     the same `run_fingerprint` (else EdgespecError). on_step(step, log) after each step, the
     log holding that step's loss and tokens seen. With `dev`, each checkpoint scores it and
@@ -129,11 +137,11 @@ def train_drafter(
             )
         if blob.get("fingerprint") != fingerprint:
             raise EdgespecError(
-                f"{resume_from} was written by a run with another base model, data or stream/training settings; resuming it would mix two runs: {fresh}"
+                f"{resume_from} was written by a run with another base model, data or drafter/training settings; resuming it would mix two runs: {fresh}"
             )
         params.load_state_dict(blob["params"])
         opt.load_state_dict(blob["opt"])
-        step, log = blob["step"], TrainLog(**blob["log"])
+        step, log = blob["step"], read_log(blob["log"])
 
     loss_mod: nn.Module = DraftLoss(model, hp, draft_ids)
     dev_loss_mod = loss_mod  # scored on rank 0 only: never through DDP's collectives
@@ -162,10 +170,10 @@ def train_drafter(
             epoch += 1
         start = (step * world + rank) * hp.batch_size
         idx = order[start : start + hp.batch_size]
-        tokens, h0, main_t, stream_t, soft_ids, soft_p = make_batch(examples, feats, idx, model.cfg.gamma)
+        tokens, h0, main_t, stream_t, soft_ids, soft_p = make_batch(examples, feats, idx, model.cfg.draft_depth)
         for group in opt.param_groups:
             group["lr"] = lr_at(step)
-        loss, per_stream, accs = loss_mod(tokens, h0, main_t, stream_t, soft_ids, soft_p)
+        loss, _, accs = loss_mod(tokens, h0, main_t, stream_t, soft_ids, soft_p)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(trainable, 1.0)
@@ -175,17 +183,17 @@ def train_drafter(
         log.steps.append(step)
         loss_value = float(loss.detach())
         log.loss.append(loss_value)
-        log.stream_acc.append([round(float(a), 4) for a in accs])
+        log.depth_acc.append([round(float(a), 4) for a in accs])
         log.tokens_seen.append(seen)
         on_step(step, log)
         if rank == 0 and (step % hp.checkpoint_every == 0 or step == hp.steps):
             if dev is not None:
-                value, accs_dev = dev_score(dev_loss_mod, dev, model.cfg.gamma, hp.batch_size)
+                value, accs_dev = dev_score(dev_loss_mod, dev, model.cfg.draft_depth, hp.batch_size)
                 if not log.dev_loss or value < min(log.dev_loss):
                     _save_atomic({"params": params.state_dict(), "step": step, "dev_loss": value}, out / "best.pt")
                 log.dev_steps.append(step)
                 log.dev_loss.append(round(value, 5))
-                log.dev_stream_acc.append(accs_dev)
+                log.dev_depth_acc.append(accs_dev)
             log.seconds += time.perf_counter() - t0
             t0 = time.perf_counter()
             blob = {"params": params.state_dict(), "opt": opt.state_dict(), "step": step, "log": asdict(log), "hp": asdict(hp), "fingerprint": fingerprint}
@@ -235,7 +243,7 @@ def train_from_recipe(recipe, on_status: Callable[[str], None] = lambda s: None,
     s, t = recipe.drafter, recipe.train
     out = claim_dir(t.out_dir, RUN_FILES, "train.out_dir")  # before the model loads
     torch.manual_seed(t.seed)
-    src = read_source(recipe.model.source, max(recipe.model.max_seq_len, t.seq_len + s.gamma + 1))
+    src = read_source(recipe.model.source, max(recipe.model.max_seq_len, t.seq_len + s.draft_depth + 1))
     base = build_model(src)
     tok = tokenizer_of(src)
     model = new_drafter(base, s)
@@ -268,7 +276,7 @@ def train_from_recipe(recipe, on_status: Callable[[str], None] = lambda s: None,
         "response_tokens_seen": log.tokens_seen[-1] if log.tokens_seen else 0,
         "steps": log.steps[-1] if log.steps else 0,
         "final_loss": round(sum(log.loss[-20:]) / max(1, len(log.loss[-20:])), 4),
-        "final_stream_acc": log.stream_acc[-1] if log.stream_acc else [],
+        "final_depth_acc": log.depth_acc[-1] if log.depth_acc else [],
         "trained_parameters": count_parameters(params),
         "train_seconds": round(log.seconds, 1),
     }
@@ -301,8 +309,8 @@ def _plot_log(log: TrainLog, path: Path) -> None:
         a.legend()
     a.set_xlabel("response tokens seen")
     a.set_ylabel("loss")
-    for j in range(len(log.stream_acc[0]) if log.stream_acc else 0):
-        b.plot(log.tokens_seen, [x[j] for x in log.stream_acc], label=f"stream {j + 1}")
+    for j in range(len(log.depth_acc[0]) if log.depth_acc else 0):
+        b.plot(log.tokens_seen, [x[j] for x in log.depth_acc], label=f"depth {j + 1}")
     b.set_xlabel("response tokens seen")
     b.set_ylabel("top-1 accuracy (batch)")
     b.legend()

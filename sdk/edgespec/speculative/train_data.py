@@ -80,29 +80,30 @@ def epoch_order(lengths: list[int], batch_size: int, window: int, gen: torch.Gen
     return out
 
 
-def make_batch(examples: list[TrainExample], feats: list[torch.Tensor], idx: list[int], gamma: int):
-    """Right-padded tokens [B, T], features [B, T, d], main targets [B, T], stream targets
-    [B, T, g] (-100 = ignore), and the teacher's top-K for the main target (index 0) and each
-    stream target (index 1 + j): ids and probabilities [B, T, 1 + g, K] (probability 0 where
-    there is none), or None, None when no example carries soft labels."""
+def make_batch(examples: list[TrainExample], feats: list[torch.Tensor], idx: list[int], depth: int):
+    """Right-padded tokens [B, T], features [B, T, d], main targets [B, T], the drafting
+    rows' targets [B, T, depth] (-100 = ignore), and the teacher's top-K for the main target
+    (index 0) and each draft depth's target (index 1 + j): ids and probabilities
+    [B, T, 1 + depth, K] (probability 0 where there is none), or None, None when no example
+    carries soft labels."""
     T = max(len(examples[i].tokens) for i in idx)
     d = feats[idx[0]].shape[-1]
     B = len(idx)
     tokens = torch.zeros(B, T, dtype=torch.long)
     h0 = torch.zeros(B, T, d)
     main_t = torch.full((B, T), -100, dtype=torch.long)
-    stream_t = torch.full((B, T, gamma), -100, dtype=torch.long)
+    stream_t = torch.full((B, T, depth), -100, dtype=torch.long)
     K = next((examples[i].topk_ids.shape[1] for i in idx if examples[i].topk_ids is not None), 0)
-    soft_ids = torch.zeros(B, T, 1 + gamma, K, dtype=torch.long)
-    soft_p = torch.zeros(B, T, 1 + gamma, K)
+    soft_ids = torch.zeros(B, T, 1 + depth, K, dtype=torch.long)
+    soft_p = torch.zeros(B, T, 1 + depth, K)
     for b, i in enumerate(idx):
         e = examples[i]
         n = len(e.tokens)
         seq = torch.tensor(e.tokens)
         tokens[b, :n] = seq
         h0[b, :n] = feats[i].float()
-        # the main stream at t predicts t+1; stream j predicts t+1+j; only response tokens count
-        for j in range(gamma + 1):
+        # the main stream at t predicts t+1; draft depth j predicts t+1+j; only response tokens count
+        for j in range(depth + 1):
             lo = max(0, e.n_prompt - 1 - j)
             if n - 1 - j > lo:
                 tgt = seq[lo + 1 + j : n]

@@ -5,12 +5,13 @@ Cost model (per verify-and-draft call, on the device at hand):
     t_step(tree) = t_fwd(R + D * m / N) + t_extra
 
 t_fwd(n) is the program's own `forward` over n rows at the tuning context, measured at
-n = 1, 2, 4, 8 and interpolated piecewise linearly (extrapolated from the last segment past 8):
+n = 1, 2, 4, 8 (`edgespec.runtime.speed.forward_curve`) and interpolated piecewise linearly (extrapolated from the last segment past 8):
 the cost curve is not a line (XNNPACK's int4 GEMM runs one kernel for 1 row and an 8-row
 kernel for 2 to 8 rows, so rows 2..8 cost about what 2 cost in the linear layers). A call is
 R tree rows through all N layers plus D stream rows through the m MSA layers (m = 0 for
 heads); t_extra is what the step adds beyond its rows (acceptance, KV compaction, drafting
-head), solved from one measurement of the bundle's own `spec_step`. Timing every tree
+head), solved from one measurement of the bundle's own `spec_step`
+(`edgespec.runtime.speed.step_cost`). Timing every tree
 directly would need one program per tree (an export each).
 
 Acceptance model (greedy): a product tree with branching (k_1..k_D) accepts depth d at
@@ -26,14 +27,12 @@ by call with a `SuffixMatcher` over the continuation (`replay_with_context`), fo
 a chain's accepted depth at each position comes from the ranks, the suffix draft's from the
 text itself.
 
-`edgespec.harness.tune.tune_bundle` runs all of it for a bundle (`edgespec tune`).
+`edgespec.harness.tune.tune_bundle` measures and runs all of it for a bundle (`edgespec tune`).
 """
 
 from __future__ import annotations
 
 import itertools
-import statistics
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -187,37 +186,6 @@ def candidate_trees(max_depth: int, max_size: int, max_k: int = 4, chains_only: 
             if fits and Tree(b).size <= max_size:
                 out.append(b)
     return out
-
-
-def time_call(fn, warmup: int = 2, reps: int = 7) -> float:
-    """Median seconds of fn()."""
-    for _ in range(warmup):
-        fn()
-    ts = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t)
-    return statistics.median(ts)
-
-
-CURVE_ROWS = (1, 2, 4, 8)  # row counts tune measures forward at
-
-
-def forward_curve(runner, context: int, reps: int = 7, rows: tuple[int, ...] = CURVE_ROWS) -> dict[int, float]:
-    """Seconds of the program's forward over n tokens at position `context`, for n in `rows`
-    (one prefill: each call rewrites the same cache slots)."""
-    runner.forward(torch.zeros((1, context), dtype=torch.long), 0)
-    return {n: time_call(lambda n=n: runner.forward(torch.zeros((1, n), dtype=torch.long), context), reps=reps) for n in rows}
-
-
-def step_cost(runner, context: int, reps: int = 7) -> float:
-    """Seconds of one greedy spec_step at position `context` (after a prefill)."""
-    runner.forward(torch.zeros((1, context), dtype=torch.long), 0)
-    R, k = runner.tree_size, runner.topk
-    _, draft = runner.spec_step(0, placeholder_draft(runner.depth, k), context, 0.0, torch.full((R, k), 0.5), torch.zeros(runner.vocab_size))
-    half, noise = torch.full((R, k), 0.5), torch.zeros(runner.vocab_size)
-    return time_call(lambda: runner.spec_step(0, draft, context, 0.0, half, noise), reps=reps)
 
 
 @dataclass(frozen=True)

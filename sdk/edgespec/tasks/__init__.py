@@ -2,8 +2,8 @@
 
 A task module supplies:
 
-- ``NAME`` (a recipe's and a manifest's ``task``), ``DESCRIPTION``, ``RECIPE`` (its recipe
-  class), ``STAGES`` (what ``build_bundle_files`` announces);
+- ``DESCRIPTION``, ``RECIPE`` (its recipe class, whose ``TASK`` is the task kind a recipe's
+  and a manifest's ``task`` names), ``STAGES`` (what ``build_bundle_files`` announces);
 - ``build_bundle_files(recipe, stage_dir, stage) -> Manifest``, ``run_validation(bundle_dir,
   recipe, on_progress) -> report``, ``summarize_validation(report) -> validation record`` and
   ``write_validation_report(report, dir, bundle=None) -> files``: what
@@ -21,12 +21,14 @@ from __future__ import annotations
 from pathlib import Path
 from types import ModuleType
 
+from edgespec.config import check_task_kinds
 from edgespec.manifest import Manifest
 from edgespec.tasks import asr, language_model
 from edgespec.tasks.pipeline import ExportResult, run_export
 
-TASKS: dict[str, ModuleType] = {t.NAME: t for t in (language_model, asr)}
-"""Every recipe kind of edgespec.config.RECIPE_KINDS and manifest kind of edgespec.manifest has its task here."""
+TASKS: dict[str, ModuleType] = {t.RECIPE.TASK: t for t in (language_model, asr)}
+"""The task module of each task kind (edgespec.config.RECIPE_KINDS)."""
+check_task_kinds(TASKS, "edgespec.tasks.TASKS")
 
 
 def task_of_recipe(recipe) -> ModuleType:

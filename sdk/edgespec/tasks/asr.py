@@ -20,7 +20,6 @@ from edgespec.errors import EdgespecError
 from edgespec.manifest import LAYOUT, AsrManifest, AsrModelInfo, AsrValidation, GateResult
 from edgespec.tasks.pipeline import ExportResult, StageClock
 
-NAME = "asr"
 DESCRIPTION = "a Conformer CTC speech recognizer (hama's phoneme model) for 16 kHz audio"
 RECIPE = AsrRecipe
 STAGES = ("load", "normsearch", "quantize", "export", "lower")

@@ -15,7 +15,6 @@ from dataclasses import asdict
 from pathlib import Path
 
 from edgespec.config import Recipe
-from edgespec.errors import EdgespecError
 from edgespec.manifest import (
     LAYOUT,
     GateResult,
@@ -30,7 +29,6 @@ from edgespec.manifest import (
 )
 from edgespec.tasks.pipeline import ExportResult, StageClock
 
-NAME = "generate"
 DESCRIPTION = (
     "a causal language model (Llama, Qwen2, Qwen3 families: SmolLM2, Llama 3.x, Qwen2.5, Qwen3) for text generation, with optional speculative decoding"
 )
@@ -78,13 +76,6 @@ def build_bundle_files(recipe: Recipe, stage_dir: Path, stage: StageClock) -> Lm
     program = spec if spec is not None else model
     quant_summary = quantize_(program, plan_quantization(program, recipe.quant, src.blocks, src.file_types, base=model))
 
-    if recipe.quant.head_screen:
-        _add_head_screen_(model, spec is not None)
-    if recipe.quant.kv_cache == "fp16":
-        from edgespec.models.llama import half_kv_cache_
-
-        half_kv_cache_(model)
-
     stage("export")
     from edgespec.export.lowering import ProgramMeta, export_forward, export_with_next_token, lower_to_executorch, tokens_per_call
     from edgespec.export.swaps import program_ops
@@ -95,11 +86,11 @@ def build_bundle_files(recipe: Recipe, stage_dir: Path, stage: StageClock) -> Lm
     if spec is not None:
         from edgespec.export.spec_program import export_spec_methods, spec_meta
 
-        programs = export_spec_methods(spec, ops.attention, call_tokens)
+        programs = export_spec_methods(spec, ops.attention, call_tokens, ops.glue)
     elif recipe.quant.head_screen:
-        programs = export_with_next_token(model, recipe.model.max_seq_len, ops.attention, call_tokens)
+        programs = export_with_next_token(model, recipe.model.max_seq_len, ops.attention, call_tokens, ops.glue)
     else:
-        programs = {"forward": export_forward(model, recipe.model.max_seq_len, ops.attention, call_tokens)}
+        programs = {"forward": export_forward(model, recipe.model.max_seq_len, ops.attention, call_tokens, ops.glue)}
 
     stage("lower")
     bos = src.bos_id if src.bos_id is not None else src.eos_ids[0]
@@ -137,8 +128,8 @@ def _speculative_info(recipe: Recipe, meta) -> SpeculativeInfo | None:
     return SpeculativeInfo(
         drafter=s.kind,
         mode=s.mode,
-        n_streams=meta.spec.n_streams,
-        msa_layers=s.n_layers,
+        draft_depth=meta.spec.n_streams,
+        top_layers=s.n_layers,
         tree_branching=tuple(meta.spec.branching),
         tree_parents=tuple(meta.spec.parents),
         weights=LAYOUT.drafter,  # a file in the bundle; the recipe names where they came from
@@ -261,16 +252,3 @@ def render_validation(report: dict) -> str:
         lines.append(f"gate not judged: {g['name']}: {g['why']}")
     lines.append("validation " + ("passed" if report["passed"] else "FAILED"))
     return "\n".join(lines)
-
-
-def _add_head_screen_(model, speculative: bool) -> None:
-    """quant.head_screen: store the screen of the model's Q8_0 head (`BlockLinear.add_screen_`)."""
-    from edgespec.kernels.block_linear import BlockLinear
-
-    if speculative:
-        raise EdgespecError("quant.head_screen makes an autoregressive program's next_token; a recipe with a drafter has spec_step instead: set it false")
-    head = model.output
-    if not isinstance(head, BlockLinear) or head.format != "S8H":
-        what = f"{head.format} blocks" if isinstance(head, BlockLinear) else type(head).__name__
-        raise EdgespecError(f"quant.head_screen screens a Q8_0 (S8H) lm head; this model's head is {what}: set quant.head_screen false")
-    head.add_screen_()

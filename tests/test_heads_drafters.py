@@ -1,11 +1,13 @@
+"""Medusa and Hydra heads (speculative/medusa.py) on tiny random models: lossless decoding, training, replay."""
+
 import torch
 
 from edgespec.config import TrainConfig
 from edgespec.runtime.generate import eager_step, generate
+from edgespec.speculative.common import NoDrafter
 from edgespec.speculative.features import FeatureCache
 from edgespec.speculative.medusa import MedusaHeads, MedusaModel, medusa_parameter_count
 from edgespec.speculative.step import EagerSpecMethods, SpecProgram
-from edgespec.speculative.streams import SpecModel
 from edgespec.speculative.train import train_drafter
 from edgespec.speculative.tree import Tree
 from test_train import _periodic_examples
@@ -14,7 +16,7 @@ from test_train import _periodic_examples
 def test_baseline_drafters_are_lossless(tiny_model):
     prompt = [4, 8, 15, 16, 23, 42, 4, 8]
     ar = generate(eager_step(tiny_model), prompt, max_new_tokens=20, max_seq_len=64, eos_ids=()).completion_ids
-    lookup = EagerSpecMethods(SpecProgram(SpecModel(tiny_model, None), Tree((1, 1, 1))))  # the host drafts
+    lookup = EagerSpecMethods(SpecProgram(NoDrafter(tiny_model), Tree((1, 1, 1))))  # the host drafts
     pld = generate(lookup.forward, prompt, max_new_tokens=20, max_seq_len=64, eos_ids=(), spec=lookup, lookup=3)
     medusa = MedusaModel(tiny_model, MedusaHeads(tiny_model.args.dim, 2))
     with torch.no_grad():
@@ -29,7 +31,7 @@ def test_baseline_drafters_are_lossless(tiny_model):
 def test_medusa_heads_train_with_the_stream_trainer(tiny_model, tmp_path):
     medusa = MedusaModel(tiny_model, MedusaHeads(tiny_model.args.dim, 2))
     ex = _periodic_examples()
-    hp = TrainConfig(steps=40, batch_size=8, lr=1e-2, warmup_steps=5, checkpoint_every=100, stream_weights=(1.0, 1.0), bf16=False)
+    hp = TrainConfig(steps=40, batch_size=8, lr=1e-2, warmup_steps=5, checkpoint_every=100, depth_weights=(1.0, 1.0), bf16=False)
     log = train_drafter(medusa, ex, FeatureCache(medusa, ex).h, hp, tmp_path)
     assert sum(log.loss[-5:]) < 0.75 * sum(log.loss[:5])
 
@@ -47,7 +49,7 @@ def test_hydra_heads_learn_what_medusa_heads_cannot(tiny_model, tmp_path):
         a = torch.randint(3, 11, (6,), generator=gen)
         pairs = torch.stack([a, a + 40], 1).flatten()
         ex.append(TrainExample(torch.cat([torch.randint(3, 97, (4,), generator=gen), pairs]).tolist(), 4))
-    hp = TrainConfig(steps=60, batch_size=16, lr=2e-2, warmup_steps=5, checkpoint_every=1000, stream_weights=(1.0, 1.0), bf16=False)
+    hp = TrainConfig(steps=60, batch_size=16, lr=2e-2, warmup_steps=5, checkpoint_every=1000, depth_weights=(1.0, 1.0), bf16=False)
     accs = {}
     for name, model in {
         "medusa": MedusaModel(tiny_model, MedusaHeads(tiny_model.args.dim, 2)),
@@ -55,7 +57,7 @@ def test_hydra_heads_learn_what_medusa_heads_cannot(tiny_model, tmp_path):
     }.items():
         torch.manual_seed(0)
         log = train_drafter(model, ex, FeatureCache(model, ex).h, hp, tmp_path / name)
-        accs[name] = sum(a[0] for a in log.stream_acc[-5:]) / 5
+        accs[name] = sum(a[0] for a in log.depth_acc[-5:]) / 5
     # Hydra: every row before a pair's second token, and 1 in 8 of the others; Medusa: 1 in 8
     assert accs["hydra"] > accs["medusa"] + 0.25, accs
 

@@ -6,7 +6,8 @@ import torch
 from edgespec.config import DrafterConfig
 from edgespec.errors import EdgespecError
 from edgespec.speculative.accept import accept_tree
-from edgespec.speculative.streams import SpecModel, StreamParams, count_parameters
+from edgespec.speculative.common import count_parameters
+from edgespec.speculative.streams import StreamParams, StreamsModel
 from edgespec.speculative.tree import Tree
 
 
@@ -42,11 +43,11 @@ def _noisy_params(model, cfg, scale=0.3):
 
 
 def test_shared_mode_changes_the_main_stream(tiny_model):
-    cfg = DrafterConfig(gamma=2, n_layers=1, lora_rank=4, mode="shared", tree=(1, 1))
-    spec = SpecModel(tiny_model, _noisy_params(tiny_model, cfg, scale=1.0))
+    cfg = DrafterConfig(draft_depth=2, n_layers=1, lora_rank=4, mode="shared", tree=(1, 1))
+    spec = StreamsModel(tiny_model, _noisy_params(tiny_model, cfg, scale=1.0))
     tokens = torch.randint(0, 97, (1, 8))
     main_shared, _ = spec.forward_train(tokens)
-    lossless = SpecModel(tiny_model, _noisy_params(tiny_model, DrafterConfig(gamma=2, n_layers=1, lora_rank=4, tree=(1, 1))))
+    lossless = StreamsModel(tiny_model, _noisy_params(tiny_model, DrafterConfig(draft_depth=2, n_layers=1, lora_rank=4, tree=(1, 1))))
     main_plain, _ = lossless.forward_train(tokens)
     ref = tiny_model.hidden(tokens, torch.tensor([0]))
     torch.testing.assert_close(main_plain, ref, atol=1e-5, rtol=1e-5)
@@ -55,7 +56,7 @@ def test_shared_mode_changes_the_main_stream(tiny_model):
 
 def test_streams_see_no_future(tiny_model):
     """Stream rows at t must not depend on tokens after t."""
-    spec = SpecModel(tiny_model, _noisy_params(tiny_model, DrafterConfig(gamma=3, n_layers=2, lora_rank=4, tree=(1, 1, 1))))
+    spec = StreamsModel(tiny_model, _noisy_params(tiny_model, DrafterConfig(draft_depth=3, n_layers=2, lora_rank=4, tree=(1, 1, 1))))
     a = torch.randint(0, 97, (1, 10))
     b = a.clone()
     b[0, 6:] = (b[0, 6:] + 1) % 97
@@ -67,7 +68,7 @@ def test_streams_see_no_future(tiny_model):
 
 def test_stream_rows_in_decoding_match_teacher_forcing(tiny_model):
     """Drafting over the static cache (decoding) gives the stream states of training."""
-    spec = SpecModel(tiny_model, _noisy_params(tiny_model, DrafterConfig(gamma=2, n_layers=1, lora_rank=4, tree=(1, 1))))
+    spec = StreamsModel(tiny_model, _noisy_params(tiny_model, DrafterConfig(draft_depth=2, n_layers=1, lora_rank=4, tree=(1, 1))))
     tokens = torch.randint(0, 97, (1, 9))
     _, s_train = spec.forward_train(tokens)
     tiny_model.reset_cache()
@@ -97,23 +98,23 @@ def _greedy(tree, toks, logits):
 
 
 def test_extra_parameters_are_tiny(tiny_model):
-    p = StreamParams(tiny_model, DrafterConfig(gamma=3, n_layers=1, lora_rank=0, tree=(1, 1, 1)))
+    p = StreamParams(tiny_model, DrafterConfig(draft_depth=3, n_layers=1, lora_rank=0, tree=(1, 1, 1)))
     assert count_parameters(p) == 3 * tiny_model.args.dim
 
 
 def test_weights_file_must_match_the_recipe_architecture(tiny_model, tmp_path):
     from edgespec.speculative.drafters import load_drafter, save_drafter
 
-    cfg = DrafterConfig(gamma=2, n_layers=1, lora_rank=4, tree=(1, 1))
+    cfg = DrafterConfig(draft_depth=2, n_layers=1, lora_rank=4, tree=(1, 1))
     params = _noisy_params(tiny_model, cfg)
     save_drafter(tmp_path / "s.pt", params, cfg)
-    back = load_drafter(tmp_path / "s.pt", tiny_model, expect=DrafterConfig(gamma=2, n_layers=1, lora_rank=4, tree=(2, 1)))
-    assert isinstance(back, SpecModel) and back.cfg.tree == (2, 1) and torch.equal(back.params.stream_emb, params.stream_emb)
-    assert load_drafter(tmp_path / "s.pt", tiny_model).cfg.gamma == 2  # no recipe: the file's own architecture
+    back = load_drafter(tmp_path / "s.pt", tiny_model, expect=DrafterConfig(draft_depth=2, n_layers=1, lora_rank=4, tree=(2, 1)))
+    assert isinstance(back, StreamsModel) and back.cfg.tree == (2, 1) and torch.equal(back.params.stream_emb, params.stream_emb)
+    assert load_drafter(tmp_path / "s.pt", tiny_model).cfg.draft_depth == 2  # no recipe: the file's own architecture
     with pytest.raises(EdgespecError, match=r"drafter.lora_rank: recipe 8, file 4"):
-        load_drafter(tmp_path / "s.pt", tiny_model, expect=DrafterConfig(gamma=2, n_layers=1, lora_rank=8, tree=(1, 1)))
+        load_drafter(tmp_path / "s.pt", tiny_model, expect=DrafterConfig(draft_depth=2, n_layers=1, lora_rank=8, tree=(1, 1)))
     with pytest.raises(EdgespecError, match=r"drafter.kind: recipe 'medusa', file 'streams'"):
-        load_drafter(tmp_path / "s.pt", tiny_model, expect=DrafterConfig(kind="medusa", gamma=2, n_layers=1, tree=(1, 1)))
+        load_drafter(tmp_path / "s.pt", tiny_model, expect=DrafterConfig(kind="medusa", draft_depth=2, n_layers=1, tree=(1, 1)))
 
 
 def test_medusa_weights_load_as_medusa_heads(tiny_model, tmp_path):
@@ -122,19 +123,19 @@ def test_medusa_weights_load_as_medusa_heads(tiny_model, tmp_path):
     from edgespec.speculative.drafters import load_drafter, new_drafter, save_drafter
     from edgespec.speculative.medusa import MedusaModel
 
-    cfg = DrafterConfig(kind="medusa", gamma=2, n_layers=1, tree=(1, 1))
+    cfg = DrafterConfig(kind="medusa", draft_depth=2, n_layers=1, tree=(1, 1))
     heads = new_drafter(tiny_model, cfg)
     with torch.no_grad():
         for p in heads.params.parameters():
             p.normal_(0, 0.3)
     save_drafter(tmp_path / "m.pt", heads.params, heads.cfg)
-    back = load_drafter(tmp_path / "m.pt", tiny_model, expect=DrafterConfig(kind="medusa", gamma=2, n_layers=1, lora_rank=64, tree=(2, 1)))
+    back = load_drafter(tmp_path / "m.pt", tiny_model, expect=DrafterConfig(kind="medusa", draft_depth=2, n_layers=1, lora_rank=64, tree=(2, 1)))
     assert isinstance(back, MedusaModel) and back.draft_layers == 0
     h = torch.randn(3, tiny_model.args.dim)
     torch.testing.assert_close(back.draft_hidden(h, h, torch.tensor([1]), 5, 2), heads.draft_hidden(h, h, torch.tensor([1]), 5, 2))
     assert isinstance(load_drafter(tmp_path / "m.pt", tiny_model), MedusaModel)  # no recipe: the file's own drafter
-    with pytest.raises(EdgespecError, match=r"drafter.gamma: recipe 3, file 2"):
-        load_drafter(tmp_path / "m.pt", tiny_model, expect=DrafterConfig(kind="medusa", gamma=3, n_layers=1, tree=(1, 1)))
+    with pytest.raises(EdgespecError, match=r"drafter.draft_depth: recipe 3, file 2"):
+        load_drafter(tmp_path / "m.pt", tiny_model, expect=DrafterConfig(kind="medusa", draft_depth=3, n_layers=1, tree=(1, 1)))
 
 
 @pytest.mark.parametrize("start", [0, 3])
@@ -161,7 +162,7 @@ def test_structured_stream_attention_equals_the_dense_stream_mask(start):
 
 
 def test_stream_rows_from_a_start_position_are_the_full_passes_rows(tiny_model):
-    spec = SpecModel(tiny_model, _noisy_params(tiny_model, DrafterConfig(gamma=3, n_layers=2, lora_rank=4, tree=(1, 1, 1))))
+    spec = StreamsModel(tiny_model, _noisy_params(tiny_model, DrafterConfig(draft_depth=3, n_layers=2, lora_rank=4, tree=(1, 1, 1))))
     tokens = torch.randint(0, 97, (2, 11))
     m_all, s_all = spec.forward_train(tokens)
     m_part, s_part = spec.forward_train(tokens, start=4)
@@ -173,10 +174,10 @@ def test_stream_rows_from_a_start_position_are_the_full_passes_rows(tiny_model):
     torch.testing.assert_close(s_each[1], s_all[1, 2:], atol=1e-5, rtol=1e-5)
 
 
-def test_stream_weights_carry_the_draft_vocabulary_of_a_bundle(tiny_model, tmp_path):
+def test_drafter_weights_carry_the_draft_vocabulary_of_a_bundle(tiny_model, tmp_path):
     from edgespec.speculative.drafters import load_drafter, save_drafter, saved_draft_ids
 
-    cfg = DrafterConfig(gamma=2, n_layers=1, lora_rank=4, tree=(1, 1))
+    cfg = DrafterConfig(draft_depth=2, n_layers=1, lora_rank=4, tree=(1, 1))
     params = StreamParams(tiny_model, cfg)
     save_drafter(tmp_path / "plain.pt", params, cfg)
     save_drafter(tmp_path / "bundle.pt", params, cfg, torch.tensor([2, 5, 9]))
@@ -192,7 +193,7 @@ def test_a_drafter_drafts_through_the_vocabulary_it_was_trained_over(tiny_model,
     from edgespec.speculative.drafters import drafting_vocabulary, save_drafter
 
     monkeypatch.setattr(vocab, "draft_vocabulary", lambda src, n: torch.arange(n) * 10)  # "the corpus's"
-    cfg = DrafterConfig(gamma=2, n_layers=1, lora_rank=4, tree=(1, 1))
+    cfg = DrafterConfig(draft_depth=2, n_layers=1, lora_rank=4, tree=(1, 1))
     params = StreamParams(tiny_model, cfg)
     save_drafter(tmp_path / "trained.pt", params, cfg, torch.tensor([2, 5, 9]))
     save_drafter(tmp_path / "plain.pt", params, cfg)
@@ -205,10 +206,11 @@ def test_a_drafter_drafts_through_the_vocabulary_it_was_trained_over(tiny_model,
 def test_merged_main_model_is_the_shared_main_stream(tiny_model):
     """Shared mode's main rows as one plain model (adapters merged into the weights): the same
     logits as the main stream of the model with adapters, and the base left untouched."""
-    from edgespec.speculative.streams import frozen_layers, merged_main_model
+    from edgespec.speculative.common import frozen_layers
+    from edgespec.speculative.streams import merged_main_model
 
-    cfg = DrafterConfig(gamma=2, n_layers=1, lora_rank=4, mode="shared", tree=(1, 1))
-    spec = SpecModel(tiny_model, StreamParams(tiny_model, cfg))
+    cfg = DrafterConfig(draft_depth=2, n_layers=1, lora_rank=4, mode="shared", tree=(1, 1))
+    spec = StreamsModel(tiny_model, StreamParams(tiny_model, cfg))
     torch.manual_seed(1)
     for p in spec.params.lora.parameters():  # trained-looking adapters (B starts at zero)
         p.data.normal_(0, 0.05)

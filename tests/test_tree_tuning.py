@@ -8,7 +8,7 @@ from edgespec.harness.tune import tune_bundle
 from edgespec.runtime.generate import eager_step, generate
 from edgespec.speculative import tree_tuning as T
 from edgespec.speculative.step import EagerSpecMethods, SpecProgram
-from edgespec.speculative.streams import SpecModel, StreamParams
+from edgespec.speculative.streams import StreamParams, StreamsModel
 from edgespec.speculative.tree import Tree
 
 
@@ -27,12 +27,12 @@ def test_replay_on_synthetic_ranks():
 def test_replay_equals_greedy_tree_decoding(tiny_model, branching):
     """Ranks from one teacher-forced pass predict every call of the real decode loop."""
     torch.manual_seed(1)
-    params = StreamParams(tiny_model, DrafterConfig(gamma=3, n_layers=1, lora_rank=4, tree=(1, 1, 1)))
+    params = StreamParams(tiny_model, DrafterConfig(draft_depth=3, n_layers=1, lora_rank=4, tree=(1, 1, 1)))
     with torch.no_grad():
         for p in params.parameters():
             p.add_(torch.randn_like(p) * 0.3)
         tiny_model.output.weight.mul_(0.3)  # flatter streams: a mix of accepted depths
-    spec = SpecModel(tiny_model, params)
+    spec = StreamsModel(tiny_model, params)
     gen = torch.Generator().manual_seed(0)
     for _ in range(3):
         prompt = torch.randint(0, 97, (5,), generator=gen).tolist()
@@ -136,7 +136,7 @@ def _manifest_only_bundle(d, speculative, files=()):
     return d
 
 
-def test_tune_reads_the_stream_weights_from_the_bundle(tmp_path):
+def test_tune_reads_the_drafter_weights_from_the_bundle(tmp_path):
     """Checked before any slow work: an old bundle only names the recipe's weights file."""
     from click.testing import CliRunner
 
