@@ -15,16 +15,14 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sdk"))
+import torch
 
-import torch  # noqa: E402
-
-from edgespec.harness.metrics import error_rate  # noqa: E402
-from edgespec.speech import librivox as L  # noqa: E402
-from edgespec.speech.asr_suite import _agreement  # noqa: E402
-from edgespec.speech.audio import read_wav  # noqa: E402
-from edgespec.speech.ctc import decode  # noqa: E402
-from edgespec.speech.norm_calibration import stress_variants  # noqa: E402
+from edgespec.harness.metrics import error_rate
+from edgespec.speech import librivox as L
+from edgespec.speech.asr_suite import _agreement
+from edgespec.speech.audio import read_wav
+from edgespec.speech.ctc import decode
+from edgespec.speech.norm_calibration import stress_variants
 
 
 def emulated_events(frontend, encoder, waves, choices) -> dict:

@@ -13,14 +13,11 @@ import json
 import statistics
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sdk"))
-
-from edgespec.harness.metrics import error_rate  # noqa: E402
-from edgespec.speech import librivox as L  # noqa: E402
-from edgespec.speech.asr_suite import _agreement, _engine_log_probs  # noqa: E402
-from edgespec.speech.audio import read_wav  # noqa: E402
+from edgespec.harness.metrics import error_rate
+from edgespec.speech import librivox as L
+from edgespec.speech.asr_suite import _agreement, _engine_log_probs
+from edgespec.speech.audio import read_wav
 
 
 def main() -> None:

@@ -14,14 +14,11 @@ import itertools
 import json
 import statistics
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sdk"))
-
-from edgespec.harness.metrics import error_rate  # noqa: E402
-from edgespec.speech import librivox as L  # noqa: E402
-from edgespec.speech.audio import read_wav  # noqa: E402
-from edgespec.speech.recognize import Recognizer  # noqa: E402
+from edgespec.harness.metrics import error_rate
+from edgespec.speech import librivox as L
+from edgespec.speech.audio import read_wav
+from edgespec.speech.recognize import Recognizer
 
 
 def ints(text: str) -> list[int]:

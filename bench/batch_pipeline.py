@@ -21,12 +21,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sdk"))
-
 from edgespec.models.tokenizer import encode_prompt
-from edgespec.runtime.batch import run_batch  # noqa: E402
-from edgespec.runtime.generate import CacheState, generate  # noqa: E402
-from edgespec.runtime.session import open_bundle  # noqa: E402
+from edgespec.runtime.batch import run_batch
+from edgespec.runtime.generate import CacheState, generate
+from edgespec.runtime.session import open_bundle
 
 
 def throughput(bundle: str, n: int, max_new_tokens: int, rounds: int) -> dict:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from edgespec.kernels import library
 
-KERNELS = Path(__file__).resolve().parents[1] / "sdk" / "edgespec" / "kernels"
+KERNELS = Path(library.__file__).parent  # the installed package's kernel sources (block_linear.h)
 
 DRIVER = r"""
 #include <algorithm>

@@ -32,11 +32,8 @@ import json
 import statistics
 import sys
 from collections import defaultdict
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sdk"))
-
-from edgespec.speculative.tree_tuning import accepted_depths, hybrid_fill, matched_prefix, replay_with_context  # noqa: E402
+from edgespec.speculative.tree_tuning import accepted_depths, hybrid_fill, matched_prefix, replay_with_context
 
 ROWS = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12)
 
@@ -89,6 +86,7 @@ def main() -> None:
     from edgespec.models.tokenizer import encode_prompt
     from edgespec.runtime.generate import generate
     from edgespec.runtime.session import open_bundle
+    from edgespec.runtime.speed import forward_curve, step_cost
     from edgespec.speculative import tree_tuning as T
     from edgespec.speculative.drafters import drafting_vocabulary, load_drafter
     from edgespec.speculative.tree import Tree
@@ -110,8 +108,8 @@ def main() -> None:
     ranks = T.future_ranks(spec, [(len(ids), ids + comp) for _, ids, comp in data], depth, vocab)
     accepts = [accepted_depths(r, depth) for r in ranks]  # row p: the call whose root is completion[p]
 
-    curve = T.forward_curve(runner, args.context, args.reps, ROWS)
-    t_own = T.step_cost(runner, args.context, reps=args.reps)
+    curve = forward_curve(runner, args.context, args.reps, ROWS)
+    t_own = step_cost(runner, args.context, reps=args.reps)
     own = Tree(runner.branching)
     cost = T.StepCostModel.calibrate(curve, t_own, own, spec.draft_layers / spec.base.args.n_layers)
     extra_per_row = cost.t_extra / own.size  # acceptance and the lm head grow with the rows

@@ -44,10 +44,10 @@ def main() -> None:
     src = read_source(manifest.recipe.model.source, runner.max_seq_len)
     base = build_model(src)
     spec = load_drafter(weights, base)
-    trees = sorted({tuple(runner.branching), (1,) * spec.cfg.gamma})
+    trees = sorted({tuple(runner.branching), (1,) * spec.cfg.draft_depth})
     rows = []
     for n in args.sizes:
-        ranks = T.future_ranks(spec, seqs, spec.cfg.gamma, draft_vocabulary(src, n))
+        ranks = T.future_ranks(spec, seqs, spec.cfg.draft_depth, draft_vocabulary(src, n))
         rows.append({"draft_vocab": n or base.args.vocab_size, "tokens_per_call": {str(list(b)): round(T.replay(ranks, b)[0], 4) for b in trees}})
     print(json.dumps({"bundle": args.bundle, "prompts": args.prompts, "max_new_tokens": args.max_new_tokens, "results": rows}, indent=1))
 

@@ -17,6 +17,9 @@ import statistics
 import sys
 import time
 
+import edgespec  # noqa: F401  (before torch: its OpenMP workers sleep instead of spinning, edgespec.host.passive_openmp)
+
+# isort: split
 import torch
 
 

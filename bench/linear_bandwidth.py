@@ -23,6 +23,9 @@ from pathlib import Path
 
 
 def child(bundle: Path, threads: int, reps: int) -> dict:
+    import edgespec  # noqa: F401  (before torch: its OpenMP workers sleep instead of spinning, edgespec.host.passive_openmp)
+
+    # isort: split
     from executorch.extension.pybindings.portable_lib import _unsafe_reset_threadpool
 
     _unsafe_reset_threadpool(threads)

@@ -16,11 +16,8 @@ import argparse
 import json
 import statistics
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sdk"))
-
-from edgespec.speculative.suffix import SuffixMatcher  # noqa: E402
+from edgespec.speculative.suffix import SuffixMatcher
 
 
 def replay(prompt: list[int], completion: list[int], draft_fn) -> list[int]:

@@ -28,7 +28,7 @@ def _threads() -> int:
 
 
 def _median_ms(fn, reps: int) -> float:
-    from edgespec.speculative.tree_tuning import time_call
+    from edgespec.runtime.speed import time_call
 
     return round(1000 * time_call(fn, warmup=1, reps=reps), 3)
 

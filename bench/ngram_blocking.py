@@ -9,17 +9,15 @@ n-gram matches occur). Both run in this process, interleaved, several rounds; me
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sdk"))
+import torch
 
-import torch  # noqa: E402
-
-from edgespec.runtime.ngram import banned_naive, banned_tokens  # noqa: E402
+from edgespec.runtime.ngram import banned_naive, banned_tokens
 
 
 def context_tokens(length: int) -> list[int]:
@@ -41,6 +39,7 @@ def per_step_us(fn, ctx, n: int, steps: int) -> float:
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()  # no flags; --help prints the docstring
     torch.set_num_threads(1)
     base = context_tokens(2048)
     out = {"n": 3, "rounds": 7, "lengths": {}}

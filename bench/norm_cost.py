@@ -11,12 +11,16 @@ Timed in one process, alternating, for T = 1 (decode) and T = 64 (prefill) rows.
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
+import edgespec  # noqa: F401  (before torch: its OpenMP workers sleep instead of spinning, edgespec.host.passive_openmp)
+
+# isort: split
 import torch
 from torch import nn
 
@@ -43,6 +47,7 @@ def lower(module: nn.Module, path: Path) -> Path:
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()  # no flags; --help prints the docstring
     from executorch.runtime import Runtime
 
     from edgespec.models.llama import RMSNorm

@@ -31,8 +31,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sdk"))
-
 
 def speed_worker(bundles: list[str], threads: int, prompts: int, max_new_tokens: int, runs: int) -> dict:
     """AR decode tokens/s of every bundle, side by side in this process at `threads`."""

@@ -18,9 +18,6 @@ import argparse
 import json
 import subprocess
 import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sdk"))
 
 
 def _rss_mb(field: str, status: str = "/proc/self/status") -> float:

@@ -34,8 +34,6 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sdk"))
-
 
 def answer_nll(logits_of, tokenizer, pairs: list[tuple[str, str]], max_answer: int = 64) -> list[float]:
     """Negative log-likelihood of every reference-answer token after its chat-formatted prompt."""
@@ -134,7 +132,7 @@ def main() -> None:
     for w in args.weights:
         drafter = load_drafter(w, base)
         cfg = drafter.cfg
-        methods = EagerSpecMethods(SpecProgram(drafter, Tree((1,) * cfg.gamma)).eval())
+        methods = EagerSpecMethods(SpecProgram(drafter, Tree((1,) * cfg.draft_depth)).eval())
         if cfg.mode == "shared":  # the main stream carries the adapters: a model of its own
             row, outs = quality(lambda t, d=drafter: base.output(d.forward_train(t)[0]).float(), methods.forward)
             row["perplexity_vs_base"] = round(row["perplexity"] / base_row["perplexity"] - 1, 4)

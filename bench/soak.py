@@ -14,16 +14,13 @@ import argparse
 import gc
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sdk"))
-
-from edgespec.corpus.prompts import mixed_prompts  # noqa: E402
+from edgespec.corpus.prompts import mixed_prompts
 from edgespec.models.tokenizer import encode_prompt
-from edgespec.runtime.runner import load_runtime_kernels  # noqa: E402
-from edgespec.runtime.session import decoder, open_bundle  # noqa: E402
+from edgespec.runtime.runner import load_runtime_kernels
+from edgespec.runtime.session import decoder, open_bundle
 
 
 def rss_mb() -> float:

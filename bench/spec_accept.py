@@ -39,9 +39,9 @@ def main() -> None:
     from edgespec.corpus.prompts import PROMPT_SOURCES
     from edgespec.models.load import build_model, read_source, tokenizer_of
     from edgespec.runtime.generate import eager_step, generate
+    from edgespec.speculative.common import NoDrafter
     from edgespec.speculative.drafters import load_drafter
     from edgespec.speculative.step import EagerSpecMethods, SpecProgram
-    from edgespec.speculative.streams import SpecModel
     from edgespec.speculative.tree import Tree
 
     torch.set_grad_enabled(False)
@@ -57,7 +57,7 @@ def main() -> None:
         if args.lookup:
             contenders[name + "+lookup"] = (contenders[name][0], args.lookup)
     if args.lookup:
-        contenders["lookup"] = (EagerSpecMethods(SpecProgram(SpecModel(base, None), Tree((1,) * len(tree.branching)))), args.lookup)
+        contenders["lookup"] = (EagerSpecMethods(SpecProgram(NoDrafter(base), Tree((1,) * len(tree.branching)))), args.lookup)
 
     prompts = [p for s in args.suites.split(",") for p in PROMPT_SOURCES[s]("heldout", args.per_task)]
     per_task: dict[str, dict[str, list[int]]] = {name: defaultdict(list) for name in contenders}

@@ -28,12 +28,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sdk"))
-
-from edgespec.harness import process_measure  # noqa: E402
+from edgespec.harness import process_measure
 from edgespec.models.tokenizer import encode_prompt
-from edgespec.runtime.session import decoder, open_bundle  # noqa: E402
-from edgespec.runtime.speed import measure, row_stats, summarize  # noqa: E402
+from edgespec.runtime.session import decoder, open_bundle
+from edgespec.runtime.speed import measure, row_stats, summarize
 
 DEFAULT_SUITES = ("math", "reasoning", "code")  # () = all nine (edgespec.corpus.prompts.PROMPT_SOURCES)
 

@@ -33,8 +33,8 @@ import edgespec  # noqa: F401  (before torch: its OpenMP workers sleep instead o
 import torch
 
 from edgespec.runtime.runner import ProgramRunner, execute, load_runtime_kernels
+from edgespec.runtime.speed import time_call
 from edgespec.speculative.tree import placeholder_draft
-from edgespec.speculative.tree_tuning import time_call
 
 
 def _median_ms(fn, reps: int, warmup: int = 3) -> float:

@@ -34,8 +34,6 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sdk"))
-
 
 def evaluate(model, seqs: list[tuple[str, int, list[int]]], feats: list[torch.Tensor], gamma: int, vocab, trees: list[tuple[int, ...]]) -> dict:
     from edgespec.speculative.tree_tuning import future_ranks, replay
@@ -111,7 +109,7 @@ def main() -> None:
 
     r = load_recipe(args.recipe, args.override)
     s, t = r.drafter, r.train
-    src = read_source(r.model.source, max(r.model.max_seq_len, t.seq_len + s.gamma + 1))
+    src = read_source(r.model.source, max(r.model.max_seq_len, t.seq_len + s.draft_depth + 1))
     base = build_model(src)
     model = new_drafter(base, s)
     if args.init:
@@ -125,7 +123,7 @@ def main() -> None:
     vocab = draft_vocabulary(src, s.draft_vocab)  # the program's drafting head, for streams and heads alike
     with torch.no_grad():  # the held-out sequences' frozen features, fp32, once
         hfeats = [model.lower_hidden(torch.tensor([ids]))[0] for _, _, ids in seqs]
-    trees = sorted({(1,) * s.gamma, tuple(s.tree)})
+    trees = sorted({(1,) * s.draft_depth, tuple(s.tree)})
     eval_at = {max(1, round(args.steps / 2**k)) for k in range(args.evals)}
     if args.eval_every:
         eval_at |= set(range(args.eval_every, args.steps + 1, args.eval_every))
@@ -140,7 +138,7 @@ def main() -> None:
         point = {"step": step, "response_tokens_seen": log.tokens_seen[-1] if log else 0}
         if log:
             point["loss"] = round(sum(log.loss[-20:]) / len(log.loss[-20:]), 4)  # the last 20 steps' mean
-        points.append(point | {"tokens_per_call": evaluate(model, seqs, hfeats, s.gamma, vocab, trees)})
+        points.append(point | {"tokens_per_call": evaluate(model, seqs, hfeats, s.draft_depth, vocab, trees)})
         eval_s[0] += time.perf_counter() - t
         print(json.dumps(points[-1]), file=sys.stderr, flush=True)
         if curve_file:
@@ -171,7 +169,7 @@ def main() -> None:
                 "recipe": args.recipe,
                 "overrides": args.override,
                 "init": args.init,
-                "gamma": s.gamma,
+                "gamma": s.draft_depth,
                 "train_sequences": len(examples),
                 "train_response_tokens": sum(len(e.tokens) - e.n_prompt for e in examples),
                 "heldout_sequences": len(seqs),

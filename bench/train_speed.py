@@ -1,8 +1,9 @@
-"""Stream training throughput: response tokens per second of `train_drafter` on real data.
+"""Drafter training throughput: response tokens per second of `train_drafter` on real data.
 
 Each `--config NAME=FIELD=VALUE,FIELD=VALUE` is a set of recipe overrides on top of
-`--recipe` (e.g. `train.bf16=false`, `drafter.draft_vocab=0`). All configs train fresh
-streams on the same first `--sequences` sequences of `--data` (a shard directory from
+`--recipe` (e.g. `train.bf16=false`, `drafter.draft_vocab=0`, `drafter.kind=streams`). All
+configs train a fresh drafter of their `drafter.kind` (edgespec.speculative.drafters.new_drafter)
+on the same first `--sequences` sequences of `--data` (a shard directory from
 `edgespec distill --source`, or JSONL) with cached layer features; the configs take turns
 for `--rounds` rounds of `--warmup` + `--steps` steps, so a noisy machine slows them alike.
 Tokens/s = response tokens in the timed steps / their wall time (median over rounds).
@@ -18,23 +19,19 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import tempfile
 import time
 from dataclasses import replace
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sdk"))
-
-from edgespec.config import load_recipe  # noqa: E402
-from edgespec.models.load import build_model, read_source, tokenizer_of  # noqa: E402
-from edgespec.speculative.features import FeatureCache  # noqa: E402
-from edgespec.speculative.streams import SpecModel, StreamParams  # noqa: E402
-from edgespec.speculative.train import train_drafter  # noqa: E402
-from edgespec.speculative.train_data import load_examples  # noqa: E402
-from edgespec.speculative.vocab import draft_vocabulary  # noqa: E402
+from edgespec.config import load_recipe
+from edgespec.models.load import build_model, read_source, tokenizer_of
+from edgespec.speculative.drafters import new_drafter
+from edgespec.speculative.features import FeatureCache
+from edgespec.speculative.train import train_drafter
+from edgespec.speculative.train_data import load_examples
+from edgespec.speculative.vocab import draft_vocabulary
 
 
 def main() -> None:
@@ -55,17 +52,17 @@ def main() -> None:
         name, _, over = c.partition("=")
         configs[name] = load_recipe(args.recipe, [o for o in over.split(",") if o])
     first = next(iter(configs.values()))
-    src = read_source(first.model.source, max(first.model.max_seq_len, first.train.seq_len + first.drafter.gamma + 1))
+    src = read_source(first.model.source, max(first.model.max_seq_len, first.train.seq_len + first.drafter.draft_depth + 1))
     base = build_model(src)
     examples = load_examples(args.data, tokenizer_of(src), first.train.seq_len, first.model.chat_template)[: args.sequences]
-    feats: dict[int, list[torch.Tensor]] = {}  # by the first MSA layer
+    feats: dict[tuple[int, ...], list[torch.Tensor]] = {}  # by the layers the drafter reads (its taps)
     vocab: dict[int, torch.Tensor | None] = {}
     t0 = time.perf_counter()
     for r in configs.values():
         s = r.drafter
-        model = SpecModel(base, StreamParams(base, s))
-        if model.first not in feats:
-            feats[model.first] = FeatureCache(model, examples).h
+        model = new_drafter(base, s)
+        if model.taps not in feats:
+            feats[model.taps] = FeatureCache(model, examples).h
         if s.draft_vocab not in vocab:
             vocab[s.draft_vocab] = draft_vocabulary(src, s.draft_vocab)
     setup_s = time.perf_counter() - t0
@@ -76,7 +73,7 @@ def main() -> None:
     for _ in range(args.rounds):
         for name, r in configs.items():
             torch.manual_seed(r.train.seed)
-            model = SpecModel(base, StreamParams(base, r.drafter))
+            model = new_drafter(base, r.drafter)
             hp = replace(r.train, steps=args.warmup + args.steps, checkpoint_every=10**9, warmup_steps=1)
             stamps: list[float] = []
             with tempfile.TemporaryDirectory() as out:
@@ -84,7 +81,7 @@ def main() -> None:
                 log = train_drafter(
                     model,
                     examples,
-                    feats[model.first],
+                    feats[model.taps],
                     hp,
                     out,
                     on_step=lambda s, log, stamps=stamps: stamps.append(time.perf_counter()),
