@@ -4,6 +4,9 @@
   place. Cache and attention are modules: plain PyTorch in eager code and training,
   ExecuTorch's `llama::update_cache` / `llama::custom_sdpa` inside
   `edgespec.export.swaps.executorch_ops(model)`, the context every export runs in.
+- This file never calls a custom op: a block-kernel export swaps in subclasses of its
+  modules that do (edgespec.export.kernel_modules), at the seams `Attention.project` /
+  `rotate` and `FeedForward.project` / `activate`.
 - Positions come in as an input: `forward(tokens [1, T], input_pos [1])`, `input_pos[0]`
   being the position of `tokens[:, 0]`. This is the calling convention of ExecuTorch's
   LLM runner with dynamic shapes, so the whole prompt is prefilled in one call.
