@@ -295,6 +295,27 @@ def test_exporting_a_block_kernel_model_swaps_in_kernel_modules_and_restores_the
     assert before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before)
 
 
+def test_a_module_held_in_two_places_is_swapped_in_both_and_restored():
+    """A drafter may hold the base model's head or final norm as its own: the export's swaps
+    reach every place a module is held, and put the very same module back in each."""
+    from edgespec.config import QuantConfig
+    from edgespec.export.kernel_modules import KernelRMSNorm, kernel_modules
+    from edgespec.kernels.block_linear import BlockLinearOp
+    from edgespec.models.llama import LlamaArgs
+    from edgespec.quant import plan_quantization, quantize_
+    from tiny_models import random_transformer
+
+    model = random_transformer(LlamaArgs(dim=64, n_layers=1, n_heads=4, n_kv_heads=2, hidden_dim=96, vocab_size=97, max_seq_len=32))
+    quantize_(model, plan_quantization(model, QuantConfig()))
+    program = torch.nn.Module()
+    program.base, program.head, program.norm = model, model.output, model.norm  # the drafter's references
+    head, norm = model.output, model.norm
+    with kernel_modules(program, glue=True):
+        assert isinstance(program.head, BlockLinearOp) and isinstance(program.base.output, BlockLinearOp)
+        assert isinstance(program.norm, KernelRMSNorm) and isinstance(program.base.norm, KernelRMSNorm)
+    assert program.head is head is program.base.output and program.norm is norm is program.base.norm
+
+
 def write_k_m_gguf(path: Path, main: str = "Q4_K") -> dict[str, np.ndarray]:
     """A 1-layer Llama GGUF laid out like llama.cpp's Q4_K_M / Q5_K_M (`main` matrices, Q6_K
     for attn_v and ffn_down, the embedding Q8_0; random K-quant bytes, which `gguf` cannot
