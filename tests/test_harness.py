@@ -412,3 +412,9 @@ def test_a_quant_field_without_effect_is_named():
     assert ineffective_quant_fields(QuantConfig(head_bits=4), QuantizationInfo(carried=210, rounded=1, rounded_layers=("output",))) == []
     assert ineffective_quant_fields(QuantConfig(head_bits=4, carry_blocks=False), QuantizationInfo(rounded=211)) == []
     assert ineffective_quant_fields(QuantConfig(head_bits=4, kernel="xnnpack"), carried) == []  # XNNPACK rounds a 4-bit head
+    # today's manifests say the head's format; an older one whose list of rounded layers was cut
+    # to 8 names cannot say the head was carried, so nothing is claimed
+    assert ineffective_quant_fields(QuantConfig(head_bits=4), QuantizationInfo(carried=211, head="Q8_0 (the file's blocks)")) != []
+    assert ineffective_quant_fields(QuantConfig(head_bits=4), QuantizationInfo(carried=200, rounded=11, head="Q4_1-style (rounded from F32)")) == []
+    cut = QuantizationInfo(carried=200, rounded=11, rounded_layers=tuple(f"layers.{i}.attention.wv" for i in range(8)))
+    assert ineffective_quant_fields(QuantConfig(head_bits=4), cut) == []

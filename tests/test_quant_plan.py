@@ -179,6 +179,7 @@ def test_the_summary_names_every_linears_format_and_the_plan_screens_the_head():
     assert summary.formats == {"Q4_1-style (rounded from float)": 14, "Q8_0-style (rounded from float)": 1}
     assert summary.head == "Q8_0-style (rounded from float)" and summary.embedding == "float"
     assert sorted(summary.as_dict()["rounded_layers"]) == sorted([*BASE_LINEARS, "output"])  # all 15, not the first 8
+    assert summary.as_dict()["unquantized_layers"] == [] and summary.as_dict()["carried"] == 0
     narrow = random_transformer(LlamaArgs(dim=48, n_layers=1, n_heads=4, n_kv_heads=2, hidden_dim=96, vocab_size=97, max_seq_len=64))
     with pytest.raises(EdgespecError, match="head_screen screens a Q8_0-style .* head would be float"):
         plan_quantization(narrow, QuantConfig(head_screen=True))  # 48 inputs: no whole block of 32, the head stays float

@@ -185,6 +185,7 @@ class QuantizationInfo(Record):
     rounded: int = 0
     unquantized: int = 0
     rounded_layers: tuple[str, ...] = ()  # every rounded linear
+    unquantized_layers: tuple[str, ...] = ()  # every linear left in float (the others: carried)
     rounded_from: dict[str, int] = field(default_factory=dict)  # rounded layers by the source file's storage type
     rounding_error: dict[str, float] = field(default_factory=dict)  # by storage type: ||W' - W|| / ||W|| of those layers
     formats: dict[str, int] = field(default_factory=dict)  # linears by the weight format the program computes with

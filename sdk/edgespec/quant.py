@@ -83,6 +83,7 @@ class QuantSummary:
             "rounded": len(self.rounded),
             "unquantized": len(self.unquantized),
             "rounded_layers": list(self.rounded),
+            "unquantized_layers": list(self.unquantized),
             "rounded_from": dict(sorted(self.rounded_from.items())),
             "rounding_error": {k: round(v, 5) for k, v in sorted(self.rounding_error.items())},
             "formats": dict(sorted(self.formats.items(), key=lambda kv: -kv[1])),
