@@ -217,14 +217,14 @@ def ineffective_quant_fields(quant, info: QuantizationInfo | None) -> list[str]:
     each with why (the export's summary line names them): today `head_bits` on the block
     kernel when the lm head kept the file's blocks (a carried head is computed as the file
     stores it, whatever bits the field asks)."""
-    from edgespec.quant import program_kernels
+    from edgespec.quant import CARRIED_LABEL, program_kernels
 
     out = []
     default_head_bits = type(quant)().head_bits
     if info is None or not info.head:  # an older bundle: its list of rounded layers was cut to 8, so only where it is whole
         head_carried = info is not None and info.carried > 0 and info.rounded <= len(info.rounded_layers) and "output" not in info.rounded_layers
     else:
-        head_carried = info.head.endswith("(the file's blocks)")
+        head_carried = info.head.endswith(CARRIED_LABEL)
     kernels = program_kernels(quant)
     if kernels.linears == "edgespec" and kernels.carried and quant.head_bits != default_head_bits and head_carried:
         out.append(f"quant.head_bits={quant.head_bits} had no effect: the lm head kept the file's blocks (quant.carry_blocks: true; false re-rounds it)")

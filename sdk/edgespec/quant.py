@@ -256,6 +256,9 @@ def _intx_weight(codes: torch.Tensor, scales: torch.Tensor, bits: int, block: in
     return nn.Parameter(weight, requires_grad=False)
 
 
+CARRIED_LABEL = "(the file's blocks)"  # how a carried weight's format ends (`Carried.label`), e.g. "Q8_0 (the file's blocks)"
+
+
 @dataclass(frozen=True)
 class Carried:
     """A weight that keeps the source file's blocks: the file's codes and scales, no second
@@ -277,7 +280,7 @@ class Carried:
 
     def label(self) -> str:
         """The weight format, as `edgespec info` names it."""
-        return f"{self.format} (the file's blocks)"
+        return f"{self.format} {CARRIED_LABEL}"
 
     def apply(self, linear: nn.Module) -> nn.Module:
         """The linear (or embedding) computing with the file's blocks (in place where it can)."""
@@ -446,7 +449,8 @@ def _embedding_rule(cfg: QuantConfig, blocks: BlockWeights | None, source: str |
     ``carry_blocks``), fp32 otherwise (None)."""
     if cfg.embedding_bits:
         return Rounded(cfg.embedding_bits, cfg.group_size, "lookup", "maxabs", source)
-    if program_kernels(cfg).table_from_blocks and blocks is not None and blocks.format in KERNEL_CARRIED:
+    kernels = program_kernels(cfg)
+    if kernels.table_from_blocks and blocks is not None and blocks.format in kernels.carried:
         return Carried(blocks.format, "lookup", blocks)
     return None
 

@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from edgespec.kernels.block_linear import BlockEmbedding, BlockLinear, recast, stacked
-from edgespec.models.llama import Attention, FeedForward, RMSNorm
+from edgespec.models.llama import Attention, FeedForward, RMSNorm, with_adapter
 
 
 class Stacked(nn.Module):
@@ -40,7 +40,7 @@ class Stacked(nn.Module):
 
     def forward(self, x: torch.Tensor, adapters=None) -> tuple[torch.Tensor, ...]:
         ys = self.linear(x).split(self.sizes, -1)
-        return tuple(y if adapters is None or n not in adapters else y + adapters[n](x) for y, n in zip(ys, self.names))
+        return tuple(with_adapter(y, adapters, n, x) for y, n in zip(ys, self.names))
 
 
 class KernelRMSNorm(RMSNorm):

@@ -181,10 +181,12 @@ class SDPA(nn.Module):
 
 def adapted(linear: nn.Linear, adapters, name: str, x: torch.Tensor) -> torch.Tensor:
     """linear(x) plus the additive adapter registered under `name`, if any (LoRA)."""
-    y = linear(x)
-    if adapters is not None and name in adapters:
-        y = y + adapters[name](x)
-    return y
+    return with_adapter(linear(x), adapters, name, x)
+
+
+def with_adapter(y: torch.Tensor, adapters, name: str, x: torch.Tensor) -> torch.Tensor:
+    """y (a linear's output on x) plus the additive adapter registered under `name`, if any."""
+    return y if adapters is None or name not in adapters else y + adapters[name](x)
 
 
 def additive_mask(visible: torch.Tensor) -> torch.Tensor:

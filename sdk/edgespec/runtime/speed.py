@@ -88,9 +88,8 @@ def step_cost(runner, context: int, reps: int = 7) -> float:
     from edgespec.speculative.tree import placeholder_draft
 
     runner.forward(torch.zeros((1, context), dtype=torch.long), 0)
-    R, k = runner.tree_size, runner.topk
-    _, draft = runner.spec_step(0, placeholder_draft(runner.depth, k), context, 0.0, torch.full((R, k), 0.5), torch.zeros(runner.vocab_size))
-    half, noise = torch.full((R, k), 0.5), torch.zeros(runner.vocab_size)
+    half, noise = torch.full((runner.tree_size, runner.topk), 0.5), torch.zeros(runner.vocab_size)
+    _, draft = runner.spec_step(0, placeholder_draft(runner.depth, runner.topk), context, 0.0, half, noise)
     return time_call(lambda: runner.spec_step(0, draft, context, 0.0, half, noise), reps=reps)
 
 
