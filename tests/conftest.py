@@ -1,5 +1,11 @@
+import functools
+import hashlib
+import json
 import os
+import shutil
 import warnings
+from collections import defaultdict
+from pathlib import Path
 
 import pytest
 
@@ -32,26 +38,98 @@ def tiny_model(tiny_args):
     return m.eval()
 
 
-def export_bundle_for_tests(tmp_path_factory, name, recipe_yaml):
-    """`edgespec export` of a recipe through the CLI into a fresh directory; the bundle path."""
-    from click.testing import CliRunner
+_SDK = Path(__file__).resolve().parent.parent / "sdk" / "edgespec"
 
-    from edgespec.cli import main
 
-    d = tmp_path_factory.mktemp(name)
-    (d / "recipe.yaml").write_text(recipe_yaml)
-    res = CliRunner().invoke(main, ["export", str(d / "recipe.yaml"), "-o", str(d / "bundle")])
-    assert res.exit_code == 0, res.output
-    return d / "bundle"
+@functools.cache
+def _source_digest() -> str:
+    """sha256 of edgespec's sources and shipped files: what a bundle's bytes depend on besides its recipe."""
+    h = hashlib.sha256()
+    for f in sorted(p for p in _SDK.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        h.update(str(f.relative_to(_SDK)).encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()
+
+
+def _run_root(tmp_path_factory) -> Path:
+    """The test run's temporary directory, one for all pytest-xdist workers (each worker's own
+    base directory sits inside it)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+def shared_dir(tmp_path_factory, name: str, make) -> Path:
+    """`root/name`, made once per test run by `make(directory)` and shared by every xdist
+    worker: the first caller makes it under a file lock (into a temporary directory, then
+    renamed) while the others wait, then all read it."""
+    from filelock import FileLock
+
+    root = _run_root(tmp_path_factory) / "shared"
+    root.mkdir(exist_ok=True)
+    out = root / name
+    with FileLock(str(root / f"{name}.lock")):
+        if not out.is_dir():
+            tmp = root / f".{name}.tmp"
+            if tmp.exists():
+                shutil.rmtree(tmp)
+            tmp.mkdir()
+            make(tmp)
+            tmp.rename(out)
+    return out
+
+
+def built_bundle(tmp_path_factory, recipe: str, *overrides: str) -> Path:
+    """The bundle `edgespec export RECIPE OVERRIDES...` writes, exported once per test run and
+    shared by every test and xdist worker that asks for the same one (`shared_dir`): keyed by
+    the recipe (a YAML text, a recipe file's path and text, or "" for the default), the
+    overrides and a digest of edgespec's sources. Read-only: a test that changes a bundle
+    copies it first."""
+    recipe_file = Path(recipe) if recipe.endswith((".yaml", ".yml")) and "\n" not in recipe else None
+    identity = [recipe, recipe_file.read_text() if recipe_file else None, list(overrides), _source_digest()]
+    key = hashlib.sha256(json.dumps(identity).encode()).hexdigest()[:20]
+
+    def export(d: Path) -> None:
+        from click.testing import CliRunner
+
+        from edgespec.cli import main
+
+        args = [str(recipe_file)] if recipe_file else []
+        if recipe and not recipe_file:
+            (d / "recipe.yaml").write_text(recipe)
+            args = [str(d / "recipe.yaml")]
+        res = CliRunner().invoke(main, ["export", *args, *overrides, "-o", str(d / "bundle")])
+        assert res.exit_code == 0, res.output
+
+    return shared_dir(tmp_path_factory, f"bundle-{key}", export) / "bundle"
+
+
+@pytest.fixture(scope="session")
+def build_bundle(tmp_path_factory):
+    """`build_bundle(recipe, *overrides)`: the run's shared bundle of that export (`built_bundle`)."""
+    return functools.partial(built_bundle, tmp_path_factory)
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Seconds per test module (setup, call and teardown of its tests, on whichever worker ran
+    them), largest first: the budget's ledger beside pytest's slowest steps."""
+    per_module: dict[str, float] = defaultdict(float)
+    for reports in terminalreporter.stats.values():
+        for r in reports:
+            if isinstance(r, pytest.TestReport):
+                per_module[r.nodeid.split("::")[0]] += r.duration
+    if not per_module:
+        return
+    total = sum(per_module.values())
+    terminalreporter.write_sep("=", f"seconds per module ({total:.0f} s of test time in all)")
+    for module, seconds in sorted(per_module.items(), key=lambda kv: -kv[1]):
+        terminalreporter.write_line(f"{seconds:8.1f} s {100 * seconds / total:5.1f}%  {module}")
 
 
 @pytest.fixture(scope="session")
 def fp32_bundle(tmp_path_factory):
     # with the shipped stream weights: forward + spec_step in one program; a
     # branching tree, so tree masks and KV compaction run on the real model
-    return export_bundle_for_tests(
+    return built_bundle(
         tmp_path_factory,
-        "fp32",
         # the normalizer search runs (its report is a bundle file and the no_overflow gate's
         # input) on 2 + 1 prompts: on the real model each prompt costs seconds of every export
         "name: t-fp32\nmodel: {max_seq_len: 256}\nquant: {scheme: fp32}\nnumerics: {calibration_prompts: 2, heldout_prompts: 1}\n"
@@ -62,25 +140,26 @@ def fp32_bundle(tmp_path_factory):
 @pytest.fixture(scope="session")
 def q_bundle(tmp_path_factory):
     # the export's validate stage runs for real: two suites, the fp32 base model as reference
-    return export_bundle_for_tests(
+    return built_bundle(
         tmp_path_factory,
-        "8da4w",
         "name: t-8da4w\nmodel: {max_seq_len: 256}\nquant: {scheme: 8da4w, group_size: 32}\nnumerics: {search: false}\nvalidate: {suites: [rag, qa], prompts_per_suite: 2}\n",
     )
 
 
 @pytest.fixture(scope="session")
 def tiny_hf_dir(tmp_path_factory):
-    """A 2-layer Llama with a byte-level tokenizer (every text encodes), saved as an HF directory."""
-    import json
+    """A 2-layer Llama with a byte-level tokenizer (every text encodes), saved as an HF directory
+    (one for the run, so the bundles exported from it are shared too)."""
+    return shared_dir(tmp_path_factory, "tiny_hf", _write_tiny_hf_dir)
 
+
+def _write_tiny_hf_dir(d: Path) -> None:
     import torch
     from safetensors.torch import save_file
     from tokenizers.pre_tokenizers import ByteLevel
 
     from edgespec.models.tokenizer import build_bpe_tokenizer_json
 
-    d = tmp_path_factory.mktemp("tiny_hf")
     dim, layers, heads, kv, hidden = 64, 2, 4, 2, 128
     tokens = ["<unk>", "<s>", "</s>"] + sorted(ByteLevel.alphabet())
     vocab = len(tokens)
@@ -122,14 +201,12 @@ def tiny_hf_dir(tmp_path_factory):
         )
     )
     (d / "tokenizer.json").write_text(build_bpe_tokenizer_json(tokens, [], [3, 3, 3] + [1] * (vocab - 3), pre="gpt2"))
-    return d
 
 
 @pytest.fixture(scope="session")
 def tiny_bundle(tiny_hf_dir, tmp_path_factory):
     """A real fp32 .pte bundle of the tiny byte-level model (no validation)."""
-    return export_bundle_for_tests(
+    return built_bundle(
         tmp_path_factory,
-        "tiny",
         f"name: tiny\nmodel: {{source: {tiny_hf_dir}, max_seq_len: 512}}\nquant: {{scheme: fp32}}\nnumerics: {{search: false}}\nvalidate: {{enabled: false}}\n",
     )

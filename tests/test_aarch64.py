@@ -34,23 +34,13 @@ CPUS = {"max": "neon-i8mm", "cortex-a76": "neon-dotprod", "a64fx": "portable"}  
 CPUS_OF = {"default": tuple(CPUS), "spec": ("max",)}
 
 
-def _export(tmp_path_factory, name: str, *args: str) -> Path:
-    from click.testing import CliRunner
-
-    from edgespec.cli import main
-
-    out = tmp_path_factory.mktemp(name) / "bundle"
-    # neither validated nor normalizer-searched: both leave an fp32-activation program as it is
-    res = CliRunner().invoke(main, ["export", *args, "validate.enabled=false", "numerics.search=false", "-o", str(out)])
-    assert res.exit_code == 0, res.output
-    return out
-
-
 @pytest.fixture(scope="module")
-def bundles(tmp_path_factory) -> dict[str, Path]:
+def bundles(build_bundle) -> dict[str, Path]:
+    # neither validated nor normalizer-searched: both leave an fp32-activation program as it is
+    off = ("validate.enabled=false", "numerics.search=false")
     return {
-        "default": _export(tmp_path_factory, "default"),  # the README's: embedded SmolLM2, block kernel
-        "spec": _export(tmp_path_factory, "spec", "recipes/smollm2-135m-spec.yaml"),  # Hydra heads + suffix match
+        "default": build_bundle("", *off),  # the README's: embedded SmolLM2, block kernel
+        "spec": build_bundle("recipes/smollm2-135m-spec.yaml", *off),  # Hydra heads + suffix match
     }
 
 
