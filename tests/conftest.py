@@ -50,21 +50,13 @@ def _source_digest() -> str:
     return h.hexdigest()
 
 
-def _run_root(tmp_path_factory) -> Path:
-    """The test run's temporary directory, one for all pytest-xdist workers (each worker's own
-    base directory sits inside it)."""
-    base = tmp_path_factory.getbasetemp()
-    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
-
-
-def shared_dir(tmp_path_factory, name: str, make) -> Path:
-    """`root/name`, made once per test run by `make(directory)` and shared by every xdist
-    worker: the first caller makes it under a file lock (into a temporary directory, then
-    renamed) while the others wait, then all read it."""
+def shared_dir(root: Path, name: str, make) -> Path:
+    """`root/name`, made once by `make(directory)` for every process that asks: the first
+    caller makes it under a file lock (into a temporary directory, renamed when `make`
+    returns; nothing is left when it raises) while the others wait, then all read it."""
     from filelock import FileLock
 
-    root = _run_root(tmp_path_factory) / "shared"
-    root.mkdir(exist_ok=True)
+    root.mkdir(parents=True, exist_ok=True)
     out = root / name
     with FileLock(str(root / f"{name}.lock")):
         if not out.is_dir():
@@ -72,12 +64,16 @@ def shared_dir(tmp_path_factory, name: str, make) -> Path:
             if tmp.exists():
                 shutil.rmtree(tmp)
             tmp.mkdir()
-            make(tmp)
+            try:
+                make(tmp)
+            except BaseException:
+                shutil.rmtree(tmp)
+                raise
             tmp.rename(out)
     return out
 
 
-def built_bundle(tmp_path_factory, recipe: str, *overrides: str) -> Path:
+def built_bundle(root: Path, recipe: str, *overrides: str) -> Path:
     """The bundle `edgespec export RECIPE OVERRIDES...` writes, exported once per test run and
     shared by every test and xdist worker that asks for the same one (`shared_dir`): keyed by
     the recipe (a YAML text, a recipe file's path and text, or "" for the default), the
@@ -99,13 +95,21 @@ def built_bundle(tmp_path_factory, recipe: str, *overrides: str) -> Path:
         res = CliRunner().invoke(main, ["export", *args, *overrides, "-o", str(d / "bundle")])
         assert res.exit_code == 0, res.output
 
-    return shared_dir(tmp_path_factory, f"bundle-{key}", export) / "bundle"
+    return shared_dir(root, f"bundle-{key}", export) / "bundle"
 
 
 @pytest.fixture(scope="session")
-def build_bundle(tmp_path_factory):
+def shared_root(tmp_path_factory) -> Path:
+    """Where the test run keeps what its processes share: inside the run's temporary directory,
+    one for all pytest-xdist workers (each worker's own base directory sits beside it)."""
+    base = tmp_path_factory.getbasetemp()
+    return (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "shared"
+
+
+@pytest.fixture(scope="session")
+def build_bundle(shared_root):
     """`build_bundle(recipe, *overrides)`: the run's shared bundle of that export (`built_bundle`)."""
-    return functools.partial(built_bundle, tmp_path_factory)
+    return functools.partial(built_bundle, shared_root)
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -125,11 +129,10 @@ def pytest_terminal_summary(terminalreporter):
 
 
 @pytest.fixture(scope="session")
-def fp32_bundle(tmp_path_factory):
+def fp32_bundle(build_bundle):
     # with the shipped stream weights: forward + spec_step in one program; a
     # branching tree, so tree masks and KV compaction run on the real model
-    return built_bundle(
-        tmp_path_factory,
+    return build_bundle(
         # the normalizer search runs (its report is a bundle file and the no_overflow gate's
         # input) on 2 + 1 prompts: on the real model each prompt costs seconds of every export
         "name: t-fp32\nmodel: {max_seq_len: 256}\nquant: {scheme: fp32}\nnumerics: {calibration_prompts: 2, heldout_prompts: 1}\n"
@@ -138,19 +141,18 @@ def fp32_bundle(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def q_bundle(tmp_path_factory):
+def q_bundle(build_bundle):
     # the export's validate stage runs for real: two suites, the fp32 base model as reference
-    return built_bundle(
-        tmp_path_factory,
+    return build_bundle(
         "name: t-8da4w\nmodel: {max_seq_len: 256}\nquant: {scheme: 8da4w, group_size: 32}\nnumerics: {search: false}\nvalidate: {suites: [rag, qa], prompts_per_suite: 2}\n",
     )
 
 
 @pytest.fixture(scope="session")
-def tiny_hf_dir(tmp_path_factory):
+def tiny_hf_dir(shared_root):
     """A 2-layer Llama with a byte-level tokenizer (every text encodes), saved as an HF directory
     (one for the run, so the bundles exported from it are shared too)."""
-    return shared_dir(tmp_path_factory, "tiny_hf", _write_tiny_hf_dir)
+    return shared_dir(shared_root, "tiny_hf", _write_tiny_hf_dir)
 
 
 def _write_tiny_hf_dir(d: Path) -> None:
@@ -204,9 +206,8 @@ def _write_tiny_hf_dir(d: Path) -> None:
 
 
 @pytest.fixture(scope="session")
-def tiny_bundle(tiny_hf_dir, tmp_path_factory):
+def tiny_bundle(tiny_hf_dir, build_bundle):
     """A real fp32 .pte bundle of the tiny byte-level model (no validation)."""
-    return built_bundle(
-        tmp_path_factory,
+    return build_bundle(
         f"name: tiny\nmodel: {{source: {tiny_hf_dir}, max_seq_len: 512}}\nquant: {{scheme: fp32}}\nnumerics: {{search: false}}\nvalidate: {{enabled: false}}\n",
     )
