@@ -134,3 +134,5 @@ def test_help_explains_overrides():
     for cmd in ("export", "train", "normsearch"):
         out = CliRunner().invoke(main, [cmd, "--help"]).output
         assert "[RECIPE] [FIELD=VALUE]..." in out and f"edgespec {cmd} " in out and "=" in out.split("Examples:")[1]
+        assert "\\b" not in out and f"  edgespec {cmd} recipes/smollm2-135m.yaml " in out  # click's no-rewrap marker, not a literal
+    assert "Shared mode" in CliRunner().invoke(main, ["train", "--help"]).output  # it fine-tunes the model, not only a drafter

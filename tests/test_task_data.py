@@ -4,6 +4,7 @@ intervals, task_scores in edgespec.harness.metrics)."""
 import math
 import random
 import re
+from collections import Counter
 
 import pytest
 
@@ -117,8 +118,11 @@ def test_sql_templates_and_splits(T):
     held = {n for n in names if T.template_split(n) == "heldout"}
     dev = {n for n in names if T.template_split(n) == "dev"}
     assert 0.15 * len(names) <= len(held) <= 0.35 * len(names) and 0.04 * len(names) <= len(dev) <= 0.2 * len(names)
-    train_ex, dev_ex, held_ex = (T.task_examples("sql_chinook", s) for s in T.TASK_SPLITS)
-    assert len(held_ex) >= 200 and len(train_ex) >= 2000 and len(dev_ex) >= 100
+    train_ex, dev_ex, held_ex, fill_ex = (T.task_examples("sql_chinook", s) for s in T.TASK_SPLITS)
+    assert len(held_ex) >= 200 and len(train_ex) >= 2000 and len(dev_ex) >= 100 and len(fill_ex) >= 150
+    # the paper's protocol: new fillings of training templates, 3 of each with >= 10 fillings
+    assert {x.group for x in fill_ex} <= {x.group for x in train_ex} and len({x.group for x in fill_ex}) >= 50
+    assert max(Counter(x.group for x in fill_ex).values()) == T.SQL_HELD_FILLINGS
     assert {x.group.removeprefix("template/") for x in held_ex} == held
     assert {x.group.removeprefix("template/") for x in dev_ex} == dev
     groups = [{x.group for x in xs} for xs in (train_ex, dev_ex, held_ex)]
@@ -223,13 +227,28 @@ def test_training_reads_a_tasks_train_split_by_name():
     from edgespec.speculative.train_data import load_examples
 
     tok = tokenizer_of(read_source("smollm2-135m-instruct", 512))
-    got = load_examples("task:sql_chinook", tok, 320, chat_template=True)
+    got = load_examples("task:sql_chinook", tok, 400, chat_template=True)  # the longest train pair: 396 tokens
     gold = task_examples("sql_chinook", "train")
     assert len(got) == len(gold)
     first = encode_prompt(tok, gold[0].prompt, True)
     assert got[0].n_prompt == len(first) and got[0].tokens == first + tok.encode(gold[0].reference) + [tok.eos_ids[0]]  # it learns to stop
     with pytest.raises(EdgespecError, match="unknown task"):
-        load_examples("task:nope", tok, 320, chat_template=True)
+        load_examples("task:nope", tok, 400, chat_template=True)
     # the dev split, scored at each checkpoint (train.dev_items): its first n items
-    dev = load_examples("task:sql_chinook", tok, 400, chat_template=True, split="dev", n=5)
+    dev = load_examples("task:sql_chinook", tok, 416, chat_template=True, split="dev", n=5)
     assert [e.tokens[e.n_prompt :] for e in dev] == [tok.encode(x.reference) + [tok.eos_ids[0]] for x in task_examples("sql_chinook", "dev", 5)]
+
+
+def test_a_task_suite_names_its_held_out_split():
+    """task:NAME is the held-out split (units never trained on); task:NAME:heldout_fillings the
+    new fillings of the training templates; another split is an error naming the known ones."""
+    from edgespec.config import load_recipe
+    from edgespec.config.lm_sections import parse_task_suite
+
+    assert parse_task_suite("task:sql_chinook") == ("sql_chinook", "heldout")
+    assert parse_task_suite("task:sql_chinook:heldout_fillings") == ("sql_chinook", "heldout_fillings")
+    with pytest.raises(EdgespecError, match="unknown held-out split 'train'"):
+        parse_task_suite("task:sql_chinook:train")
+    assert load_recipe(None, ["validate.suites=[task:sql_chinook:heldout_fillings, task:sql_chinook]"]).validate.suites[0].endswith("fillings")
+    with pytest.raises(EdgespecError, match=r"validate.suites\[0\]'.*heldout_fillings"):
+        load_recipe(None, ["validate.suites=[task:sql_chinook:train]"])

@@ -91,10 +91,11 @@ def test_shared_mode_main_loss_keeps_the_original_models_distribution(tiny_model
         ex.append(TrainExample(toks, 4, ids, torch.tensor([[0.25, 0.75]] * 7, dtype=torch.float16)))
     batch = make_batch(ex, FeatureCache(spec, ex).h, [0, 1, 2], depth=1)
 
-    def main_term(b):  # total minus the stream's term (stream weight 1)
+    def main_term(b):  # total minus the stream's term (stream weight 1), and the main loss reported
         with torch.no_grad():
-            total, per_stream, _ = DraftLoss(spec, TrainConfig(depth_weights=(1.0,), main_weight=1.0, soft_weight=b, bf16=False))(*batch)
-        return float(total - per_stream.sum())
+            total, main, per_stream, _ = DraftLoss(spec, TrainConfig(depth_weights=(1.0,), main_weight=1.0, soft_weight=b, bf16=False))(*batch)
+        assert float(main) == pytest.approx(float(total - per_stream.sum()), rel=1e-5)
+        return float(main)
 
     with torch.no_grad():
         main_h, _ = spec.forward_train(batch[0], batch[1])
@@ -116,10 +117,10 @@ def test_draft_vocabulary_loss_is_the_cross_entropy_over_the_slice(tiny_model):
     batch = make_batch(ex, FeatureCache(spec, ex).h, [0, 1, 2], depth=1)
     hp = TrainConfig(depth_weights=(1.0,), bf16=False)
     with torch.no_grad():
-        full, _, full_acc = DraftLoss(spec, hp)(*batch)
-        same, _, same_acc = DraftLoss(spec, hp, torch.arange(97))(*batch)
+        full, _, _, full_acc = DraftLoss(spec, hp)(*batch)
+        same, _, _, same_acc = DraftLoss(spec, hp, torch.arange(97))(*batch)
         ids = torch.arange(0, 97, 2)  # even tokens only
-        part, _, part_acc = DraftLoss(spec, hp, ids)(*batch)
+        part, _, _, part_acc = DraftLoss(spec, hp, ids)(*batch)
         _, stream_h = spec.forward_train(batch[0], batch[1])
         keep = batch[3][:, :, 0] != -100
         tgt = batch[3][:, :, 0][keep]
@@ -233,7 +234,16 @@ def test_a_checkpoint_of_an_earlier_version_resumes_under_todays_names(tiny_mode
     assert log.depth_acc == [[0.5, 0.25]] and log.dev_depth_acc == [[0.5, 0.5]]
     spec = StreamsModel(tiny_model, StreamParams(tiny_model, DrafterConfig(draft_depth=2, n_layers=1, lora_rank=4, tree=(1, 1))))
     ex, hp = _periodic_examples(), TrainConfig(depth_weights=(1.0, 0.5), bf16=False)
-    skipped = ("data", "out_dir", "checkpoint_every", "dev_items")
+    skipped = (
+        "data",
+        "out_dir",
+        "checkpoint_every",
+        "dev_items",
+        "lr_floor",
+        "entry_lr",
+        "depth_ramp_steps",
+        "init",
+    )  # the last four: added since, at their defaults
     settings = {("stream_weights" if k == "depth_weights" else k): v for k, v in asdict(hp).items() if k not in skipped}
     drafter = "DrafterConfig(kind='streams', mode='lossless', gamma=2, n_layers=1, lora_rank=4, f_rank=0, tree=(1, 1), weights='', draft_vocab=0)"
     blob = {"base": tensors_digest(tiny_model), "drafter": drafter, "vocab": None, "data": examples_digest(ex), "train": settings}
@@ -305,24 +315,145 @@ def test_epoch_order_is_a_permutation_with_similar_lengths_per_batch():
     assert spread(order) < spread(plain) / 2
 
 
-def test_dev_split_is_scored_at_each_checkpoint_and_the_best_kept(tiny_model, tmp_path):
-    """With a dev set, every checkpoint logs its dev loss, best.pt holds the weights of the
-    lowest one, and those weights score that loss again (the drafter a run hands out)."""
+@pytest.mark.parametrize("mode", ["shared", "lossless"])
+def test_dev_split_is_scored_at_each_checkpoint_and_the_best_kept(tiny_model, tmp_path, mode):
+    """With a dev set, every checkpoint logs its dev loss (and in shared mode the main
+    stream's), best.pt holds the weights of the best one (shared: the lowest main-stream loss,
+    the fine-tune being the product; lossless: the lowest training loss), and those weights
+    score it again (the drafter a run hands out)."""
     from edgespec.speculative.drafters import new_drafter
     from edgespec.speculative.loss import DraftLoss
     from edgespec.speculative.train import DevSet, best_weights, dev_score
 
     torch.manual_seed(0)
-    spec = new_drafter(tiny_model, DrafterConfig(draft_depth=2, n_layers=1, lora_rank=4, tree=(1, 1), mode="shared"))
+    spec = new_drafter(tiny_model, DrafterConfig(draft_depth=2, n_layers=1, lora_rank=4, tree=(1, 1), mode=mode))
     train_ex, dev_ex = _periodic_examples(period=3), _periodic_examples(n=8, period=5)
     hp = TrainConfig(steps=12, batch_size=4, lr=2e-2, warmup_steps=2, checkpoint_every=3, depth_weights=(1.0, 1.0), bf16=False)
     dev = DevSet(dev_ex, FeatureCache(spec, dev_ex).h)
     log = train_drafter(spec, train_ex, FeatureCache(spec, train_ex).h, hp, tmp_path, dev=dev)
     assert log.dev_steps == [3, 6, 9, 12] and len(log.dev_loss) == 4 and all(len(a) == 2 for a in log.dev_depth_acc)
+    ranked = log.dev_main_loss if mode == "shared" else log.dev_loss
+    assert len(ranked) == 4 and len(log.main_loss) == (12 if mode == "shared" else 0)
     loss_mod = DraftLoss(spec, hp)
-    assert dev_score(loss_mod, dev, 2, 4)[0] == pytest.approx(log.dev_loss[-1], abs=1e-4)  # the last weights
+    last = dev_score(loss_mod, dev, 2, 4)
+    assert (last.main_loss if mode == "shared" else last.loss) == pytest.approx(ranked[-1], abs=1e-4)  # the last weights
     best = best_weights(tmp_path)
-    assert best["step"] == log.dev_steps[log.dev_loss.index(min(log.dev_loss))]
+    assert best["step"] == log.dev_steps[ranked.index(min(ranked))]
     spec.params.load_state_dict(best["params"])
-    assert dev_score(loss_mod, dev, 2, 4)[0] == pytest.approx(min(log.dev_loss), abs=1e-4)
+    again = dev_score(loss_mod, dev, 2, 4)
+    assert (again.main_loss if mode == "shared" else again.loss) == pytest.approx(min(ranked), abs=1e-4)
     assert json.loads((tmp_path / "log.json").read_text())["dev_loss"] == log.dev_loss
+
+
+def test_shared_runs_rank_checkpoints_by_the_main_stream_then_the_drafts():
+    """A Shared checkpoint with a lower total loss but a worse main stream is not the best;
+    equal main losses go to the better drafts; lossless ranks by the total loss."""
+    from edgespec.speculative.train import DevScore
+
+    fine_tune = DevScore(loss=5.0, main_loss=1.20, depth_acc=[0.2, 0.1])
+    drafts = DevScore(loss=3.0, main_loss=1.50, depth_acc=[0.6, 0.5])
+    tie = DevScore(loss=5.5, main_loss=1.20004, depth_acc=[0.3, 0.2])
+    assert min([drafts, fine_tune], key=lambda d: d.rank("shared")) is fine_tune
+    assert min([fine_tune, tie], key=lambda d: d.rank("shared")) is tie
+    assert min([fine_tune, drafts], key=lambda d: d.rank("lossless")) is drafts
+    assert DevScore(1.0, float("nan"), [0.9]).rank("shared") > fine_tune.rank("shared")  # not logged: never the best
+
+
+def test_schedule_warms_up_then_decays_to_its_floor():
+    from edgespec.speculative.train import lr_factor
+
+    hp = TrainConfig(steps=110, warmup_steps=10, lr_floor=0.1)
+    assert [lr_factor(s, hp) for s in (0, 4, 9)] == pytest.approx([0.1, 0.5, 1.0])
+    assert lr_factor(10, hp) == pytest.approx(1.0) and lr_factor(60, hp) == pytest.approx(0.55)
+    assert lr_factor(109, hp) == pytest.approx(0.1 + 0.9 / 100) and lr_factor(110, hp) == pytest.approx(0.1)
+    assert lr_factor(110, TrainConfig(steps=110, warmup_steps=10)) == 0.0  # no floor: to zero
+    with pytest.raises(EdgespecError, match="lr_floor"):
+        TrainConfig(lr_floor=1.5)
+
+
+def test_the_streams_entry_trains_at_its_own_learning_rate(tiny_model):
+    """entry_lr: P_j and the rank-eta map in a group of their own; the adapters keep lr."""
+    from edgespec.speculative.train import param_groups
+
+    params = StreamParams(tiny_model, DrafterConfig(draft_depth=2, n_layers=1, lora_rank=4, f_rank=4, tree=(1, 1), mode="shared"))
+    params.requires_grad_(True)
+    one = param_groups(params, TrainConfig(lr=1e-3))
+    assert len(one) == 1 and one[0]["lr"] == 1e-3 and len(one[0]["params"]) == len(list(params.parameters()))
+    adapters, entry = param_groups(params, TrainConfig(lr=1e-3, entry_lr=5e-3))
+    assert entry["lr"] == 5e-3 and {id(p) for p in entry["params"]} == {id(params.stream_emb), *(id(p) for p in params.f.parameters())}
+    assert adapters["lr"] == 1e-3 and {id(p) for p in adapters["params"]} == {id(p) for p in params.lora.parameters()}
+
+
+def test_depth_ramp_scales_the_streams_terms_only(tiny_model):
+    """depth_scale 0 (the ramp's start) leaves the main stream's term; 1 the full loss."""
+    spec = StreamsModel(tiny_model, StreamParams(tiny_model, DrafterConfig(draft_depth=2, n_layers=1, lora_rank=4, mode="shared", tree=(1, 1))))
+    ex = _periodic_examples(n=3)
+    batch = make_batch(ex, FeatureCache(spec, ex).h, [0, 1, 2], depth=2)
+    loss_mod = DraftLoss(spec, TrainConfig(depth_weights=(0.5, 0.25), bf16=False))
+    with torch.no_grad():
+        total, main, per_depth, _ = loss_mod(*batch)
+        start, main0, _, _ = loss_mod(*batch, depth_scale=0.0)
+        half, _, _, _ = loss_mod(*batch, depth_scale=0.5)
+    assert float(start) == pytest.approx(float(main0)) and float(main0) == pytest.approx(float(main))
+    assert float(total) == pytest.approx(float(main + 0.5 * per_depth[0] + 0.25 * per_depth[1]), rel=1e-5)
+    assert float(half) == pytest.approx(float(main + 0.25 * per_depth[0] + 0.125 * per_depth[1]), rel=1e-5)
+
+
+def test_a_run_warm_starts_from_another_runs_weights(tiny_model, tmp_path):
+    """train.init: every parameter of the same name and shape is copied (a plain fine-tune's
+    adapters under a new stream entry), the rest stay fresh; another kind, or nothing that
+    fits, is an error; the file's content enters the run's fingerprint."""
+    from edgespec.speculative.drafters import save_drafter, warm_start_
+    from edgespec.speculative.features import run_fingerprint
+
+    plain_cfg = DrafterConfig(draft_depth=2, n_layers=1, lora_rank=4, tree=(1, 1), mode="shared")
+    plain = StreamParams(tiny_model, plain_cfg)
+    with torch.no_grad():
+        for p in plain.parameters():
+            p.normal_()
+    save_drafter(tmp_path / "plain.pt", plain, plain_cfg)
+    cfg = DrafterConfig(draft_depth=2, n_layers=1, lora_rank=4, f_rank=4, tree=(1, 1), mode="shared")
+    params = StreamParams(tiny_model, cfg)
+    copied, fresh = warm_start_(params, tmp_path / "plain.pt", cfg)
+    assert fresh == ["f.0.weight", "f.1.weight"] and "lora.0.wq.B" in copied
+    assert torch.equal(params.lora[0]["wq"].B, plain.lora[0]["wq"].B) and not params.f[1].weight.any()
+    with pytest.raises(EdgespecError, match="holds a streams drafter, the recipe trains hydra"):
+        warm_start_(params, tmp_path / "plain.pt", DrafterConfig(kind="hydra", draft_depth=2, tree=(1, 1)))
+    with pytest.raises(EdgespecError, match="no parameter"):
+        warm_start_(StreamParams(tiny_model, DrafterConfig(draft_depth=3, n_layers=1, lora_rank=8, tree=(1,))), tmp_path / "plain.pt", plain_cfg)
+    spec, ex = StreamsModel(tiny_model, params), _periodic_examples()
+    prints = {run_fingerprint(spec, ex, TrainConfig(init=str(tmp_path / "plain.pt")))}
+    (tmp_path / "copy.pt").write_bytes((tmp_path / "plain.pt").read_bytes())
+    prints.add(run_fingerprint(spec, ex, TrainConfig(init=str(tmp_path / "copy.pt"))))  # same content: same run
+    assert len(prints) == 1 and run_fingerprint(spec, ex, TrainConfig()) not in prints
+
+
+class _ByteTokenizer:
+    """A tokenizer stand-in for the data loader's length rule: one id per byte, EOS 0."""
+
+    chat_template = None
+    eos_ids = (0,)
+
+    def encode(self, text: str) -> list[int]:
+        return list(text.encode())
+
+
+def test_a_pair_that_does_not_fit_seq_len_whole_is_an_error_naming_it(tmp_path):
+    """Prompt + response + end-of-turn must fit train.seq_len: a cut answer would teach the
+    fine-tune not to stop. The error names the pairs and the seq_len that fits them all; a
+    self-distilled row (a generation budget's end) is cut and marked instead."""
+    from edgespec.speculative.train_data import load_examples
+
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text("\n".join(json.dumps({"prompt": "p" * n, "response": "r" * 5}) for n in (4, 20, 9, 25)) + "\n")
+    fits = load_examples(pairs, _ByteTokenizer(), 31, chat_template=False)
+    assert [len(e.tokens) for e in fits] == [10, 26, 15, 31] and fits[3].tokens[-1] == 0 and not any(e.cut for e in fits)
+    with pytest.raises(
+        EdgespecError,
+        match=r"2 prompt/response pair\(s\) do not fit train.seq_len=25 whole .*line 2 \(26 tokens\), line 4 \(31 tokens\); set train.seq_len to at least 31",
+    ):
+        load_examples(pairs, _ByteTokenizer(), 25, chat_template=False)
+    distilled = tmp_path / "distilled.jsonl"
+    distilled.write_text(json.dumps({"prompt_ids": [1] * 8, "response_ids": [2] * 10}) + "\n")
+    (cut,) = load_examples(distilled, _ByteTokenizer(), 12, chat_template=False)
+    assert cut.cut and cut.tokens == [1] * 8 + [2] * 4

@@ -52,8 +52,11 @@ def export(recipe_args: tuple[str, ...], outdir: str) -> None:
 @RECIPE_ARGS
 @friendly
 def train(recipe_args: tuple[str, ...]) -> None:
-    """Train the drafter of RECIPE with FIELD=VALUE overrides (the train section;
-    drafter.kind=medusa|hydra for heads, eagle for a draft layer, instead of streams); resumes from train.out_dir/ckpt.pt.
+    """Train the drafter of RECIPE with FIELD=VALUE overrides (the train section), and in
+    Shared mode (drafter.mode=shared) fine-tune the model with it: one set of adapters serves
+    the main stream and the streams, a task fine-tune that drafts itself (train.data: a JSONL
+    of prompt/response pairs, or task:NAME). drafter.kind=medusa|hydra for heads, eagle for a
+    draft layer, instead of streams. Resumes from train.out_dir/ckpt.pt.
 
     \b
     Multi-process:

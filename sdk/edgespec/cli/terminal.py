@@ -154,14 +154,14 @@ OVERRIDES_HELP = """RECIPE is a YAML file (default: the built-in SmolLM2-135M re
 read as YAML (true/false, numbers such as 1e-3, flow lists [1,1,1]; a string field takes the
 text as is) and checked exactly like the file.
 
-\\b
+\b
 Examples:
   edgespec {cmd} recipes/smollm2-135m.yaml {example}
   edgespec {cmd} {example}"""
 BUNDLE_OVERRIDES_HELP = """FIELD=VALUE sets a field of the bundle's own recipe (its recipe.yaml) for this run, the
 value read as YAML and checked like a recipe file; the options above are aliases of such fields.
 
-\\b
+\b
 Example:
   edgespec {cmd} --bundle bundles/spec {example}"""
 

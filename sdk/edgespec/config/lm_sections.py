@@ -11,6 +11,22 @@ from edgespec.config.records import Record, from_dict, require
 QuantScheme = Literal["fp32", "fp16", "8da4w", "8da8w", "int8wo"]
 SUITE_NAMES = ("summarization", "translation", "qa", "math", "sql", "rag")
 TASK_SUITE_PREFIX = "task:"  # validate.suites entry naming a fine-tune task's held-out split
+TASK_HELDOUT_SPLITS = ("heldout", "heldout_fillings")  # what task:NAME:SPLIT may name (edgespec.corpus.task_data)
+
+
+def parse_task_suite(name: str) -> tuple[str, str]:
+    """(task, split) of a suite name ``task:NAME`` (its held-out split: units never trained
+    on) or ``task:NAME:SPLIT`` (``heldout_fillings``: new fillings of the training templates,
+    the same distribution as training)."""
+    task, _, split = name[len(TASK_SUITE_PREFIX) :].partition(":")
+    split = split or "heldout"
+    if split not in TASK_HELDOUT_SPLITS:
+        from edgespec.errors import EdgespecError
+
+        raise EdgespecError(f"suite '{name}': unknown held-out split '{split}' (known: {', '.join(TASK_HELDOUT_SPLITS)})")
+    return task, split
+
+
 """The built-in validation suites, in report order (edgespec.corpus.validation_sets builds them)."""
 
 
@@ -192,8 +208,19 @@ class TrainConfig(Record):
     ``drafter.draft_vocab`` set, the drafting rows' loss is taken over that draft vocabulary,
     as the program drafts. dev_items: with
     ``task:NAME`` data, the first N items of the task's dev split (units kept out of training)
-    are scored with the training loss at each checkpoint and the run's drafter is the
-    checkpoint that scored best there (0, or a task without a dev split: the last step's).
+    are scored at each checkpoint and the run's drafter is the checkpoint that scored best
+    there (0, or a task without a dev split: the last step's): in shared mode by the main
+    stream's next-token loss (ties: the draft depths' mean top-1), in lossless mode by the
+    training loss.
+
+    The schedule: `warmup_steps` of linear warm-up, then a linear decay to ``lr_floor * lr``
+    at the last step. entry_lr: the learning rate of the streams' entry (the stream
+    embeddings P_j and the rank-eta map of ``drafter.f_rank``: what only drafting rows use),
+    None: lr. depth_ramp_steps: the depth weights grow linearly from 0 to their value over
+    this many steps (0: from the first step), so the streams start after the main loss has
+    moved. init: drafter weights to start from (a file ``edgespec train`` wrote, e.g. a plain
+    fine-tune's: a Shared run warm-started from its adapters); each parameter of the same
+    name and shape is copied, the rest start fresh.
     """
 
     PATH: ClassVar[str] = "train"
@@ -212,6 +239,10 @@ class TrainConfig(Record):
     seed: int = 0
     bf16: bool = True
     dev_items: int = 128
+    lr_floor: float = 0.0
+    entry_lr: float | None = None
+    depth_ramp_steps: int = 0
+    init: str = ""
 
     def _check(self) -> None:
         require(self.steps >= 1, self._at("steps"), "must be >= 1")
@@ -221,6 +252,9 @@ class TrainConfig(Record):
         require(self.lr > 0, self._at("lr"), "must be > 0")
         require(0.0 <= self.soft_weight <= 1.0, self._at("soft_weight"), "must be in [0, 1]")
         require(self.dev_items >= 0, self._at("dev_items"), "must be >= 0 (0 = no dev scoring)")
+        require(0.0 <= self.lr_floor <= 1.0, self._at("lr_floor"), f"must be in [0, 1] (a fraction of lr), got {self.lr_floor}")
+        require(self.entry_lr is None or self.entry_lr > 0, self._at("entry_lr"), f"must be > 0 (or null: lr), got {self.entry_lr}")
+        require(self.depth_ramp_steps >= 0, self._at("depth_ramp_steps"), f"must be >= 0 (0 = no ramp), got {self.depth_ramp_steps}")
 
 
 @dataclass(frozen=True)
@@ -401,8 +435,10 @@ class ValidateConfig(Record):
             require(
                 s in SUITE_NAMES or s.endswith(".jsonl") or s.startswith(TASK_SUITE_PREFIX),
                 self._at(f"suites[{i}]"),
-                f"must be one of {list(SUITE_NAMES)}, task:NAME (a fine-tune task's held-out split) or a .jsonl file, got {s!r}",
+                f"must be one of {list(SUITE_NAMES)}, task:NAME[:SPLIT] (a fine-tune task's held-out split) or a .jsonl file, got {s!r}",
             )
+            split = s[len(TASK_SUITE_PREFIX) :].partition(":")[2] if s.startswith(TASK_SUITE_PREFIX) else ""
+            require(split in ("", *TASK_HELDOUT_SPLITS), self._at(f"suites[{i}]"), f"task:NAME:SPLIT needs SPLIT in {list(TASK_HELDOUT_SPLITS)}, got {s!r}")
         require(1 <= self.prompts_per_suite <= 10000, self._at("prompts_per_suite"), f"must be in [1, 10000], got {self.prompts_per_suite}")
         require(1 <= self.runs <= 100, self._at("runs"), f"must be in [1, 100], got {self.runs}")
         require(0 <= self.lookup <= 8, self._at("lookup"), f"must be in [0, 8], got {self.lookup}")

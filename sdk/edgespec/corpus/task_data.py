@@ -48,9 +48,12 @@ from edgespec.corpus.validation_sets import LANGUAGES, SQL_PROMPT, TRANSLATION_P
 from edgespec.errors import EdgespecError
 
 # train: what a fine-tune trains on; dev: units kept out of training and scored at each
-# checkpoint (the run keeps its best); heldout: the final score, never seen before it
-TaskSplit = Literal["train", "dev", "heldout"]
-TASK_SPLITS: tuple[TaskSplit, ...] = ("train", "dev", "heldout")
+# checkpoint (the run keeps its best); heldout: the final score on units never seen before it
+# (sql: question templates no training item has); heldout_fillings: the final score on new
+# fillings of the training templates (the same distribution as training, as a random split
+# of sql-create-context is: the Speculative Streaming paper's protocol), where a task has them
+TaskSplit = Literal["train", "dev", "heldout", "heldout_fillings"]
+TASK_SPLITS: tuple[TaskSplit, ...] = ("train", "dev", "heldout", "heldout_fillings")
 
 
 @dataclass(frozen=True)
@@ -1258,6 +1261,8 @@ del T
 SQL_HELDOUT_BUCKETS = 4  # one template in four is held out
 SQL_DEV_BUCKETS = 8  # of the other templates, one in eight is the dev split
 SQL_PER_TEMPLATE = {"train": 120, "dev": 20, "heldout": 40}  # fillings per template at most
+SQL_HELD_FILLINGS = 3  # of a training template with >= SQL_HOLD_FROM fillings, its first 3 are held out
+SQL_HOLD_FROM = 10
 SQL_MAX_ROWS = 50  # a reference answering with more rows is not a question one asks
 
 
@@ -1328,17 +1333,20 @@ def _sql_splits() -> dict[str, tuple[TaskExample, ...]]:
     for t in SQL_TEMPLATES:
         split = template_split(t.name)
         kept = 0
-        for question, ref in fillings(t):
-            if kept == SQL_PER_TEMPLATE[split]:
+        every = fillings(t)
+        hold = SQL_HELD_FILLINGS if split == "train" and len(every) >= SQL_HOLD_FROM else 0
+        for question, ref in every:
+            if kept == SQL_PER_TEMPLATE[split] + hold:
                 break
             source = f"chinook/{question}"
             if source in validation or source in seen:
                 continue
             seen.add(source)
             kept += 1
+            to = "heldout_fillings" if kept <= hold else split
             qid = hashlib.sha1(question.encode()).hexdigest()[:12]
             prompt = SQL_PROMPT.format(schema=schema_of(ref), question=question)
-            out[split].append(TaskExample(f"sql_chinook/{t.name}/{qid}", "sql_chinook", prompt, ref, "sql_execution", source, f"template/{t.name}"))
+            out[to].append(TaskExample(f"sql_chinook/{t.name}/{qid}", "sql_chinook", prompt, ref, "sql_execution", source, f"template/{t.name}"))
     return {split: tuple(v) for split, v in out.items()}
 
 
@@ -1365,17 +1373,22 @@ def task_examples(task: str, split: TaskSplit, n: int | None = None, seed: int =
         raise EdgespecError(f"unknown task '{task}' (known: {', '.join(FINETUNE_TASKS)})")
     if split not in TASK_SPLITS:
         raise EdgespecError(f"unknown split '{split}' (known: {', '.join(TASK_SPLITS)})")
-    items = list(_split_cache(task)[split])
+    items = list(_split_cache(task).get(split, ()))
     random.Random(seed).shuffle(items)
     return items if n is None else items[:n]
 
 
 def split_overlap(task: str) -> dict[str, int]:
     """What any two splits share (all 0 by construction): source keys, prompts (the English
-    text / the question with the schema), references, and split units (groups)."""
+    text / the question with the schema), references, and split units (groups). The held-out
+    fillings share their templates (groups) with the train split by design: they are not
+    counted against it."""
     splits = _split_cache(task)
     pairs = list(itertools.combinations(TASK_SPLITS, 2))
-    return {
-        f: sum(len({getattr(x, f) for x in splits[a]} & {getattr(x, f) for x in splits[b]}) for a, b in pairs)
-        for f in ("source", "prompt", "reference", "group")
-    }
+
+    def shared(f: str, a: str, b: str) -> int:
+        if f == "group" and {a, b} == {"train", "heldout_fillings"}:
+            return 0
+        return len({getattr(x, f) for x in splits.get(a, ())} & {getattr(x, f) for x in splits.get(b, ())})
+
+    return {f: sum(shared(f, a, b) for a, b in pairs) for f in ("source", "prompt", "reference", "group")}

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from edgespec.config.lm_sections import TASK_SUITE_PREFIX
+from edgespec.config.lm_sections import TASK_SUITE_PREFIX, parse_task_suite
 from edgespec.corpus.example import Example
 from edgespec.corpus.validation_sets import SUITES, Suite
 from edgespec.errors import EdgespecError
@@ -37,24 +37,28 @@ def user_suite(path: str | Path, n: int | None = None) -> list[Example]:
     return out[:n] if n else out
 
 
-def task_suite(task: str, n: int, seed: int = 0) -> list[Example]:
-    """The held-out split of a fine-tune task (edgespec.corpus.task_data) as a suite: its first n
-    items shuffled by seed, the task's answer budget, each example's split unit (template or
-    family) in `extra["group"]` (its intervals resample whole groups)."""
+def task_suite(name: str, n: int, seed: int = 0) -> list[Example]:
+    """A held-out split of a fine-tune task (edgespec.corpus.task_data; suite `name`:
+    ``task:NAME[:SPLIT]``, `parse_task_suite`) as a suite: its first n items shuffled by seed,
+    the task's answer budget, each example's split unit (template or family) in
+    `extra["group"]` (its intervals resample whole groups)."""
     from edgespec.corpus.task_data import FINETUNE_TASKS, task_examples
 
-    items = task_examples(task, "heldout", n, seed)  # EdgespecError naming the known tasks
+    task, split = parse_task_suite(name)
+    items = task_examples(task, split, n, seed)  # EdgespecError naming the known tasks
+    if not items:
+        raise EdgespecError(f"suite '{name}': task '{task}' has no {split} split")
     budget = FINETUNE_TASKS[task].max_new_tokens
-    return [Example(x.id, f"{TASK_SUITE_PREFIX}{task}", x.prompt, x.reference, x.metric, budget, {"group": x.group}, x.source) for x in items]
+    return [Example(x.id, name, x.prompt, x.reference, x.metric, budget, {"group": x.group}, x.source) for x in items]
 
 
 def load_suite(name: str, n: int, seed: int = 0) -> list[Example]:
-    """A built-in suite by name, a fine-tune task's held-out split (``task:NAME``), or a user
-    JSONL file (a name ending in .jsonl)."""
+    """A built-in suite by name, a fine-tune task's held-out split (``task:NAME[:SPLIT]``), or a
+    user JSONL file (a name ending in .jsonl)."""
     if name.endswith(".jsonl"):
         return user_suite(name, n)
     if name.startswith(TASK_SUITE_PREFIX):
-        return task_suite(name[len(TASK_SUITE_PREFIX) :], n, seed)
+        return task_suite(name, n, seed)
     if name not in SUITES:
         raise EdgespecError(f"unknown suite {name!r}; built in: {', '.join(SUITES)}, or a .jsonl file")
     examples = SUITES[name].build(n, seed)
@@ -68,6 +72,7 @@ def suite_source(name: str) -> str:
     if name.startswith(TASK_SUITE_PREFIX):
         from edgespec.corpus.task_data import FINETUNE_TASKS
 
-        task = FINETUNE_TASKS[name[len(TASK_SUITE_PREFIX) :]]
-        return f"{task.source}: held-out split"
+        task, split = parse_task_suite(name)
+        what = "new fillings of the training templates" if split == "heldout_fillings" else "held-out split"
+        return f"{FINETUNE_TASKS[task].source}: {what}"
     return SUITES[name].source if name in SUITES else "user JSONL"

@@ -222,13 +222,14 @@ def _task_intervals(suites: dict[str, dict], rows: list[dict], with_reference: b
     high), a 95% cluster-bootstrap interval over its templates or families
     (harness.metrics.task_scores), for the program's answers and the fp32 reference's."""
     from edgespec.config import TASK_SUITE_PREFIX
+    from edgespec.config.lm_sections import parse_task_suite
     from edgespec.corpus.task_data import task_examples
     from edgespec.harness.metrics import task_scores
 
     for name, entry in suites.items():
         if not name.startswith(TASK_SUITE_PREFIX):
             continue
-        items = {x.id: x for x in task_examples(name[len(TASK_SUITE_PREFIX) :], "heldout")}
+        items = {x.id: x for x in task_examples(*parse_task_suite(name))}
         sr = [r for r in rows if r["suite"] == name]
         examples = [items[r["id"]] for r in sr]
         for key, field in (("task_scores", "prediction"), ("reference_task_scores", "reference_prediction")):

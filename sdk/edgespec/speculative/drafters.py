@@ -175,6 +175,30 @@ def _weights_path(path) -> Path:
     return path
 
 
+def warm_start_(params: nn.Module, path, cfg: DrafterConfig) -> tuple[list[str], list[str]]:
+    """Copy into `params` (in place) every parameter of the weights file `path` with the same
+    name and shape (`train.init`: e.g. a plain fine-tune's adapters under a Shared run's new
+    stream entry). Returns (names copied, names left as initialized). The file must hold a
+    drafter of the same kind, and at least one parameter must fit; else EdgespecError."""
+    path = _weights_path(path)
+    try:
+        blob = torch.load(path, weights_only=True)
+        arch, _ = read_architecture(blob)
+        state = blob["state_dict"]
+    except Exception as e:
+        raise EdgespecError(f"train.init: '{path}' is not a drafter weights file of edgespec: {e}") from None
+    if arch.get("kind") != cfg.kind:
+        raise EdgespecError(f"train.init: '{path}' holds a {arch.get('kind')} drafter, the recipe trains {cfg.kind}")
+    own = params.state_dict()
+    fits = {k: v for k, v in state.items() if k in own and own[k].shape == v.shape}
+    if not fits:
+        raise EdgespecError(f"train.init: no parameter of '{path}' fits this drafter (names or shapes differ: {dict(arch)} against the recipe's)")
+    with torch.no_grad():
+        for k, v in fits.items():
+            own[k].copy_(v.to(own[k].dtype))
+    return sorted(fits), sorted(set(own) - set(fits))
+
+
 def load_drafter(path, base: Transformer, expect: DrafterConfig | None = None) -> Drafter:
     """The drafting model of a weights file written by `save_drafter` (or `edgespec train`)
     over this base model, its parameters frozen.

@@ -61,13 +61,22 @@ def load_saved(path: Path) -> dict | None:
 # fields renamed since fingerprints were first recorded, spelled in the fingerprint as they were
 # then: a run keeps its fingerprint across the rename (it resumes; recorded fingerprints hold)
 _FINGERPRINT_NAMES = {"depth_weights": "stream_weights", "draft_depth": "gamma"}
+# training settings added since: in the fingerprint only when set, so earlier runs keep theirs
+_ADDED_LATER = ("lr_floor", "entry_lr", "depth_ramp_steps", "init")
 
 
 def run_fingerprint(model: Drafter, examples: list[TrainExample], hp: TrainConfig, draft_ids: torch.Tensor | None = None) -> str:
     """What decides the trained weights: base model, drafter settings, draft vocabulary, data
     content and the training settings (not where they are written nor how often)."""
     # not where they are written, how often, nor which checkpoint a dev split picks
-    settings = {_FINGERPRINT_NAMES.get(k, k): v for k, v in asdict(hp).items() if k not in ("data", "out_dir", "checkpoint_every", "dev_items")}
+    defaults = asdict(TrainConfig())
+    settings = {
+        _FINGERPRINT_NAMES.get(k, k): v
+        for k, v in asdict(hp).items()
+        if k not in ("data", "out_dir", "checkpoint_every", "dev_items") and (k not in _ADDED_LATER or v != defaults[k])
+    }
+    if hp.init:  # what the run starts from: the file's content, not its name
+        settings["init"] = hashlib.sha256(Path(hp.init).read_bytes()).hexdigest()
     drafter = repr(model.cfg).replace("draft_depth=", f"{_FINGERPRINT_NAMES['draft_depth']}=")
     vocab = None if draft_ids is None else hashlib.sha256(draft_ids.to(torch.int64).numpy().tobytes()).hexdigest()
     blob = {"base": tensors_digest(model.base), "drafter": drafter, "vocab": vocab, "data": examples_digest(examples), "train": settings}

@@ -17,7 +17,9 @@ from edgespec.speculative.drafters import Drafter
 
 
 class DraftLoss(nn.Module):
-    """forward(batch) -> (loss, per-depth losses, per-depth top-1 accuracy); the module DDP wraps.
+    """forward(batch) -> (loss, main stream's CE, per-depth losses, per-depth top-1 accuracy);
+    the module DDP wraps. The main stream's CE is its next-token loss in shared mode (NaN in
+    lossless mode, where the main stream is the frozen base and is not trained).
 
     A stream's loss is (1 - b) * CE(hard target) + b * CE(teacher's top-K, renormalized),
     b = `soft_weight`, the second term only where the batch carries soft labels; in shared mode
@@ -69,7 +71,8 @@ class DraftLoss(nn.Module):
             loss = (1 - self.hp.soft_weight) * loss + self.hp.soft_weight * soft
         return loss, acc
 
-    def forward(self, tokens, h0, main_t, stream_t, soft_ids=None, soft_p=None):
+    def forward(self, tokens, h0, main_t, stream_t, soft_ids=None, soft_p=None, depth_scale: float = 1.0):
+        """depth_scale multiplies every depth weight (`train.depth_ramp_steps`)."""
         # stream rows only over each sequence's positions with a target (its response)
         B, T, _ = stream_t.shape
         has = (stream_t != -100).any(-1)  # [B, T]
@@ -96,12 +99,14 @@ class DraftLoss(nn.Module):
         for j in range(g):
             sj = (None, None) if soft_ids is None else (soft_ids[:, :, j], soft_p[:, :, j])
             lj, aj = self._ce(stream_h[:, :, j], stream_t[:, :, j], *sj, head=head)
-            total = total + w[j] * lj
+            total = total + depth_scale * w[j] * lj
             losses.append(lj.detach())
             accs.append(aj.detach())
+        main = torch.full((), float("nan"))
         if self.model.cfg.mode == "shared":
             # the teacher's top-K is the original model's distribution truncated to K tokens: its
             # CE term is the KL to it up to a constant (the tail outside the top K is not kept)
             l0, _ = self._ce(main_h, main_t, *main_soft)
             total = total + self.hp.main_weight * l0
-        return total, torch.stack(losses), torch.stack(accs)
+            main = l0.detach()
+        return total, main, torch.stack(losses), torch.stack(accs)

@@ -67,6 +67,11 @@ class StreamParams(nn.Module):
             else:
                 self.lora.append(nn.ModuleDict())
 
+    def entry_parameters(self) -> list[nn.Parameter]:
+        """The streams' entry (P_j and f): parameters no main row uses, in either mode
+        (`train.entry_lr` sets their learning rate)."""
+        return [self.stream_emb, *(self.f.parameters() if self.f is not None else ())]
+
     def enter(self, h: torch.Tensor) -> torch.Tensor:
         """Stream inputs from main hidden states: [..., d] -> [..., gamma, d]."""
         if self.f is not None:

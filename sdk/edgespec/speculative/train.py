@@ -5,9 +5,14 @@
   the top n_layers + lm head (`edgespec.speculative.loss.DraftLoss`).
 - Multi-process: under `torchrun` the loss module is wrapped in DistributedDataParallel
   (gloo on CPU, nccl on GPU), each rank taking every world_size-th batch.
-- A dev split (task data: units kept out of training) is scored with the training loss at
-  each checkpoint; the weights that scored best are kept (`best.pt`) and become the run's
-  drafter, so a run that starts to memorize its training templates stops where it was best.
+- A dev split (task data: units kept out of training) is scored at each checkpoint: the
+  training loss, the main stream's next-token loss (shared mode) and each depth's top-1. The
+  weights that scored best are kept (`best.pt`) and become the run's drafter, so a run that
+  starts to memorize its training templates stops where it was best. Best means, in shared
+  mode, the lowest main-stream loss (the fine-tune is the product; ties go to the higher mean
+  draft top-1), in lossless mode the lowest training loss.
+- Learning rates: the adapters at `train.lr`, the streams' entry (P_j, f) at `train.entry_lr`
+  (two parameter groups); warm-up, then a linear decay to `train.lr_floor` of the peak.
 - Checkpoints (`ckpt.pt`, atomic) hold the drafter's weights, optimizer, step, the loss log
   and a fingerprint of what determines the weights (base model, data, drafter and training
   settings, `run_fingerprint`); `train_drafter` resumes from one only when the fingerprint
@@ -34,7 +39,7 @@ from torch import nn
 from edgespec.config import TrainConfig
 from edgespec.output_dir import claim_dir, written_names
 from edgespec.speculative.common import count_parameters
-from edgespec.speculative.drafters import Drafter, new_drafter, save_drafter
+from edgespec.speculative.drafters import Drafter, new_drafter, save_drafter, warm_start_
 from edgespec.speculative.features import FeatureCache, load_saved, run_fingerprint
 from edgespec.speculative.loss import DraftLoss
 from edgespec.speculative.train_data import TrainExample, epoch_order, load_examples, make_batch
@@ -42,16 +47,19 @@ from edgespec.speculative.train_data import TrainExample, epoch_order, load_exam
 
 @dataclass
 class TrainLog:
-    """Per step: the loss, each draft depth's top-1 accuracy (of the batch), response tokens
-    seen; per checkpoint with a dev split: its loss and each depth's top-1 accuracy there."""
+    """Per step: the loss, the main stream's next-token loss (shared mode; empty in lossless
+    mode), each draft depth's top-1 accuracy (of the batch), response tokens seen; per
+    checkpoint with a dev split: the same three there."""
 
     steps: list[int] = field(default_factory=list)
     loss: list[float] = field(default_factory=list)
+    main_loss: list[float] = field(default_factory=list)
     depth_acc: list[list[float]] = field(default_factory=list)
     tokens_seen: list[int] = field(default_factory=list)
     seconds: float = 0.0
     dev_steps: list[int] = field(default_factory=list)
     dev_loss: list[float] = field(default_factory=list)
+    dev_main_loss: list[float] = field(default_factory=list)
     dev_depth_acc: list[list[float]] = field(default_factory=list)
 
 
@@ -71,20 +79,67 @@ class DevSet:
     feats: list[torch.Tensor]
 
 
-def dev_score(loss_mod: nn.Module, dev: DevSet, depth: int, batch_size: int) -> tuple[float, list[float]]:
-    """The training loss and each draft depth's top-1 accuracy over the dev set (no gradient),
-    batches weighted by their response tokens."""
-    total, accs, weight = 0.0, None, 0
+@dataclass(frozen=True)
+class DevScore:
+    """A checkpoint's score on the dev split: the training loss, the main stream's next-token
+    loss (NaN in lossless mode) and each draft depth's top-1 accuracy."""
+
+    loss: float
+    main_loss: float
+    depth_acc: list[float]
+
+    def rank(self, mode: str) -> tuple[float, ...]:
+        """Smaller is better: shared mode by the main stream's loss (to 4 decimals), ties by the
+        mean draft top-1; lossless mode by the training loss (the main stream is the base)."""
+        if mode == "shared":
+            main = self.main_loss if self.main_loss == self.main_loss else float("inf")  # NaN: not logged (an earlier version's)
+            return (round(main, 4), -sum(self.depth_acc) / max(1, len(self.depth_acc)))
+        return (self.loss,)
+
+
+def dev_score(loss_mod: nn.Module, dev: DevSet, depth: int, batch_size: int) -> DevScore:
+    """The dev set's `DevScore` (no gradient), batches weighted by their response tokens."""
+    total, main, accs, weight = 0.0, 0.0, None, 0
     with torch.no_grad():
         for i in range(0, len(dev.examples), batch_size):
             idx = list(range(i, min(i + batch_size, len(dev.examples))))
             batch = make_batch(dev.examples, dev.feats, idx, depth)
-            loss, _, acc = loss_mod(*batch)
+            loss, main_loss, _, acc = loss_mod(*batch)
             w = int((batch[2] != -100).sum())  # main targets: the batch's response tokens
             total += float(loss) * w
+            main += float(main_loss) * w
             accs = acc * w if accs is None else accs + acc * w
             weight += w
-    return total / max(1, weight), [round(float(a) / max(1, weight), 4) for a in accs]
+    n = max(1, weight)
+    return DevScore(total / n, main / n, [round(float(a) / n, 4) for a in accs])
+
+
+def logged_dev_scores(log: TrainLog) -> list[DevScore]:
+    """The dev scores a log holds, one per scored checkpoint (main loss NaN where not logged)."""
+    mains = [float("nan")] * (len(log.dev_loss) - len(log.dev_main_loss)) + log.dev_main_loss
+    return [DevScore(lo, m, a) for lo, m, a in zip(log.dev_loss, mains, log.dev_depth_acc)]
+
+
+def lr_factor(step: int, hp: TrainConfig) -> float:
+    """The learning rate at `step` as a fraction of its peak: linear warm-up over
+    `warmup_steps`, then a linear decay to `lr_floor` at the last step."""
+    if step < hp.warmup_steps:
+        return (step + 1) / hp.warmup_steps
+    left = max(0.0, (hp.steps - step) / max(1, hp.steps - hp.warmup_steps))
+    return hp.lr_floor + (1.0 - hp.lr_floor) * left
+
+
+def param_groups(params: nn.Module, hp: TrainConfig) -> list[dict]:
+    """The optimizer's groups of trainable parameters, each with its peak `lr`: the streams'
+    entry at `entry_lr` (when set and the drafter has one), the rest at `lr`."""
+    trainable = [p for p in params.parameters() if p.requires_grad]
+    entry = getattr(params, "entry_parameters", list)() if hp.entry_lr is not None else []
+    ids = {id(p) for p in entry}
+    rest = [p for p in trainable if id(p) not in ids]
+    groups = [{"params": rest, "lr": hp.lr}]
+    if entry:
+        groups.append({"params": [p for p in entry if p.requires_grad], "lr": hp.entry_lr})
+    return groups
 
 
 def _dist() -> tuple[int, int]:
@@ -124,7 +179,9 @@ def train_drafter(
     if model.cfg.mode == "shared":
         params.requires_grad_(True)
     trainable = [p for p in params.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(trainable, lr=hp.lr, weight_decay=0.0)
+    groups = param_groups(params, hp)
+    peaks = [g["lr"] for g in groups]
+    opt = torch.optim.AdamW(groups, weight_decay=0.0)
     log, step = TrainLog(), 0
     fingerprint = run_fingerprint(model, examples, hp, draft_ids)
     resume_from = ckpt_path if ckpt_path.is_file() else portable_path if portable_path.is_file() else None
@@ -150,11 +207,6 @@ def train_drafter(
 
         loss_mod = DistributedDataParallel(loss_mod)
 
-    def lr_at(s: int) -> float:  # linear warm-up, then linear decay to 0
-        if s < hp.warmup_steps:
-            return hp.lr * (s + 1) / hp.warmup_steps
-        return hp.lr * max(0.0, (hp.steps - s) / max(1, hp.steps - hp.warmup_steps))
-
     gen = torch.Generator().manual_seed(hp.seed)
     order: list[int] = []
     epoch = 0
@@ -171,9 +223,10 @@ def train_drafter(
         start = (step * world + rank) * hp.batch_size
         idx = order[start : start + hp.batch_size]
         tokens, h0, main_t, stream_t, soft_ids, soft_p = make_batch(examples, feats, idx, model.cfg.draft_depth)
-        for group in opt.param_groups:
-            group["lr"] = lr_at(step)
-        loss, _, accs = loss_mod(tokens, h0, main_t, stream_t, soft_ids, soft_p)
+        for group, peak in zip(opt.param_groups, peaks):
+            group["lr"] = peak * lr_factor(step, hp)
+        ramp = min(1.0, (step + 1) / hp.depth_ramp_steps) if hp.depth_ramp_steps else 1.0
+        loss, main_loss, _, accs = loss_mod(tokens, h0, main_t, stream_t, soft_ids, soft_p, ramp)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(trainable, 1.0)
@@ -183,17 +236,23 @@ def train_drafter(
         log.steps.append(step)
         loss_value = float(loss.detach())
         log.loss.append(loss_value)
+        if model.cfg.mode == "shared":
+            log.main_loss.append(round(float(main_loss), 5))
         log.depth_acc.append([round(float(a), 4) for a in accs])
         log.tokens_seen.append(seen)
         on_step(step, log)
         if rank == 0 and (step % hp.checkpoint_every == 0 or step == hp.steps):
             if dev is not None:
-                value, accs_dev = dev_score(dev_loss_mod, dev, model.cfg.draft_depth, hp.batch_size)
-                if not log.dev_loss or value < min(log.dev_loss):
-                    _save_atomic({"params": params.state_dict(), "step": step, "dev_loss": value}, out / "best.pt")
+                score = dev_score(dev_loss_mod, dev, model.cfg.draft_depth, hp.batch_size)
+                mode = model.cfg.mode
+                if not log.dev_loss or score.rank(mode) < min(d.rank(mode) for d in logged_dev_scores(log)):
+                    blob = {"params": params.state_dict(), "step": step, "dev_loss": score.loss, "dev_main_loss": score.main_loss}
+                    _save_atomic(blob, out / "best.pt")
                 log.dev_steps.append(step)
-                log.dev_loss.append(round(value, 5))
-                log.dev_depth_acc.append(accs_dev)
+                log.dev_loss.append(round(score.loss, 5))
+                if mode == "shared":
+                    log.dev_main_loss.append(round(score.main_loss, 5))
+                log.dev_depth_acc.append(score.depth_acc)
             log.seconds += time.perf_counter() - t0
             t0 = time.perf_counter()
             blob = {"params": params.state_dict(), "opt": opt.state_dict(), "step": step, "log": asdict(log), "hp": asdict(hp), "fingerprint": fingerprint}
@@ -248,6 +307,9 @@ def train_from_recipe(recipe, on_status: Callable[[str], None] = lambda s: None,
     tok = tokenizer_of(src)
     model = new_drafter(base, s)
     params = model.params
+    if t.init:  # before a checkpoint of this run (if any) is resumed over it
+        copied, fresh = warm_start_(params, t.init, s)
+        on_status(f"init: {len(copied)} tensors from {t.init}, {len(fresh)} fresh")
     on_status("data")
     examples = load_examples(t.data, tok, t.seq_len, recipe.model.chat_template)
     if t.soft_weight > 0 and not any(e.topk_ids is not None for e in examples):
@@ -265,17 +327,27 @@ def train_from_recipe(recipe, on_status: Callable[[str], None] = lambda s: None,
         params.load_state_dict(best["params"])
     save_drafter(out / f"{s.kind}.pt", params, model.cfg, draft_ids)  # with the vocabulary it was trained over
     _plot_log(log, out / "loss.png")
-    dev_row = (
-        {"dev": {"items": len(dev.examples), "best_step": best["step"], "best_loss": round(float(best["dev_loss"]), 4), "last_loss": log.dev_loss[-1]}}
-        if best
-        else {}
-    )
+    dev_row = {}
+    if best:
+        at = log.dev_steps.index(best["step"]) if best["step"] in log.dev_steps else -1
+        dev_row = {
+            "dev": {
+                "items": len(dev.examples),
+                "best_step": best["step"],
+                "best_loss": round(float(best["dev_loss"]), 4),
+                "best_main_loss": logged_dev_scores(log)[at].main_loss if log.dev_main_loss else None,
+                "best_depth_acc": log.dev_depth_acc[at],
+                "last_loss": log.dev_loss[-1],
+            }
+        }
     return dev_row | {
         "weights": str(out / f"{s.kind}.pt"),
         "sequences": len(examples),
         "response_tokens_seen": log.tokens_seen[-1] if log.tokens_seen else 0,
         "steps": log.steps[-1] if log.steps else 0,
         "final_loss": round(sum(log.loss[-20:]) / max(1, len(log.loss[-20:])), 4),
+        "final_main_loss": round(sum(log.main_loss[-20:]) / len(log.main_loss[-20:]), 4) if log.main_loss else None,
+        "cut_sequences": sum(e.cut for e in examples),
         "final_depth_acc": log.depth_acc[-1] if log.depth_acc else [],
         "trained_parameters": count_parameters(params),
         "train_seconds": round(log.seconds, 1),
@@ -304,9 +376,14 @@ def _plot_log(log: TrainLog, path: Path) -> None:
         return
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.5))
     a.plot(log.tokens_seen, log.loss, label="train (batch)")
+    if log.main_loss:
+        a.plot(log.tokens_seen[-len(log.main_loss) :], log.main_loss, label="train, main stream")
     if log.dev_loss:  # tokens seen by the end of each scored step
-        a.plot([log.tokens_seen[s - 1] for s in log.dev_steps], log.dev_loss, "o-", label="dev")
-        a.legend()
+        at = [log.tokens_seen[s - 1] for s in log.dev_steps]
+        a.plot(at, log.dev_loss, "o-", label="dev")
+        if log.dev_main_loss and len(log.dev_main_loss) == len(at):
+            a.plot(at, log.dev_main_loss, "s-", label="dev, main stream")
+    a.legend()
     a.set_xlabel("response tokens seen")
     a.set_ylabel("loss")
     for j in range(len(log.depth_acc[0]) if log.depth_acc else 0):

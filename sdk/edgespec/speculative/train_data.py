@@ -17,6 +17,7 @@ class TrainExample:
     # ids [R, K] int, probabilities [R, K]; None for hard labels only
     topk_ids: torch.Tensor | None = None
     topk_p: torch.Tensor | None = None
+    cut: bool = False  # a self-distilled row whose response was cut to seq_len
 
 
 TASK_PREFIX = "task:"  # train.data naming a task's gold training split (edgespec.corpus.task_data)
@@ -27,7 +28,12 @@ def load_examples(path: str | Path, tokenizer, seq_len: int, chat_template: bool
     --bundle`, or a directory of shards from `edgespec distill --source`) or text pairs
     (prompt/response: a JSONL file, or ``task:NAME``, a split of a task's gold data, built
     now from installed data: `split`, its first `n` items); the prompt in the chat template
-    when `chat_template`, as `encode_prompt`; cut to seq_len tokens."""
+    when `chat_template`, as `encode_prompt`.
+
+    A text pair must fit seq_len whole (prompt in its template, response and its end-of-turn
+    token: cut, it would teach the model not to stop): one that does not is an error naming
+    it and the seq_len that fits all. A self-distilled row (a generation that stopped at a
+    token budget, not necessarily at its end) is cut to seq_len and marked `cut`."""
     from edgespec.corpus.distill import read_shards
     from edgespec.corpus.prompts import iter_jsonl
     from edgespec.errors import EdgespecError
@@ -42,7 +48,7 @@ def load_examples(path: str | Path, tokenizer, seq_len: int, chat_template: bool
         rows = ((k, row) for k, row in enumerate(read_shards(path), 1))
     else:
         rows = iter_jsonl(path, skip_torn=True)
-    out = []
+    out, too_long = [], []
     for line, row in rows:
         if "prompt_ids" in row:
             prompt, resp = row["prompt_ids"], row["response_ids"]
@@ -53,11 +59,22 @@ def load_examples(path: str | Path, tokenizer, seq_len: int, chat_template: bool
             resp = tokenizer.encode(row["response"]) + list(tokenizer.eos_ids[:1])
         else:
             raise EdgespecError(f"{path}:{line}: expected prompt_ids/response_ids or prompt/response")
-        if resp:
+        if resp and "prompt" in row and len(prompt) + len(resp) > seq_len:
+            too_long.append((line, len(prompt) + len(resp)))
+        elif resp:
             tokens = (prompt + resp)[:seq_len]
             n_resp = max(0, len(tokens) - len(prompt))
             topk_ids, topk_p = (row["topk_ids"][:n_resp], row["topk_p"][:n_resp]) if "topk_ids" in row else (None, None)
-            out.append(TrainExample(tokens, len(prompt), topk_ids, topk_p))
+            out.append(TrainExample(tokens, len(prompt), topk_ids, topk_p, cut=len(prompt) + len(resp) > seq_len))
+    if too_long:
+        task = str(path).startswith(TASK_PREFIX)
+        where, label = ("item", f"'{path}' ({split} split)") if task else ("line", f"'{path}'")
+        first = ", ".join(f"{where} {k} ({n} tokens)" for k, n in too_long[:3])
+        raise EdgespecError(
+            f"training data {label}: {len(too_long)} prompt/response pair(s) do not fit train.seq_len={seq_len} whole "
+            f"(prompt in its chat template, response and end-of-turn token): {first}{', ...' if len(too_long) > 3 else ''}; "
+            f"set train.seq_len to at least {max(n for _, n in too_long)}, or leave those pairs out"
+        )
     if not out:
         raise EdgespecError(f"training data '{path}' holds no usable rows (make it with `edgespec distill`)")
     return out
