@@ -252,3 +252,22 @@ def test_a_task_suite_names_its_held_out_split():
     assert load_recipe(None, ["validate.suites=[task:sql_chinook:heldout_fillings, task:sql_chinook]"]).validate.suites[0].endswith("fillings")
     with pytest.raises(EdgespecError, match=r"validate.suites\[0\]'.*heldout_fillings"):
         load_recipe(None, ["validate.suites=[task:sql_chinook:train]"])
+
+
+def test_sql_templates_are_read_from_their_data_file(tmp_path):
+    """The templates and pools are data (corpus/data/sql_chinook.yaml), read into typed records."""
+    import edgespec.corpus.task_data as T
+
+    f = tmp_path / "t.yaml"
+    f.write_text(
+        "pools:\n  genre:\n    slots: [genre]\n    query: SELECT name FROM genre\n"
+        "templates:\n- name: count\n  questions: ['How many {genre}?']\n  sql: \"SELECT COUNT(*) FROM genre WHERE name = '{genre}'\"\n  pools: [genre]\n"
+        "- name: all\n  questions: [List genres.]\n  sql: SELECT name FROM genre\n"
+    )
+    pools, templates = T._read_sql_data(f)
+    assert pools == {"genre": (("genre",), "SELECT name FROM genre")}
+    assert templates == (
+        T.SqlTemplate("count", ("How many {genre}?",), "SELECT COUNT(*) FROM genre WHERE name = '{genre}'", ("genre",)),
+        T.SqlTemplate("all", ("List genres.",), "SELECT name FROM genre"),
+    )
+    assert T.SQL_DATA.is_file() and len(T.SQL_TEMPLATES) >= 100 and all(p in T.SQL_POOLS for t in T.SQL_TEMPLATES for p in t.pools)
