@@ -57,8 +57,8 @@ def main() -> None:
     ap.add_argument(
         "--split",
         default="heldout",
-        choices=["heldout", "train"],
-        help="the split of --task measured (train: what the fine-tune saw, to tell memorization from generalization)",
+        choices=["heldout", "heldout_fillings", "train"],
+        help="the split of --task measured (heldout: unseen templates; heldout_fillings: new fillings of the training templates, the paper's protocol; train: what the fine-tune saw, to tell memorization from generalization)",
     )
     ap.add_argument(
         "--base-cache",

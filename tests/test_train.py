@@ -239,6 +239,7 @@ def test_a_checkpoint_of_an_earlier_version_resumes_under_todays_names(tiny_mode
         "out_dir",
         "checkpoint_every",
         "dev_items",
+        "dev_data",
         "lr_floor",
         "entry_lr",
         "depth_ramp_steps",
@@ -457,3 +458,42 @@ def test_a_pair_that_does_not_fit_seq_len_whole_is_an_error_naming_it(tmp_path):
     distilled.write_text(json.dumps({"prompt_ids": [1] * 8, "response_ids": [2] * 10}) + "\n")
     (cut,) = load_examples(distilled, _ByteTokenizer(), 12, chat_template=False)
     assert cut.cut and cut.tokens == [1] * 8 + [2] * 4
+
+
+def test_a_users_own_task_trains_in_shared_mode_with_its_own_dev_split(tiny_hf_dir, tmp_path):
+    """README's path for a user's task: a JSONL of prompt/response pairs to train on and one
+    kept out (train.dev_data), scored at each checkpoint; the run keeps its best main-stream
+    checkpoint and says so."""
+    from edgespec.config import load_recipe
+    from edgespec.speculative.train import train_from_recipe
+
+    def pairs(name: str, n: int, seed: int):
+        g = torch.Generator().manual_seed(seed)
+        rows = [{"prompt": f"count to {int(k)}", "response": " ".join(str(i) for i in range(int(k)))} for k in torch.randint(3, 9, (n,), generator=g)]
+        (tmp_path / name).write_text("".join(json.dumps(r) + "\n" for r in rows))
+        return str(tmp_path / name)
+
+    overrides = [
+        f"model.source={tiny_hf_dir}",
+        "model.max_seq_len=128",
+        "drafter.mode=shared",
+        "drafter.n_layers=1",
+        "drafter.draft_depth=2",
+        "drafter.tree=[1,1]",
+        f"train.data={pairs('train.jsonl', 24, 0)}",
+        f"train.dev_data={pairs('dev.jsonl', 6, 1)}",
+        f"train.out_dir={tmp_path / 'run'}",
+        "train.seq_len=64",
+        "train.steps=4",
+        "train.batch_size=4",
+        "train.checkpoint_every=2",
+        "train.depth_weights=[0.1,0.1]",
+        "train.bf16=false",
+    ]
+    summary = train_from_recipe(load_recipe(None, overrides))
+    log = json.loads((tmp_path / "run" / "log.json").read_text())
+    assert summary["dev"]["items"] == 6 and log["dev_steps"] == [2, 4] and len(log["dev_main_loss"]) == 2
+    assert summary["dev"]["best_step"] == log["dev_steps"][log["dev_main_loss"].index(min(log["dev_main_loss"]))]
+    assert summary["dev"]["best_main_loss"] == pytest.approx(min(log["dev_main_loss"]), abs=1e-4) and (tmp_path / "run" / "streams.pt").is_file()
+    with pytest.raises(EdgespecError, match="train.dev_data"):
+        load_recipe(None, ["train.dev_data=dev.txt"])

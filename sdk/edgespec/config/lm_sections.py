@@ -206,9 +206,9 @@ class TrainConfig(Record):
     docs/speculative-streaming.md; needs data with soft labels: ``edgespec distill
     --source``). bf16: the drafter's layers and the lm head run under bf16 autocast. With
     ``drafter.draft_vocab`` set, the drafting rows' loss is taken over that draft vocabulary,
-    as the program drafts. dev_items: with
-    ``task:NAME`` data, the first N items of the task's dev split (units kept out of training)
-    are scored at each checkpoint and the run's drafter is the checkpoint that scored best
+    as the program drafts. dev_items: the first N items of the dev split are scored at each
+    checkpoint: with ``task:NAME`` data the task's dev split (units kept out of training), or
+    `dev_data`, a JSONL file of prompt/response pairs kept out of training (a user's own task); and the run's drafter is the checkpoint that scored best
     there (0, or a task without a dev split: the last step's): in shared mode by the main
     stream's next-token loss (ties: the draft depths' mean top-1), in lossless mode by the
     training loss.
@@ -243,6 +243,7 @@ class TrainConfig(Record):
     entry_lr: float | None = None
     depth_ramp_steps: int = 0
     init: str = ""
+    dev_data: str = ""
 
     def _check(self) -> None:
         require(self.steps >= 1, self._at("steps"), "must be >= 1")
@@ -254,6 +255,11 @@ class TrainConfig(Record):
         require(self.dev_items >= 0, self._at("dev_items"), "must be >= 0 (0 = no dev scoring)")
         require(0.0 <= self.lr_floor <= 1.0, self._at("lr_floor"), f"must be in [0, 1] (a fraction of lr), got {self.lr_floor}")
         require(self.entry_lr is None or self.entry_lr > 0, self._at("entry_lr"), f"must be > 0 (or null: lr), got {self.entry_lr}")
+        require(
+            not self.dev_data or self.dev_data.endswith(".jsonl"),
+            self._at("dev_data"),
+            f"must be a JSONL file of prompt/response pairs kept out of training, got {self.dev_data!r}",
+        )
         require(self.depth_ramp_steps >= 0, self._at("depth_ramp_steps"), f"must be >= 0 (0 = no ramp), got {self.depth_ramp_steps}")
 
 

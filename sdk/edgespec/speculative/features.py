@@ -73,7 +73,7 @@ def run_fingerprint(model: Drafter, examples: list[TrainExample], hp: TrainConfi
     settings = {
         _FINGERPRINT_NAMES.get(k, k): v
         for k, v in asdict(hp).items()
-        if k not in ("data", "out_dir", "checkpoint_every", "dev_items") and (k not in _ADDED_LATER or v != defaults[k])
+        if k not in ("data", "out_dir", "checkpoint_every", "dev_items", "dev_data") and (k not in _ADDED_LATER or v != defaults[k])
     }
     if hp.init:  # what the run starts from: the file's content, not its name
         settings["init"] = hashlib.sha256(Path(hp.init).read_bytes()).hexdigest()

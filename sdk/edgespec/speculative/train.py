@@ -355,14 +355,20 @@ def train_from_recipe(recipe, on_status: Callable[[str], None] = lambda s: None,
 
 
 def _dev_set(t: TrainConfig, tok, chat_template: bool, model: Drafter, out: Path) -> DevSet | None:
-    """The task's dev split (its first t.dev_items items) with frozen features, or None (not
-    task data, dev_items 0, or a task without a dev split)."""
+    """The dev split's first t.dev_items items with frozen features: `t.dev_data` (a JSONL of
+    pairs) when set, else the task's dev split; None with dev_items 0, or data that is not a
+    task's, or a task without a dev split."""
     from edgespec.corpus.task_data import task_examples
     from edgespec.speculative.train_data import TASK_PREFIX
 
-    if t.dev_items == 0 or not t.data.startswith(TASK_PREFIX) or not task_examples(t.data[len(TASK_PREFIX) :], "dev", 1):
+    if t.dev_items == 0:
         return None
-    examples = load_examples(t.data, tok, t.seq_len, chat_template, split="dev", n=t.dev_items)
+    if t.dev_data:
+        examples = load_examples(t.dev_data, tok, t.seq_len, chat_template)[: t.dev_items]
+    elif t.data.startswith(TASK_PREFIX) and task_examples(t.data[len(TASK_PREFIX) :], "dev", 1):
+        examples = load_examples(t.data, tok, t.seq_len, chat_template, split="dev", n=t.dev_items)
+    else:
+        return None
     return DevSet(examples, FeatureCache(model, examples, out / "dev_features.pt", bf16=t.bf16).h)
 
 
