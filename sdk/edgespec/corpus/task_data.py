@@ -20,7 +20,9 @@ suites' items out:
   summarization suite's long texts) or an English text that a validation package also has.
   So these splits agree with the stream-training prompts' (`prompts.py`). Answers (the German
   text) have 40-200 tokens of SmolLM2's tokenizer. Train: every eligible description of a
-  train family, identical pairs once; held out: one per family (independent items).
+  train family, identical pairs once; held out: one per family (independent items); dev: one
+  per family of the train slice's families hashed to it (one in `TRANSLATION_DEV_BUCKETS`),
+  kept out of training.
 - sql_chinook: each template (data/sql_chinook.yaml, read at import) has several phrasings
   and value slots filled from the database (its pools); one template in four is held out,
   chosen by a hash of its name, so the held-out score measures new question types, not new
@@ -128,6 +130,9 @@ def _families(nodes: dict[str, list[str]]) -> dict[str, str]:
     return {item: find(item) for item in nodes}
 
 
+TRANSLATION_DEV_BUCKETS = 20  # one train-slice family in 20 is the dev split (one item each)
+
+
 def _translation_splits(lang: str = "de") -> dict[str, tuple[TaskExample, ...]]:
     en, tr = debian_descriptions("en"), debian_descriptions(lang)
     validation_texts = {long for (pkg, _), (_, long) in en.items() if split_of(pkg) == "validation"}
@@ -143,14 +148,14 @@ def _translation_splits(lang: str = "de") -> dict[str, tuple[TaskExample, ...]]:
     for md5, (e, _) in texts.items():
         slices[families[f"#{md5}"]] |= {"validation"} if e in validation_texts else {split_of(p) for p in packages[md5]}
     count = count_tokens()
-    # no dev split (yet): descriptions are not templates, and a run of < 1 epoch does not memorize
-    # them; a dev split would be drawn from the train families
     out: dict[str, list[TaskExample]] = {s: [] for s in TASK_SPLITS}
     seen: set[str] = set()  # families with a held-out example, (English, German) pairs trained on
     for md5, (e, t) in sorted(texts.items()):
         family = families[f"#{md5}"]
         split = next(iter(slices[family])) if len(slices[family]) == 1 else None  # None: it straddles
-        key = family if split == "heldout" else f"{e}\n{t}"
+        if split == "train" and _unit_hash(f"translation-dev/{family}") % TRANSLATION_DEV_BUCKETS == 0:
+            split = "dev"  # a train-slice family kept out of training, scored at each checkpoint
+        key = family if split in ("heldout", "dev") else f"{e}\n{t}"
         if split not in out or key in seen or not ANSWER_TOKENS[0] <= count(t) <= ANSWER_TOKENS[1]:
             continue
         seen.add(key)
