@@ -36,7 +36,7 @@ def main() -> None:
     ap.add_argument("--weights", action="append", required=True, help="depth weights, comma-separated (repeatable: one run each)")
     ap.add_argument("--features-from", type=Path, help="a run directory whose features.pt / dev_features.pt the runs reuse")
     ap.add_argument("overrides", nargs="*", help="FIELD=VALUE overrides every run shares, after --")
-    a = ap.parse_args()
+    a = ap.parse_intermixed_args()  # the recipe, the options, then the overrides after --
     rows = []
     for i, w in enumerate(a.weights):
         out = a.root / f"w{i}"
