@@ -175,3 +175,15 @@ def test_unwritable_output_is_reported(tmp_path):
     (tmp_path / B.MANIFEST).write_text(json.dumps([ok]))
     with pytest.raises(EdgespecError, match="must hold a JSON object"):
         B.read_manifest(tmp_path)
+
+
+def test_runtime_needs_tell_edgespecs_ops_from_executorchs_own():
+    """Operators outside ExecuTorch's namespaces (aten, its prim ops, quantized, llama) are what a
+    stock runtime lacks; a program without them runs on the prebuilt AAR."""
+    from edgespec.manifest import RuntimeNeeds
+
+    stock = RuntimeNeeds(operators=("aten::embedding.out", "executorch_prim::add.Scalar", "llama::update_cache.out"), delegates=("XnnpackBackend",))
+    assert stock.extra_operators() == () and "prebuilt Android AAR run it" in stock.runtimes_line() and "XnnpackBackend" in stock.runtimes_line()
+    block = RuntimeNeeds(operators=("aten::embedding.out", "edgespec::block_linear.out", "edgespec::rope.out", "quantized_decomposed::x.out"))
+    assert block.extra_operators() == ("edgespec::block_linear.out", "edgespec::rope.out")
+    assert "android/kernels" in block.runtimes_line() and "does not" in block.runtimes_line()

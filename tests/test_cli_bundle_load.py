@@ -88,3 +88,22 @@ def test_generate_verify_checks_checksums(edited):
         timeout=300,
     )
     assert res.returncode == 2 and "file 'tokenizer.json' is corrupt" in res.stderr, res.stderr[-2000:]
+
+
+def test_a_bundle_names_the_runtime_its_program_needs(edited, tiny_bundle):
+    """The manifest records the program's operators and delegates as the lowered program has
+    them; info and verify say which runtimes run it; verify refuses a record the program
+    contradicts."""
+    from click.testing import CliRunner
+
+    from edgespec.bundle import read_manifest, runtime_needs
+    from edgespec.cli import main
+
+    m = read_manifest(tiny_bundle)
+    assert m.runtime == runtime_needs((tiny_bundle / "model.pte").read_bytes()) and "llama::update_cache.out" in m.runtime.operators
+    for cmd in ("info", "verify"):
+        res = CliRunner().invoke(main, [cmd, "--bundle", str(tiny_bundle)])
+        assert res.exit_code == 0 and m.runtime.runtimes_line() in res.output, res.output
+    d = edited(runtime__operators=[*m.runtime.operators, "edgespec::block_linear.out"])
+    res = CliRunner().invoke(main, ["verify", "--bundle", str(d)])
+    assert res.exit_code == 2 and "the manifest's runtime record" in res.output and "is not what the program calls" in res.output, res.output

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from edgespec.errors import EdgespecError
 from edgespec.host import process_alive
-from edgespec.manifest import LAYOUT, FileEntry, Manifest, parse_manifest
+from edgespec.manifest import LAYOUT, FileEntry, Manifest, RuntimeNeeds, parse_manifest
 from edgespec.manifest import SCHEMA_VERSION as SCHEMA_VERSION  # readers check it beside the file names
 from edgespec.output_dir import listing, renamed_into_place
 
@@ -398,3 +398,16 @@ def _copy_member(z, info, out) -> None:
             if left < 0:
                 raise EdgespecError(f"zip member '{info.filename}' inflates past its declared size {info.file_size:,}; refusing it")
             out.write(chunk)
+
+
+def runtime_needs(program: bytes) -> RuntimeNeeds:
+    """The operators and delegates of a serialized program (`.pte` bytes), from its flatbuffer
+    (EdgespecError: not a program)."""
+    from executorch.exir._serialize._program import deserialize_pte_binary
+
+    try:
+        plans = deserialize_pte_binary(program).program.execution_plan
+    except Exception as e:
+        raise EdgespecError(f"the program is not an ExecuTorch program that can be read ({type(e).__name__}: {e})") from None
+    ops = {f"{o.name}.{o.overload}" if o.overload else o.name for plan in plans for o in plan.operators}
+    return RuntimeNeeds(operators=tuple(sorted(ops)), delegates=tuple(sorted({d.id for plan in plans for d in plan.delegates})))

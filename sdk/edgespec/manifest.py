@@ -248,6 +248,37 @@ class SpeculativeInfo(Record):
     lookup: int = 0  # the hybrid draft the bundle decodes with: suffix matches of >= lookup tokens first (0: the drafter only)
 
 
+# operator namespaces ExecuTorch's own runtimes provide: aten (portable and optimized kernels),
+# its prim ops, dim order ops, quantized_decomposed (quantized kernels), llama (the LLM extension's
+# custom ops, e.g. update_cache); the prebuilt Android AAR and ExecuTorch's runners carry them
+STOCK_NAMESPACES = ("aten", "executorch_prim", "dim_order_ops", "quantized_decomposed", "llama")
+
+
+@dataclass(frozen=True)
+class RuntimeNeeds(Record):
+    """What a program asks of the runtime that loads it, read from the lowered program itself:
+    every operator its methods call and every backend it delegates to."""
+
+    PATH: ClassVar[str] = "runtime"
+    operators: tuple[str, ...] = ()  # "namespace::name.overload"
+    delegates: tuple[str, ...] = ()  # backend ids, e.g. XnnpackBackend
+
+    def extra_operators(self) -> tuple[str, ...]:
+        """The operators beyond ExecuTorch's own kernels (`STOCK_NAMESPACES`): edgespec's ops."""
+        return tuple(op for op in self.operators if op.split("::", 1)[0] not in STOCK_NAMESPACES)
+
+    def runtimes_line(self) -> str:
+        """Which runtimes run the program, in words (`edgespec info`, `verify`)."""
+        extra = self.extra_operators()
+        backends = f" and {', '.join(self.delegates)}" if self.delegates else ""
+        if not extra:
+            return f"ExecuTorch's own kernels{backends}: edgespec's host runtime, ExecuTorch's runners and the prebuilt Android AAR run it"
+        return (
+            f"needs {', '.join(extra)} beyond ExecuTorch's own kernels{backends}: edgespec's host runtime or an Android AAR built "
+            "with android/kernels run it, the prebuilt org.pytorch:executorch-android AAR does not (android/README.md)"
+        )
+
+
 @dataclass(frozen=True, kw_only=True)
 class Manifest(Record):
     """What every bundle's manifest holds; `task` says which of the subclasses it is."""
@@ -261,6 +292,7 @@ class Manifest(Record):
     methods: tuple[str, ...] = ()
     reports: tuple[str, ...] = ()
     files: dict[str, FileEntry] = field(default_factory=dict)
+    runtime: RuntimeNeeds | None = None  # None: a bundle from before 2026-12-07 (`edgespec info` reads its program)
 
     def _check(self) -> None:
         for name in self.files:

@@ -37,10 +37,25 @@ def info(bundle: str, verify: bool) -> None:
     click.echo(f"methods     {', '.join(m.methods)}")
     for name, f in m.files.items():
         click.echo(f"file        {name:<16} {f.bytes / 1e6:8.2f} MB  sha256 {f.sha256[:16]}…")
+    click.echo(f"runtime     {_runtime_line(Path(bundle), m)}")
     quiet_runtime_logs()  # the plan's line loads the program
     line = _kernel_line(Path(bundle) / PROGRAM)
     if line:
         click.echo(line)
+
+
+def _runtime_line(bundle: Path, m) -> str:
+    """Which runtimes run the program: from the manifest's record or, for a bundle from before
+    it was kept, from the program itself."""
+    from edgespec.bundle import PROGRAM, runtime_needs
+    from edgespec.errors import EdgespecError
+
+    if m.runtime is not None:
+        return m.runtime.runtimes_line()
+    try:
+        return runtime_needs((bundle / PROGRAM).read_bytes()).runtimes_line()
+    except (EdgespecError, OSError) as e:
+        return f"unknown: {e}"
 
 
 def _kernel_line(program: Path) -> str | None:
@@ -93,9 +108,25 @@ def verify(bundle: str, as_json: bool) -> None:
     verify_checksums(bundle, m)
     quiet_runtime_logs()
     meta, line = task_of_manifest(m).verify(Path(bundle), m)
+    needs = _checked_runtime_needs(Path(bundle), m)
+    meta = meta | {"runtime": {"operators": list(needs.operators), "delegates": list(needs.delegates), "beyond_executorch": list(needs.extra_operators())}}
     click.echo(
-        json.dumps(meta, indent=1) if as_json else f"ok: {Path(bundle).resolve()} schema {m.schema_version}, {len(m.files)} files match their SHA-256, {line}"
+        json.dumps(meta, indent=1)
+        if as_json
+        else f"ok: {Path(bundle).resolve()} schema {m.schema_version}, {len(m.files)} files match their SHA-256, {line}\nruntime: {needs.runtimes_line()}"
     )
+
+
+def _checked_runtime_needs(bundle: Path, m):
+    """The program's operators and delegates, read from it; a manifest that records others is
+    an error (the program was changed behind it)."""
+    from edgespec.bundle import PROGRAM, runtime_needs
+    from edgespec.errors import EdgespecError
+
+    needs = runtime_needs((bundle / PROGRAM).read_bytes())
+    if m.runtime is not None and m.runtime != needs:
+        raise EdgespecError(f"{bundle}: the manifest's runtime record ({m.runtime.runtimes_line()}) is not what the program calls ({needs.runtimes_line()})")
+    return needs
 
 
 @click.command(epilog=overrides_help("validate", "validate.runs=3 validate.gates.min_speedup=1.1", bundle=True))

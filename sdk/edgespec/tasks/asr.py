@@ -63,9 +63,11 @@ def build_bundle_files(recipe: AsrRecipe, stage_dir: Path, stage: StageClock) ->
     program = export_recognizer(recognizer_module(frontend, encoder, takes_waveform), meta)
 
     stage("lower")
+    from edgespec.bundle import runtime_needs
     from edgespec.export.lowering import lower_to_executorch
 
-    (stage_dir / LAYOUT.program).write_bytes(lower_to_executorch({"forward": program}, meta).program)
+    lowered = lower_to_executorch({"forward": program}, meta).program
+    (stage_dir / LAYOUT.program).write_bytes(lowered)
     (stage_dir / LAYOUT.phoneme_tokens).write_text(json.dumps(tokens, ensure_ascii=False))
     if not takes_waveform:
         torch.save(frontend.state_dict(), stage_dir / LAYOUT.frontend)
@@ -77,6 +79,7 @@ def build_bundle_files(recipe: AsrRecipe, stage_dir: Path, stage: StageClock) ->
         ctc={"temperature": recipe.ctc.temperature, "blank_bias": recipe.ctc.blank_bias},
         streaming=asdict(recipe.streaming),
         reports=tuple(report_files),
+        runtime=runtime_needs(lowered),
     )
 
 

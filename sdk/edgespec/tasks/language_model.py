@@ -77,6 +77,7 @@ def build_bundle_files(recipe: Recipe, stage_dir: Path, stage: StageClock) -> Lm
     quant_summary = quantize_(program, plan_quantization(program, recipe.quant, src.blocks, src.file_types, base=model))
 
     stage("export")
+    from edgespec.bundle import runtime_needs
     from edgespec.export.lowering import ProgramMeta, export_forward, export_with_next_token, lower_to_executorch, tokens_per_call
     from edgespec.export.swaps import program_ops
 
@@ -98,6 +99,7 @@ def build_bundle_files(recipe: Recipe, stage_dir: Path, stage: StageClock) -> Lm
         recipe.model.max_seq_len, src.args.vocab_size, src.args.n_layers, bos, src.eos_ids, spec_meta(spec) if spec is not None else None, call_tokens
     )
     lowered = lower_to_executorch(programs, meta, xnnpack=ops.xnnpack, separate_base=recipe.export.separate_base)
+    needs = runtime_needs(lowered.program)
     (stage_dir / LAYOUT.program).write_bytes(lowered.program)
     for name, data in lowered.data.items():  # base.ptd: the base model's weights (export.separate_base)
         (stage_dir / name).write_bytes(data)
@@ -110,6 +112,7 @@ def build_bundle_files(recipe: Recipe, stage_dir: Path, stage: StageClock) -> Lm
         reports=tuple(report_files),
         methods=tuple(sorted([*programs, *meta.constant_methods()])),
         program_data=LAYOUT.program_data if lowered.data else None,
+        runtime=needs,
         speculative=_speculative_info(recipe, meta),
         tokenizer=TokenizerInfo(
             file=LAYOUT.tokenizer,
