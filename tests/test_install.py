@@ -37,6 +37,7 @@ def test_a_wheel_install_builds_the_kernel_and_runs_a_block_kernel_bundle(tmp_pa
     done = subprocess.run([*pip, "install", "--no-deps", "--target", str(site), str(wheel)], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
     kernels = site / "edgespec" / "kernels"
+    assert (site / "edgespec" / "corpus" / "data" / "sql_chinook.yaml").is_file()  # the SQL task's templates are package data
     from edgespec.kernels import library
 
     missing = [name for name in library.SOURCES + library.HEADERS if not (kernels / name).is_file()]
