@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 from edgespec.config.records import Record, from_dict, require
+from edgespec.errors import EdgespecError
 
 QuantScheme = Literal["fp32", "fp16", "8da4w", "8da8w", "int8wo"]
 SUITE_NAMES = ("summarization", "translation", "qa", "math", "sql", "rag")
@@ -21,8 +22,6 @@ def parse_task_suite(name: str) -> tuple[str, str]:
     task, _, split = name[len(TASK_SUITE_PREFIX) :].partition(":")
     split = split or "heldout"
     if split not in TASK_HELDOUT_SPLITS:
-        from edgespec.errors import EdgespecError
-
         raise EdgespecError(f"suite '{name}': unknown held-out split '{split}' (known: {', '.join(TASK_HELDOUT_SPLITS)})")
     return task, split
 
@@ -207,11 +206,11 @@ class TrainConfig(Record):
     --source``). bf16: the drafter's layers and the lm head run under bf16 autocast. With
     ``drafter.draft_vocab`` set, the drafting rows' loss is taken over that draft vocabulary,
     as the program drafts. dev_items: the first N items of the dev split are scored at each
-    checkpoint: with ``task:NAME`` data the task's dev split (units kept out of training), or
-    `dev_data`, a JSONL file of prompt/response pairs kept out of training (a user's own task); and the run's drafter is the checkpoint that scored best
-    there (0, or a task without a dev split: the last step's): in shared mode by the main
-    stream's next-token loss (ties: the draft depths' mean top-1), in lossless mode by the
-    training loss.
+    checkpoint: `dev_data` (a JSONL file of prompt/response pairs kept out of training: a
+    user's own task) or, with ``task:NAME`` data, the task's dev split (units kept out of
+    training). The run's drafter is the checkpoint that scored best there (0, or no dev
+    split: the last step's): in shared mode by the main stream's next-token loss (ties: the
+    draft depths' mean top-1), in lossless mode by the training loss.
 
     The schedule: `warmup_steps` of linear warm-up, then a linear decay to ``lr_floor * lr``
     at the last step. entry_lr: the learning rate of the streams' entry (the stream
@@ -443,8 +442,11 @@ class ValidateConfig(Record):
                 self._at(f"suites[{i}]"),
                 f"must be one of {list(SUITE_NAMES)}, task:NAME[:SPLIT] (a fine-tune task's held-out split) or a .jsonl file, got {s!r}",
             )
-            split = s[len(TASK_SUITE_PREFIX) :].partition(":")[2] if s.startswith(TASK_SUITE_PREFIX) else ""
-            require(split in ("", *TASK_HELDOUT_SPLITS), self._at(f"suites[{i}]"), f"task:NAME:SPLIT needs SPLIT in {list(TASK_HELDOUT_SPLITS)}, got {s!r}")
+            if s.startswith(TASK_SUITE_PREFIX):
+                try:
+                    parse_task_suite(s)
+                except EdgespecError as e:
+                    require(False, self._at(f"suites[{i}]"), f"task:NAME:SPLIT needs SPLIT in {list(TASK_HELDOUT_SPLITS)}: {e}")
         require(1 <= self.prompts_per_suite <= 10000, self._at("prompts_per_suite"), f"must be in [1, 10000], got {self.prompts_per_suite}")
         require(1 <= self.runs <= 100, self._at("runs"), f"must be in [1, 100], got {self.runs}")
         require(0 <= self.lookup <= 8, self._at("lookup"), f"must be in [0, 8], got {self.lookup}")
