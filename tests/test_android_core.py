@@ -321,17 +321,26 @@ def record_fixtures(bundle: Path, out: Path, max_new_tokens: int = 24) -> None:
     write_manifest(b, dataclasses.replace(m, methods=("forward", "spec_step"), reports=(), validation=None, speculative=spec))
 
 
+APP_JVM_TESTS = ANDROID / "app" / "src" / "jvmTest" / "java"  # the app's adapter against the Module stub
+JUNIT_CLASSES = {  # simple name -> class name, every *Test of core and of the app's JVM tests
+    p.stem: ".".join(p.relative_to(root).with_suffix("").parts)
+    for root in (ANDROID / "core" / "src" / "test" / "java", APP_JVM_TESTS)
+    for p in sorted(root.rglob("*Test.java"))
+}
+
+
 def run_junit(fixtures: Path, build: Path, tests: list[str] | None = None) -> subprocess.CompletedProcess:
     """Compile android/core (+ the app's ExecuTorch adapter) and run `tests` (default: every *Test)."""
     cp = ":".join(str(j) for j in JARS)
     sources = [str(p) for p in sorted((ANDROID / "core" / "src").rglob("*.java"))]
     sources.append(str(ANDROID / "app" / "src" / "main" / "java" / "dev" / "edgespec" / "app" / "ExecuTorchModel.java"))
+    sources += [str(p) for p in sorted(APP_JVM_TESTS.rglob("*.java"))]
     javac = subprocess.run(["javac", "-Xlint:all", "-Werror", "-d", str(build), "-cp", cp, *sources], capture_output=True, text=True)
     assert javac.returncode == 0, javac.stdout + javac.stderr
     if tests is None:
-        tests = sorted(p.stem for p in (ANDROID / "core" / "src" / "test" / "java").rglob("*Test.java"))
+        tests = sorted(JUNIT_CLASSES)
     return subprocess.run(
-        ["java", f"-Dedgespec.fixtures={fixtures}", "-cp", f"{build}:{cp}", "org.junit.runner.JUnitCore", *[f"dev.edgespec.core.{t}" for t in tests]],
+        ["java", f"-Dedgespec.fixtures={fixtures}", "-cp", f"{build}:{cp}", "org.junit.runner.JUnitCore", *[JUNIT_CLASSES[t] for t in tests]],
         capture_output=True,
         text=True,
         timeout=600,
@@ -392,6 +401,23 @@ def test_program_contract_mirrors_the_python_constants():
     python = {k: v for k, v in vars(C).items() if k.isupper() and isinstance(v, str)}
     assert strings == python
     assert int(re.search(r"SCHEMA_VERSION = (\d+);", java).group(1)) == bundle.SCHEMA_VERSION
+
+
+def test_java_app_explains_a_program_its_runtime_cannot_load(tmp_path):
+    """ExecuTorchModelTest alone (no model, no .pte): the app's adapter over the Module stub
+    turns a failed load into the bundle's missing operators and the two ways forward."""
+    _java_ok()
+    res = run_junit(tmp_path / "fixtures", tmp_path / "build", ["ExecuTorchModelTest"])
+    assert res.returncode == 0, res.stdout[-6000:] + res.stderr[-2000:]
+    assert re.search(r"OK \(4 tests\)", res.stdout), res.stdout[-2000:]
+
+
+def test_java_stock_namespaces_mirror_the_manifest():
+    from edgespec.manifest import STOCK_NAMESPACES
+
+    java = (ANDROID / "core/src/main/java/dev/edgespec/core/RuntimeNeeds.java").read_text()
+    listed = re.search(r"STOCK_NAMESPACES =\s*Collections\.unmodifiableList\(Arrays\.asList\(([^)]*)\)", java).group(1)
+    assert tuple(re.findall(r'"([^"]+)"', listed)) == STOCK_NAMESPACES
 
 
 @pytest.mark.slow  # a minute: every code point through four pre-tokenizer passes

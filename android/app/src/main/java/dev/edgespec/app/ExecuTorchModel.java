@@ -1,7 +1,9 @@
 package dev.edgespec.app;
 
+import dev.edgespec.core.BundleException;
 import dev.edgespec.core.LanguageModel;
 import dev.edgespec.core.ProgramContract;
+import dev.edgespec.core.RuntimeNeeds;
 import org.pytorch.executorch.EValue;
 import org.pytorch.executorch.Module;
 import org.pytorch.executorch.Tensor;
@@ -10,6 +12,10 @@ import org.pytorch.executorch.Tensor;
  * The edgespec LanguageModel over ExecuTorch's Android Module: forward and spec_step as the
  * runtime contract defines them, metadata read once from the program's constant methods.
  * Uses nothing from android.*, so it is type-checked on the JVM (against signature stubs).
+ *
+ * <p>Every method is loaded up front: ExecuTorch resolves a method's operators when it loads it,
+ * so a program that needs kernels this runtime lacks fails here, with the bundle's {@link
+ * RuntimeNeeds} saying which and what to do, not at the first token.
  */
 public final class ExecuTorchModel implements LanguageModel {
   private final Module module;
@@ -22,8 +28,8 @@ public final class ExecuTorchModel implements LanguageModel {
   private final int topK;
   private final int treeSize;
 
-  public ExecuTorchModel(String ptePath) {
-    module = Module.load(ptePath, Module.LOAD_MODE_MMAP);
+  public ExecuTorchModel(String ptePath, RuntimeNeeds needs) throws BundleException {
+    module = load(ptePath, needs);
     maxSeqLen = (int) constant(ProgramContract.GET_MAX_CONTEXT_LEN);
     // ExecuTorch's get_max_seq_len: tokens per call (programs before export.prefill_chunk answered the context)
     callTokens = Math.min((int) constant(ProgramContract.GET_MAX_SEQ_LEN), maxSeqLen - 1);
@@ -37,6 +43,36 @@ public final class ExecuTorchModel implements LanguageModel {
     depth = spec ? (int) constant(ProgramContract.GET_SPEC_DEPTH) : 0;
     topK = spec ? (int) constant(ProgramContract.GET_SPEC_TOPK) : 0;
     treeSize = spec ? (int) constant(ProgramContract.GET_SPEC_TREE_SIZE) : 0;
+  }
+
+  private static Module load(String ptePath, RuntimeNeeds needs) throws BundleException {
+    Module m;
+    try {
+      m = Module.load(ptePath, Module.LOAD_MODE_MMAP);
+    } catch (RuntimeException e) {
+      throw new BundleException(needs.loadFailure(said(e)));
+    }
+    String failure = null;
+    try {
+      for (String method : m.getMethods()) {
+        int err = m.loadMethod(method);
+        if (err != 0) {
+          failure = String.format(java.util.Locale.US, "method '%s': error 0x%02x %s", method, err, RuntimeNeeds.errorName(err));
+          break;
+        }
+      }
+    } catch (RuntimeException e) {
+      failure = said(e);
+    }
+    if (failure != null) {
+      m.destroy();
+      throw new BundleException(needs.loadFailure(failure));
+    }
+    return m;
+  }
+
+  private static String said(RuntimeException e) {
+    return e.getMessage() == null ? e.toString() : e.getMessage();
   }
 
   private long constant(String method) {

@@ -8,6 +8,7 @@ import android.widget.TextView;
 import androidx.appcompat.app.AppCompatActivity;
 import androidx.appcompat.widget.SwitchCompat;
 import dev.edgespec.core.AdaptiveSpeculation;
+import dev.edgespec.core.BundleException;
 import dev.edgespec.core.ByteLevelBpe;
 import dev.edgespec.core.ChatFormat;
 import dev.edgespec.core.Decoder;
@@ -22,7 +23,9 @@ import java.util.concurrent.Executors;
  * Chat screen: prompt in, streamed text out, tokens/s and tokens per call shown, a switch
  * between speculative and autoregressive decoding. The bundle is read from
  * /data/local/tmp/edgespec/bundle (scripts/push_bundle.sh puts it there) or the path in the
- * launch intent's "bundle" extra; its checksums are verified before the program is loaded.
+ * launch intent's "bundle" extra; its checksums are verified before the program is loaded. A
+ * bundle this runtime cannot load (e.g. one that needs edgespec's kernels on the prebuilt AAR)
+ * fills the screen with what is missing and the two ways forward ({@code RuntimeNeeds}).
  */
 public class MainActivity extends AppCompatActivity {
   static final String DEFAULT_BUNDLE = "/data/local/tmp/edgespec/bundle";
@@ -58,13 +61,19 @@ public class MainActivity extends AppCompatActivity {
         tokenizer = ByteLevelBpe.fromFile(b.tokenizerFile());
         chatTemplate = b.tokenizerInfo().get("chat_template") != null;
         lookup = b.specLookup(); // the hybrid draft the bundle was validated with
-        model = new ExecuTorchModel(b.program().getAbsolutePath());
+        model = new ExecuTorchModel(b.program().getAbsolutePath(), b.runtimeNeeds()); // every method loaded, or why not
         boolean hasSpec = model.hasSpec();
         runOnUiThread(() -> {
           status.setText(b.precision() + " · context " + model.maxSeqLen() + (hasSpec ? " · speculative tree depth " + model.specDepth() : " · autoregressive only"));
           spec.setEnabled(hasSpec);
           spec.setChecked(hasSpec);
           send.setEnabled(true);
+        });
+      } catch (BundleException e) { // the bundle's own words: a missing or corrupt file, or the runtime it needs
+        runOnUiThread(() -> {
+          status.setText("cannot load the bundle " + dir);
+          chat.setText(e.getMessage());
+          spec.setEnabled(false);
         });
       } catch (Exception e) {
         runOnUiThread(() -> status.setText("cannot load the bundle: " + e.getMessage()));

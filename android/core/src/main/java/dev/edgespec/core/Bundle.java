@@ -81,6 +81,11 @@ public final class Bundle {
     return String.valueOf(manifest.get("precision"));
   }
 
+  /** What the program asks of the runtime (manifest {@code runtime}), for explaining a failed load. */
+  public RuntimeNeeds runtimeNeeds() {
+    return RuntimeNeeds.of(manifest);
+  }
+
   public boolean hasSpec() {
     Object methods = manifest.get("methods");
     return methods instanceof List && ((List<?>) methods).contains(ProgramContract.SPEC_STEP);
