@@ -127,7 +127,8 @@ def phase_bars(name: str) -> Iterator[Callable[[str, int, int], None]]:
             for b in bars.values():
                 b.close()
             bars.clear()
-            bars[phase] = tqdm(total=total, desc=f"{name} [{phase}]", unit="step", file=err(), leave=False)
+            # initial: a resumed phase starts part way, and its rate counts only this run's steps
+            bars[phase] = tqdm(total=total, initial=done, desc=f"{name} [{phase}]", unit="step", file=err(), leave=False)
         bars[phase].n = done
         bars[phase].refresh()
 
