@@ -153,7 +153,7 @@ def main() -> None:
             "tokens_per_call_per_suite": per_suite,
             "speculative_equals_own_autoregressive": f"{same}/{len(examples)}",
         }
-        rows[Path(w).name] = row
+        rows[w] = row  # the path as given: two runs' files are both streams.pt
         print(f"{w} {time.time() - t0:.0f}s {json.dumps(row)}", file=sys.stderr)
     print(
         json.dumps(
