@@ -156,3 +156,44 @@ def _greedy_walk(tree, toks, logits):
             return path, out
         node = child
         path.append(child)
+
+
+def test_the_program_runs_the_rule_its_temperature_asks_for(tmp_path):
+    """accept_tree exported as a program: one torch.cond, whose greedy branch does no
+    vocabulary-wide work beyond one argmax per row (no softmax, gather or scatter); the
+    ExecuTorch runtime gives the eager tokens with either temperature, ties and repeated
+    candidates included."""
+    from executorch.exir import to_edge_transform_and_lower
+    from executorch.runtime import Runtime
+    from torch import nn
+
+    tree = Tree((2, 2, 1))
+    children, valid = tree.children_table()
+    depth, R, k, V = 3, tree.size, tree.k_max, 11
+
+    class Accept(nn.Module):
+        def forward(self, toks, logits, temperature, uniforms, gumbel):
+            return accept_tree(children, valid, depth, toks, logits, temperature, uniforms, gumbel)
+
+    gen = torch.Generator().manual_seed(3)
+    logits = torch.randint(0, 3, (R, V), generator=gen).float()  # many ties: the first maximum wins
+    toks = torch.randint(V, (R,), generator=gen)
+    toks[2] = toks[1]  # a repeated sibling
+    args = (toks, logits, torch.tensor([0.0]), torch.rand(R, k, generator=gen), torch.zeros(V))
+    ep = torch.export.export(Accept(), args, strict=False)
+    conds = [n for n in ep.graph.nodes if n.target is torch.ops.higher_order.cond]
+    assert len(conds) == 1
+    greedy_graph = getattr(ep.graph_module, conds[0].args[1].target).graph
+    ops = {str(n.target) for n in greedy_graph.nodes if n.op == "call_function"}
+    assert "aten.argmax.default" in ops and not {o for o in ops if any(w in o for w in ("softmax", "gather", "scatter", "div"))}, ops
+    path = tmp_path / "accept.pte"
+    path.write_bytes(to_edge_transform_and_lower(ep).to_executorch().buffer)
+    method = Runtime.get().load_program(path).load_method("forward")
+    for temperature in (0.0, 1.0, 0.3):
+        for _ in range(20):
+            logits = torch.randint(0, 3, (R, V), generator=gen).float()
+            gumbel = torch.zeros(V) if temperature == 0 else -torch.log(-torch.log(torch.rand(V, generator=gen)))
+            call = (toks, logits, torch.tensor([temperature]), torch.rand(R, k, generator=gen), gumbel)
+            want = accept_tree(children, valid, depth, *call)
+            got = method.execute(list(call))
+            assert all(torch.equal(w, g) for w, g in zip(want, got)), (temperature, want, got)

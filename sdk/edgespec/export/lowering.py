@@ -185,26 +185,29 @@ def lower_to_executorch(
 
     programs = {name: fuse_block_linear_glue(ep) for name, ep in programs.items()}  # no-op without block linears
     shared = len(programs) > 1  # methods share the KV cache (same buffer names)
-    edge = to_edge_transform_and_lower(
-        programs,
-        # one partitioner for every precision: a layer's quantized linears and the fp32 ops
-        # between them share delegate subgraphs. (Dynamically quantized linears first, in a
-        # partitioner of their own, made every linear its own subgraph: SmolLM2's one-token
-        # forward made 303 delegate calls, now 184; bench/step_cost.py --profile counts them.)
-        partitioner=xnnpack_partitioners(xnnpack),
-        compile_config=EdgeCompileConfig(_check_ir_validity=False, _skip_dim_order=True),
-        constant_methods=meta.constant_methods(),
-    )
-    et = edge.to_executorch(
-        ExecutorchBackendConfig(
-            extract_delegate_segments=True,
-            do_quant_fusion_and_const_prop=True,
-            memory_planning_pass=MemoryPlanningPass(alloc_graph_input=False, share_mutable_buffers=shared),
-            emit_mutable_buffer_names=shared,
-            sym_shape_eval_pass=ConstraintBasedSymShapeEvalPass(),
-            external_constants=(lambda node: BASE_DATA if is_base_constant(node.name) else None) if separate_base else False,
+    # without grad: ExecuTorch's passes re-run a torch.cond (the step's acceptance) as an
+    # autograd op otherwise, and its re-trace trips over the step's data-dependent positions
+    with torch.no_grad():
+        edge = to_edge_transform_and_lower(
+            programs,
+            # one partitioner for every precision: a layer's quantized linears and the fp32 ops
+            # between them share delegate subgraphs. (Dynamically quantized linears first, in a
+            # partitioner of their own, made every linear its own subgraph: SmolLM2's one-token
+            # forward made 303 delegate calls, now 184; bench/step_cost.py --profile counts them.)
+            partitioner=xnnpack_partitioners(xnnpack),
+            compile_config=EdgeCompileConfig(_check_ir_validity=False, _skip_dim_order=True),
+            constant_methods=meta.constant_methods(),
         )
-    )
+        et = edge.to_executorch(
+            ExecutorchBackendConfig(
+                extract_delegate_segments=True,
+                do_quant_fusion_and_const_prop=True,
+                memory_planning_pass=MemoryPlanningPass(alloc_graph_input=False, share_mutable_buffers=shared),
+                emit_mutable_buffer_names=shared,
+                sym_shape_eval_pass=ConstraintBasedSymShapeEvalPass(),
+                external_constants=(lambda node: BASE_DATA if is_base_constant(node.name) else None) if separate_base else False,
+            )
+        )
     data: dict[str, bytes] = {}
     if separate_base:  # the manager writes its data files (named by tag) to a directory
         import tempfile

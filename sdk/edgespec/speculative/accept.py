@@ -4,6 +4,9 @@ Greedy: walk from the root, following the child whose token equals the target's 
 emit the accepted tokens plus the target's token after the last accepted node (the bonus
 token: a call emits 1 + accepted depth tokens, "tokens per call").
 
+Greedy needs one argmax per row (`greedy_choice`); the program runs only the rule the
+call's temperature asks for.
+
 Sampling (temperature > 0): multi-candidate rejection sampling for deterministic drafts.
 At a node with target distribution p and candidate children c_1..c_m: accept c_i with
 probability p'(c_i), where p' is p with the earlier rejected candidates zeroed and
@@ -41,25 +44,68 @@ def accept_tree(
     (zeros when greedy).
     The randomness comes from the caller, so the host owns the seed.
 
-    The rule of the module docstring, evaluated at every node at once (each node has its own
-    uniforms) and then walked from the root: candidate i of a node is accepted with
-    probability p'(c_i) (p with the earlier rejected candidates removed, renormalized);
-    when all are rejected the node emits argmax(logits / T + gumbel) over the remaining
-    tokens, a sample of the residual (Gumbel-max). Greedy is the T -> 0 limit taken exactly:
-    accept the candidate equal to the argmax, emit the argmax.
+    Every node's choice first (`greedy_choice` or `sampled_choice`: which child it accepts and
+    what it emits when it accepts none), then the walk from the root. In the program the two
+    choices are the branches of one `torch.cond` on the temperature, so a greedy step does
+    one argmax per row and none of the sampled rule's vocabulary-wide work.
 
     Returns (path [D+1] tree rows root first, padded by repeating the last; n [1] number of
     tokens emitted = path length; tokens [D+1] emitted tokens, valid up to n).
     """
-    R, k = children.shape
-    greedy = temperature <= 0
-    # greedy: scores = logits (the caller passes zero noise); sampling: logits / T + gumbel
-    scaled = logits * torch.where(greedy, 1.0, 1.0 / temperature.clamp(min=MIN_TEMPERATURE))  # [R, V]
-    scores = scaled + gumbel
-    best = logits.argmax(-1)  # [R]
     cand = node_tokens[children]  # [R, k] candidate tokens of each node's children
+    operands = (cand, valid, logits, temperature, uniforms, gumbel)
+    if torch.compiler.is_exporting():  # both rules in the program, one runs per call
+        chosen, residual = torch.cond(temperature[0] <= 0, greedy_choice, sampled_choice, operands)
+    else:
+        chosen, residual = (greedy_choice if bool(temperature[0] <= 0) else sampled_choice)(*operands)
+    # walk from the root (D + 1 steps: the last one at a leaf always emits its residual)
+    node = torch.zeros(1, dtype=torch.long)
+    alive = torch.ones(1, dtype=torch.bool)
+    n = torch.zeros(1, dtype=torch.long)
+    path, out = [], []
+    for _ in range(depth + 1):
+        c = chosen[node]  # [1]
+        acc = alive & (c >= 0)
+        child = children[node, c.clamp(min=0)]  # [1]
+        out.append(torch.where(acc, node_tokens[child], residual[node]))
+        path.append(node)
+        n = n + alive.to(torch.long)
+        node = torch.where(acc, child, node)
+        alive = acc
+    return torch.cat(path), n, torch.cat(out)
+
+
+def greedy_choice(
+    cand: torch.Tensor, valid: torch.Tensor, logits: torch.Tensor, temperature: torch.Tensor, uniforms: torch.Tensor, gumbel: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The T -> 0 limit of `sampled_choice`, taken exactly: each node accepts its first valid
+    child whose token is the argmax, and emits the argmax when none is (striking rejected
+    candidates, which all differ from the argmax, leaves it the first maximum).
+
+    cand/valid [R, k], logits [R, V] -> (chosen [R] child slot or -1, residual [R] token)."""
+    best = logits.argmax(-1)  # [R]
+    k = cand.shape[1]
+    match = valid & (cand == best[:, None])  # [R, k]
+    first = torch.where(match, torch.arange(k), k).amin(-1)  # [R]; k: no child matches
+    return torch.where(first < k, first, -1), best
+
+
+def sampled_choice(
+    cand: torch.Tensor, valid: torch.Tensor, logits: torch.Tensor, temperature: torch.Tensor, uniforms: torch.Tensor, gumbel: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The rule of the module docstring at every node at once (each node has its own
+    uniforms): candidate i of a node is accepted with probability p'(c_i) (p with the earlier
+    rejected candidates removed, renormalized); when all are rejected the node emits
+    argmax(logits / T + gumbel) over the remaining tokens, a sample of the residual
+    (Gumbel-max).
+
+    cand/valid/uniforms [R, k], logits [R, V], temperature [1] > 0, gumbel [V]
+    -> (chosen [R] child slot or -1, residual [R] token)."""
+    R, k = cand.shape
+    scaled = logits / temperature.clamp(min=MIN_TEMPERATURE)  # [R, V]
+    scores = scaled + gumbel
     probs = torch.softmax(scaled, -1)
-    p_cand = torch.where(greedy, (cand == best[:, None]).to(probs.dtype), probs.gather(1, cand))  # [R, k]
+    p_cand = probs.gather(1, cand)  # [R, k]
     if k > 1:  # a repeat of an earlier valid sibling's token: already rejected, p'(t) = 0
         earlier = torch.ones(k, k, dtype=torch.bool).tril(-1)  # [i, j]: j < i
         repeat = ((cand[:, :, None] == cand[:, None, :]) & valid[:, None, :] & earlier).any(-1)  # [R, k]
@@ -78,19 +124,4 @@ def accept_tree(
     # writes there (-inf, or a leaf's own score back), so duplicate indices agree.
     slot = torch.where(valid, cand, cand[:, :1])  # [R, k]
     struck = scores.scatter(1, slot, torch.where(valid[:, :1], float("-inf"), scores.gather(1, slot)))
-    residual = struck.argmax(-1)  # [R]
-    # walk from the root (D + 1 steps: the last one at a leaf always emits its residual)
-    node = torch.zeros(1, dtype=torch.long)
-    alive = torch.ones(1, dtype=torch.bool)
-    n = torch.zeros(1, dtype=torch.long)
-    path, out = [], []
-    for _ in range(depth + 1):
-        c = chosen[node]  # [1]
-        acc = alive & (c >= 0)
-        child = children[node, c.clamp(min=0)]  # [1]
-        out.append(torch.where(acc, node_tokens[child], residual[node]))
-        path.append(node)
-        n = n + alive.to(torch.long)
-        node = torch.where(acc, child, node)
-        alive = acc
-    return torch.cat(path), n, torch.cat(out)
+    return chosen, struck.argmax(-1)
