@@ -6,6 +6,7 @@ import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -107,3 +108,26 @@ def test_a_bundle_names_the_runtime_its_program_needs(edited, tiny_bundle):
     d = edited(runtime__operators=[*m.runtime.operators, "edgespec::block_linear.out"])
     res = CliRunner().invoke(main, ["verify", "--bundle", str(d)])
     assert res.exit_code == 2 and "the manifest's runtime record" in res.output and "is not what the program calls" in res.output, res.output
+
+
+@pytest.mark.parametrize(("recipe", "extra"), [("smollm2-135m.yaml", "edgespec::block_linear.out"), ("smollm2-135m-stock-aar.yaml", None)])
+def test_each_recipes_quantization_gives_the_runtime_it_says(tiny_hf_dir, build_bundle, recipe, extra):
+    """A tiny model exported with a shipped recipe's quant section: the default's program
+    calls edgespec's block kernel (an AAR built with android/kernels), the stock-AAR recipe's
+    calls no edgespec operator at all (the prebuilt AAR runs it)."""
+    import yaml
+
+    from edgespec.bundle import read_manifest
+
+    quant = yaml.safe_load((Path(__file__).resolve().parents[1] / "recipes" / recipe).read_text())["quant"]
+    d = build_bundle(
+        yaml.safe_dump(
+            {"name": "tiny-kind", "model": {"source": str(tiny_hf_dir), "max_seq_len": 128}, "quant": quant, "numerics": {"search": False}, "validate": {"enabled": False}}
+        )
+    )
+    needs = read_manifest(d).runtime
+    if extra is None:
+        assert needs.extra_operators() == () and "XnnpackBackend" in needs.delegates, needs
+        assert "the prebuilt Android AAR run it" in needs.runtimes_line()
+    else:
+        assert extra in needs.extra_operators() and "the prebuilt org.pytorch:executorch-android AAR does not" in needs.runtimes_line(), needs

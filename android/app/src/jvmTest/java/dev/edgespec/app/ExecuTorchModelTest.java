@@ -58,7 +58,7 @@ public class ExecuTorchModelTest {
     assertTrue(msg, msg.contains("• edgespec::block_linear.out\n") && msg.contains("• edgespec::rms_norm.out\n"));
     assertFalse(msg, msg.contains("aten::view_copy.out") || msg.contains("llama::update_cache.out")); // stock kernels are not missing
     assertTrue(msg, msg.contains("android/kernels") && msg.contains("app/build.gradle"));
-    assertTrue(msg, msg.contains("edgespec export quant.kernel=xnnpack"));
+    assertTrue(msg, msg.contains("edgespec export recipes/smollm2-135m-stock-aar.yaml"));
   }
 
   @Test

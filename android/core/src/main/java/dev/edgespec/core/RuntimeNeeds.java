@@ -93,7 +93,7 @@ public final class RuntimeNeeds {
     }
     s.append("Two ways forward (android/README.md):\n")
         .append("1. Build the AAR with edgespec's kernels linked in (android/kernels; the steps under \"Which bundles need edgespec's kernels in the runtime\"), point app/build.gradle at it and reinstall the app.\n")
-        .append("2. Export a bundle the prebuilt AAR runs, with ExecuTorch's own kernels and XNNPACK only: `edgespec export quant.kernel=xnnpack -o bundles/stock`, then push it.");
+        .append("2. Export a bundle the prebuilt AAR runs, with ExecuTorch's own kernels and XNNPACK only: `edgespec export recipes/smollm2-135m-stock-aar.yaml -o bundles/stock`, then push it.");
     return s.toString();
   }
 }
