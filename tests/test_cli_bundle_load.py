@@ -122,7 +122,13 @@ def test_each_recipes_quantization_gives_the_runtime_it_says(tiny_hf_dir, build_
     quant = yaml.safe_load((Path(__file__).resolve().parents[1] / "recipes" / recipe).read_text())["quant"]
     d = build_bundle(
         yaml.safe_dump(
-            {"name": "tiny-kind", "model": {"source": str(tiny_hf_dir), "max_seq_len": 128}, "quant": quant, "numerics": {"search": False}, "validate": {"enabled": False}}
+            {
+                "name": "tiny-kind",
+                "model": {"source": str(tiny_hf_dir), "max_seq_len": 128},
+                "quant": quant,
+                "numerics": {"search": False},
+                "validate": {"enabled": False},
+            }
         )
     )
     needs = read_manifest(d).runtime

@@ -19,6 +19,15 @@ NEXT_TOKEN = "next_token"
 # `last` with a placeholder draft (distinct ids per depth, e.g. 0..K-1).
 SPEC_STEP = "spec_step"
 
+# the batched method (present when exported with export.batch_slots > 1), sharing forward's KV
+# cache, whose slot 0 is forward's: decode_rows(tokens int64 [1, T], slots int64 [T],
+# positions int64 [T], emit int64 [E]) -> logits fp32 [E, V]. Row t is at position positions[t]
+# of the sequence in cache slot slots[t], writes its K/V there and sees that slot's keys
+# [0, positions[t]]; emit names the rows whose logits come back. A sequence's rows give the
+# bits they give alone (the block kernel's and the exact attention's rows are their own).
+DECODE_ROWS = "decode_rows"
+GET_BATCH_SLOTS = "get_batch_slots"  # sequences the cache holds side by side
+
 # metadata methods (constant methods: no inputs, one value)
 GET_MAX_SEQ_LEN = "get_max_seq_len"
 GET_MAX_CONTEXT_LEN = "get_max_context_len"

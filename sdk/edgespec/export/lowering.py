@@ -53,21 +53,27 @@ class ProgramMeta:
     eos_ids: tuple[int, ...]
     spec: SpecMeta | None = None
     call_tokens: int = 0  # the most tokens one forward call takes (`tokens_per_call`); 0: the context
+    batch_slots: int = 1  # sequences the cache holds side by side (> 1: the program has decode_rows)
 
     def constant_methods(self) -> dict[str, object]:
         # ExecuTorch's LLM runner: get_max_seq_len the tokens of one call (its prefill chunk),
         # get_max_context_len the context
-        return (self.spec.constant_methods() if self.spec else {}) | {
-            C.GET_MAX_SEQ_LEN: self.call_tokens or self.max_seq_len,
-            C.GET_MAX_CONTEXT_LEN: self.max_seq_len,
-            C.GET_VOCAB_SIZE: self.vocab_size,
-            C.GET_N_LAYERS: self.n_layers,
-            C.GET_BOS_ID: self.bos_id,
-            C.GET_EOS_IDS: list(self.eos_ids),
-            C.USE_KV_CACHE: True,
-            C.USE_SDPA_WITH_KV_CACHE: False,
-            C.ENABLE_DYNAMIC_SHAPE: True,
-        }
+        batch = {C.GET_BATCH_SLOTS: self.batch_slots} if self.batch_slots > 1 else {}
+        return (
+            (self.spec.constant_methods() if self.spec else {})
+            | batch
+            | {
+                C.GET_MAX_SEQ_LEN: self.call_tokens or self.max_seq_len,
+                C.GET_MAX_CONTEXT_LEN: self.max_seq_len,
+                C.GET_VOCAB_SIZE: self.vocab_size,
+                C.GET_N_LAYERS: self.n_layers,
+                C.GET_BOS_ID: self.bos_id,
+                C.GET_EOS_IDS: list(self.eos_ids),
+                C.USE_KV_CACHE: True,
+                C.USE_SDPA_WITH_KV_CACHE: False,
+                C.ENABLE_DYNAMIC_SHAPE: True,
+            }
+        )
 
 
 # XNNPACK's partitioner configs of ops that only move data
@@ -125,6 +131,28 @@ def export_dynamic_length(module: torch.nn.Module, max_tokens: int) -> torch.exp
     if isinstance(module, MethodAsForward):  # its forward takes *args: one entry holding them all
         shapes = (shapes,)
     return torch.export.export(module, (tokens, input_pos), dynamic_shapes=shapes, strict=False)
+
+
+def export_decode_rows(model: torch.nn.Module, attention: str, max_rows: int, glue: bool = False) -> torch.export.ExportedProgram:
+    """`torch.export` of `Transformer.decode_rows` (batched decoding over the model's
+    `batch_slots` cache slots): T in [1, max_rows] rows, up to one emitted row per slot. Only
+    edgespec's exact attention gives each row its own slot's keys in one call (its mask path):
+    `attention` must be "exact"."""
+    from edgespec.errors import EdgespecError
+    from edgespec.export.swaps import executorch_ops
+
+    if attention != "exact":
+        raise EdgespecError(
+            f"batched decoding (export.batch_slots > 1) needs edgespec's exact attention, and this program attends with {attention}: "
+            "export with quant.kernel=edgespec (the default), or export.batch_slots=1"
+        )
+    slots = model.batch_slots
+    rows, emitted = torch.export.Dim("rows", min=1, max=max_rows), torch.export.Dim("emitted", min=1, max=slots)
+    n = min(3, max_rows)  # examples of more than one row and emitted row: sizes 0 and 1 specialize
+    example = (torch.zeros((1, n), dtype=torch.long), torch.zeros(n, dtype=torch.long), torch.arange(n), torch.arange(min(2, n)))
+    shapes = (({1: rows}, {0: rows}, {0: rows}, {0: emitted}),)
+    with torch.no_grad(), executorch_ops(model, attention, glue):
+        return torch.export.export(MethodAsForward(model, "decode_rows"), example, dynamic_shapes=shapes, strict=False)
 
 
 class MethodAsForward(torch.nn.Module):

@@ -4,7 +4,7 @@
 the model only; eager code and training never run custom ops.
 
 - `executorch_ops(model, attention, glue)`: every `KVCache` is an `ExecuTorchKVCache`
-  (ExecuTorch's `llama::update_cache`), every attention's op the module
+  (ExecuTorch's `llama::update_cache`, and `update_cache_with_indices` for `decode_rows`), every attention's op the module
   `EXPORT_ATTENTION[attention]` makes (ExecuTorch's `llama::custom_sdpa`, or edgespec's exact
   kernel), block linears run their op, and with `glue` the norms, attentions and feed-forwards
   are edgespec's kernel modules (`edgespec.export.kernel_modules`: q/k/v and gate/up as one op
@@ -40,6 +40,9 @@ class ExecuTorchKVCache(KVCache):
 
     def write_(self, buf: torch.Tensor, start_pos, rows: torch.Tensor) -> None:
         torch.ops.llama.update_cache(rows.to(buf.dtype), buf, start_pos)  # rounded to an fp16 cache's dtype
+
+    def write_rows_(self, buf: torch.Tensor, index: torch.Tensor, rows: torch.Tensor) -> None:
+        torch.ops.llama.update_cache_with_indices(rows.to(buf.dtype), buf, 0, index[None])  # row t to cache row index[t]
 
 
 class ExecuTorchSDPA(SDPA):

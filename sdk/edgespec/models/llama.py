@@ -125,6 +125,10 @@ class KVCache(nn.Module):
         """buf[:, start_pos : start_pos + T] = rows [1, T, Hkv, D]."""
         buf.narrow(1, start_pos, rows.shape[1]).copy_(rows)
 
+    def write_rows_(self, buf: torch.Tensor, index: torch.Tensor, rows: torch.Tensor) -> None:
+        """buf[:, index[t]] = rows[:, t] for rows [1, T, Hkv, D] at cache rows index [T]."""
+        buf.index_copy_(1, index, rows.to(buf.dtype))
+
     def update(self, start_pos, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Write rows [start_pos, start_pos + T); return the whole cache (k, v)."""
         self.write_(self.k_cache, start_pos, k)
@@ -135,6 +139,24 @@ class KVCache(nn.Module):
         """Move the rows at absolute `slots` [n] to start_pos, start_pos + 1, ... (accepted tree path)."""
         for buf in (self.k_cache, self.v_cache):
             self.write_(buf, start_pos, buf.index_select(1, slots))
+
+
+class SlotRows:
+    """Where the rows of a `Transformer.decode_rows` call go: each row to its own cache row of a
+    layer's static cache (`index` [T]), so rows of different sequences and positions share one
+    call. `update` writes them and returns the whole cache, as `KVCache.update` does."""
+
+    def __init__(self, cache: KVCache, index: torch.Tensor):
+        self.cache, self.index = cache, index
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.cache.dtype
+
+    def update(self, start_pos, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        self.cache.write_rows_(self.cache.k_cache, self.index, k)
+        self.cache.write_rows_(self.cache.v_cache, self.index, v)
+        return self.cache.k_cache, self.cache.v_cache
 
 
 class GrowingKV:
@@ -403,6 +425,31 @@ class Transformer(nn.Module):
         h = self.hidden(tokens, input_pos)
         return self.output(h[:, -1, :]).float()  # lm head on the last row only: [1, V], fp32
 
+    @property
+    def batch_slots(self) -> int:
+        """Sequences the static caches hold side by side (`with_batch_slots_`): slot b is cache
+        rows [b * max_seq_len, (b + 1) * max_seq_len); `forward` and the speculative methods use slot 0."""
+        return self.layers[0].attention.kv_cache.k_cache.shape[1] // self.args.max_seq_len
+
+    def decode_rows(self, tokens: torch.Tensor, slots: torch.Tensor, positions: torch.Tensor, emit: torch.Tensor) -> torch.Tensor:
+        """Rows of several sequences in one call (batched decoding; a new prompt's chunk can sit
+        beside other sequences' next tokens). tokens [1, T]; row t is at position positions[t] of
+        the sequence in cache slot slots[t] (both [T]): it writes its K/V there and attends to
+        that slot's keys at positions [0, positions[t]] only. emit [E]: the rows whose logits
+        are returned, [E, V] fp32.
+
+        Every row's arithmetic is its own on the block kernel and the exact attention (the
+        row-invariant kernels), so in such a program a sequence decoded beside others is
+        bitwise the sequence decoded alone."""
+        S = self.args.max_seq_len
+        index = slots * S + positions  # [T] the cache row each row writes
+        keys = torch.arange(self.batch_slots * S)
+        visible = (keys[None, :] >= (slots * S)[:, None]) & (keys[None, :] <= index[:, None])  # [T, B * S]
+        cos, sin = self.rope(positions)
+        kvs = [SlotRows(layer.attention.kv_cache, index) for layer in self.layers]
+        x = self.run_layers(self.embed(tokens), 0, self.args.n_layers, 0, cos, sin, mask=visible, kvs=kvs)
+        return self.output(self.norm(x)[0].index_select(0, emit)).float()
+
     def next_token(self, tokens: torch.Tensor, input_pos: torch.Tensor) -> torch.Tensor:
         """The greedy next token, int64 [1]: `forward`'s argmax (first largest). A head that
         can find its argmax without every logit (`BlockLinear.argmax`: a screened Q8_0 head)
@@ -439,6 +486,18 @@ def half_kv_cache_(model: nn.Module) -> nn.Module:
         if isinstance(m, Attention):
             c = m.kv_cache
             c.k_cache, c.v_cache = c.k_cache.half(), c.v_cache.half()
+    return model
+
+
+def with_batch_slots_(model: Transformer, slots: int) -> Transformer:
+    """Every attention's static cache holds `slots` sequences of the model's context side by
+    side ([1, slots * max_seq_len, Hkv, D], `Transformer.batch_slots`), for `decode_rows`;
+    what the caches held is gone."""
+    length = slots * model.args.max_seq_len
+    for m in model.modules():
+        if isinstance(m, KVCache):
+            shape = (1, length, *m.k_cache.shape[2:])
+            m.k_cache, m.v_cache = torch.zeros(shape, dtype=m.k_cache.dtype), torch.zeros(shape, dtype=m.v_cache.dtype)
     return model
 
 

@@ -9,6 +9,7 @@ package dev.edgespec.core;
  * next_token(tokens int64 [1, T], input_pos int64 [1]) -> token int64 [1]   (forward's argmax; quant.head_screen)
  * spec_step(last int64 [1], draft int64 [D, K], input_pos int64 [1], temperature fp32 [1],
  *           uniforms fp32 [R, K], gumbel fp32 [V]) -> (tokens int64 [D + 1], n int64 [1], draft int64 [D, K])
+ * decode_rows(tokens int64 [1, T], slots int64 [T], positions int64 [T], emit int64 [E]) -> logits fp32 [E, V]
  * </pre>
  */
 public final class ProgramContract {
@@ -17,6 +18,8 @@ public final class ProgramContract {
   public static final String FORWARD = "forward";
   public static final String NEXT_TOKEN = "next_token";
   public static final String SPEC_STEP = "spec_step";
+  public static final String DECODE_ROWS = "decode_rows";
+  public static final String GET_BATCH_SLOTS = "get_batch_slots";
 
   public static final String GET_MAX_SEQ_LEN = "get_max_seq_len";
   public static final String GET_MAX_CONTEXT_LEN = "get_max_context_len";
