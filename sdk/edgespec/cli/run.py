@@ -69,6 +69,15 @@ LOOKUP = click.option(
 @click.option("--no-chat-template", is_flag=True, help="Feed the prompt as raw text.")
 @click.option("--sequential", is_flag=True, help="Batch: no pipelining (read, decode, write one after another).")
 @click.option(
+    "--batch",
+    "batch",
+    default=1,
+    show_default=True,
+    type=click.IntRange(min=1, max=64),
+    help="Batch: decode up to this many prompts at once in one program call each step (a program exported with export.batch_slots >= N); "
+    "each completion is the one it gets alone. 1 = one prompt at a time.",
+)
+@click.option(
     "--reuse-prefix/--no-reuse-prefix",
     default=True,
     show_default=True,
@@ -96,6 +105,7 @@ def generate(
     no_repeat_ngram_size: int,
     no_chat_template: bool,
     sequential: bool,
+    batch: int,
     reuse_prefix: bool,
     as_json: bool,
     verify: bool,
@@ -107,6 +117,8 @@ def generate(
         raise EdgespecError("give either --prompt or --input (with --output)")
     if input_path is not None and output_path is None:
         raise EdgespecError("--input needs --output (the JSONL file results are appended to)")
+    if batch > 1 and input_path is None:
+        raise EdgespecError("--batch decodes the prompts of an --input file together; with --prompt there is one")
     from edgespec.runtime.sampling import check_temperature
 
     check_temperature(temperature)
@@ -130,7 +142,17 @@ def generate(
             from edgespec.runtime.generate import CacheState
 
             kwargs["cache"] = CacheState()
-        _generate_batch(run, tokenizer, input_path, output_path, kwargs, not no_chat_template, not sequential)
+        together = None
+        if batch > 1:
+            if runner.batch_slots < batch:
+                raise EdgespecError(
+                    f"bundle '{bundle}' decodes at most {runner.batch_slots} sequence(s) at once; export it with export.batch_slots={batch} "
+                    f"(or pass --batch {runner.batch_slots})"
+                )
+            if mode == "spec":
+                raise EdgespecError("--batch decodes autoregressively (one token per sequence per call); drop --mode spec")
+            together = (runner.decode_rows, batch, runner.call_tokens + runner.batch_slots)
+        _generate_batch(run, tokenizer, input_path, output_path, kwargs, not no_chat_template, not sequential, together)
         return
     ids = _prompt_ids(tokenizer, prompt, not no_chat_template)
     stream = StreamDecoder(tokenizer)
@@ -173,7 +195,7 @@ def generate(
             )
 
 
-def _generate_batch(run, tokenizer, input_path: str, output_path: str, kwargs: dict, chat: bool, pipelined: bool) -> None:
+def _generate_batch(run, tokenizer, input_path: str, output_path: str, kwargs: dict, chat: bool, pipelined: bool, together=None) -> None:
     from edgespec.runtime.batch import run_batch
 
     p = Path(input_path)
@@ -186,7 +208,15 @@ def _generate_batch(run, tokenizer, input_path: str, output_path: str, kwargs: d
             bar.refresh()
 
         stats = run_batch(
-            run, lambda t: _prompt_ids(tokenizer, t, chat), tokenizer.decode, p, output_path, gen_kwargs=kwargs, pipelined=pipelined, on_item=on_item
+            run,
+            lambda t: _prompt_ids(tokenizer, t, chat),
+            tokenizer.decode,
+            p,
+            output_path,
+            gen_kwargs=kwargs,
+            pipelined=pipelined,
+            on_item=on_item,
+            together=together,
         )
     for e in stats.errors:
         where = ", ".join(f"{k} {e[k]}" for k in ("line", "id") if k in e)

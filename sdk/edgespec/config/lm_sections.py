@@ -350,15 +350,23 @@ class ExportConfig(Record):
     runtimes feed a longer prompt in chunks, which on edgespec's kernels gives the same bits
     as one call. ExecuTorch plans activation memory for the largest call: 128 instead of the
     whole context cut SmolLM2's planned bytes by 15 MB and Gemma 3's by 2 x 55 MB. 0: the
-    whole context in one call."""
+    whole context in one call.
+
+    batch_slots: > 1 adds `decode_rows` (edgespec.export.constants.DECODE_ROWS): the cache holds
+    this many sequences of the context side by side, and one call carries rows of all of them
+    (`edgespec generate --input ... --batch N`), each sequence's tokens bitwise its own
+    decoding's. The cache's bytes grow by the same factor. Needs edgespec's block kernel (its
+    exact attention) and an autoregressive program; 1 (the default): no batched method."""
 
     PATH: ClassVar[str] = "export"
     step_attention: Literal["exact", "rows", "custom_sdpa"] = "exact"
     separate_base: bool = False
     prefill_chunk: int = 128
+    batch_slots: int = 1
 
     def _check(self) -> None:
         require(self.prefill_chunk >= 0, self._at("prefill_chunk"), f"must be 0 (the whole context) or a positive token count, got {self.prefill_chunk}")
+        require(1 <= self.batch_slots <= 64, self._at("batch_slots"), f"must be 1 (no batched method) to 64 sequences, got {self.batch_slots}")
 
 
 @dataclass(frozen=True)
@@ -489,6 +497,12 @@ class Recipe(Record):
             not (self.quant.head_screen and self.drafter.weights),
             "quant.head_screen",
             "makes an autoregressive program's next_token; a recipe with a drafter (drafter.weights) has spec_step instead: set it false",
+        )
+        require(
+            self.export.batch_slots == 1 or (self.quant.block_kernel and not self.drafter.weights),
+            "export.batch_slots",
+            "batches an autoregressive program of edgespec's block kernel (its exact attention gives each row its own sequence): "
+            "needs quant.kernel: edgespec with 8da4w or 8da8w, and no drafter.weights",
         )
         require(
             not self.export.separate_base or bool(self.drafter.weights),

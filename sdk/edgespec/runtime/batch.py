@@ -117,12 +117,16 @@ def run_batch(
     pipelined: bool = True,
     queue_size: int = 16,
     on_item: Callable[[BatchStats], None] = lambda s: None,
+    together: tuple[Callable, int, int] | None = None,
 ) -> BatchStats:
     """Generate for every pending line of `input_path`, appending to `output_path`.
 
     decode(prompt_ids, **gen_kwargs) -> GenerationResult; encode(text) -> ids;
     decode_text(ids) -> text. pipelined=False runs the same steps one after another (the
-    baseline the pipeline is measured against)."""
+    baseline the pipeline is measured against). together = (decode_rows, slots, call_rows):
+    decode up to `slots` prompts at once through a program's batched method
+    (edgespec.runtime.batch_decode) instead of `decode` one prompt at a time; results are
+    written as sequences end."""
     inp, out = Path(input_path), Path(output_path)
     if not inp.is_file():
         raise EdgespecError(f"input file '{inp}' not found")
@@ -174,6 +178,32 @@ def run_batch(
             return {"line": n, "id": key, "error": str(e)}
         return key, prompt, res
 
+    def one_at_a_time(source):
+        return map(generate, source)
+
+    def all_together(source):  # several items in flight: results as their sequences end
+        from edgespec.runtime.batch_decode import decode_batch
+
+        decode_rows, slots, call_rows = together
+        unreadable: list[dict] = []  # error rows met while pulling prompts, passed through
+
+        def requests():
+            for item in source:
+                if isinstance(item, dict):
+                    unreadable.append(item)
+                    continue
+                n, key, prompt, ids = item
+                yield (n, key, prompt), ids, {}
+
+        options = {k: v for k, v in gen_kwargs.items() if k != "cache"}  # each slot reuses its own prefix
+        for (n, key, prompt), res in decode_batch(decode_rows, requests(), slots=slots, call_rows=call_rows, **options):
+            yield from unreadable
+            unreadable.clear()
+            yield {"line": n, "id": key, "error": str(res)} if isinstance(res, EdgespecError) else (key, prompt, res)
+        yield from unreadable
+
+    work = one_at_a_time if together is None else all_together
+
     written = set(done)
 
     def record(row: dict) -> None:
@@ -208,10 +238,10 @@ def run_batch(
 
     try:
         if not pipelined:
-            for item in items():
-                write(generate(item))
+            for result in work(items()):
+                write(result)
         else:
-            _pipeline(items(), generate, write, queue_size)
+            _pipeline(items(), work, write, queue_size)
     finally:
         sink.close()
         stats.seconds = time.perf_counter() - t0
@@ -219,8 +249,9 @@ def run_batch(
 
 
 def _pipeline(source, work, sink, size: int) -> None:
-    """source (reader thread) -> work (this thread) -> sink (writer thread), bounded queues;
-    an exception in any stage stops the others and is raised here."""
+    """source (reader thread) -> work (this thread: an iterator of results from an iterator
+    of items) -> sink (writer thread), bounded queues; an exception in any stage stops the
+    others and is raised here."""
     q_in: queue.Queue = queue.Queue(size)
     q_out: queue.Queue = queue.Queue(size)
     failure: list[BaseException] = []
@@ -259,17 +290,22 @@ def _pipeline(source, work, sink, size: int) -> None:
 
     reader = threading.Thread(target=read, name="batch-reader", daemon=True)
     writer = threading.Thread(target=write, name="batch-writer", daemon=True)
-    reader.start()
-    writer.start()
-    try:
+
+    def received():
         while not stop.is_set():
             try:
                 item = q_in.get(timeout=0.1)
             except queue.Empty:
                 continue
             if item is _DONE:
-                break
-            if not put(q_out, work(item)):
+                return
+            yield item
+
+    reader.start()
+    writer.start()
+    try:
+        for result in work(received()):
+            if not put(q_out, result):
                 break
     finally:
         # the writer drains what was decoded (a crash loses no finished line), then stops

@@ -4,12 +4,17 @@ speculative methods (autoregressive decoding is speculative decoding without a d
 The same loop drives the `.pte` (ProgramRunner) and eager models (`eager_step`,
 `edgespec.speculative.step.EagerSpecMethods`), so they are compared on equal terms. Timing
 is returned as stats, never printed here.
+
+The loop itself is `decoding`, a generator that asks for each forward call it needs (`Feed`:
+these tokens at this position, answer with the logits of the last) instead of making it:
+`generate` answers from one program, `edgespec.runtime.batch_decode` answers many loops'
+feeds with one batched program call.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -64,6 +69,20 @@ class GenerationResult:
         return sum(self.speculative_calls) / len(self.speculative_calls) if self.speculative_calls else 0.0
 
 
+@dataclass(frozen=True)
+class Feed:
+    """A forward call the decode loop needs: `tokens` fed at positions pos.. of its sequence;
+    answered with the logits of the last one ([V]), or with its greedy token (an int) when
+    `token_only` (the program's `next_token`)."""
+
+    tokens: list[int]
+    pos: int
+    token_only: bool = False
+
+
+Decoding = Generator[Feed, "torch.Tensor | int", GenerationResult]
+
+
 class SpecMethods(Protocol):
     """The speculative methods of a program (see `edgespec.export.constants`)."""
 
@@ -79,8 +98,20 @@ class SpecMethods(Protocol):
     def forward(self, tokens: torch.Tensor, start_pos: int) -> torch.Tensor: ...
 
 
-def generate(
-    step: StepFn,
+def generate(step: StepFn, prompt_ids: list[int], *, next_token: NextTokenFn | None = None, **options) -> GenerationResult:
+    """The decode loop (`decoding`, its options) run on one program: each feed it asks for is
+    one `step` call (or `next_token` call, where decoding is greedy without n-gram bans)."""
+    loop = decoding(prompt_ids, token_only=next_token is not None, **options)
+    try:
+        feed = next(loop)
+        while True:
+            t = torch.tensor([feed.tokens], dtype=torch.long)
+            feed = loop.send(next_token(t, feed.pos) if feed.token_only else step(t, feed.pos))
+    except StopIteration as done:
+        return done.value
+
+
+def decoding(
     prompt_ids: list[int],
     *,
     max_new_tokens: int,
@@ -93,10 +124,11 @@ def generate(
     cache: CacheState | None = None,
     spec: SpecMethods | None = None,
     lookup: int = 0,
-    next_token: NextTokenFn | None = None,
+    token_only: bool = False,
     adaptive: AdaptiveSpeculation | None = None,
-) -> GenerationResult:
-    """The decode loop: prefill the whole prompt in one `step` call, then decode.
+) -> Decoding:
+    """The decode loop: prefill the whole prompt in one forward call, then decode; each
+    forward call is a `Feed` yielded to the driver (`generate`), which sends back its answer.
 
     Without `spec` every call feeds one token (autoregressive decoding). With `spec` (the
     program's speculative methods) one `spec_step` call verifies the last draft and drafts
@@ -124,9 +156,10 @@ def generate(
     cache: what the program's KV cache holds from the previous generation; the prompt's
     longest common prefix with it is not prefilled again (see CacheState).
 
-    next_token: `step`'s greedy token without its logits (the program's `next_token` method, a
-    screened head); used for the calls that feed one token or the prompt when decoding is
-    greedy without n-gram bans (the same tokens as argmax of `step`'s logits).
+    token_only: the driver can answer a feed with its greedy token alone (the program's
+    `next_token` method, a screened head); asked for the calls that feed one token or the
+    prompt when decoding is greedy without n-gram bans (the same tokens as the argmax of the
+    logits).
 
     adaptive (with spec): speculate only while it pays on this device (edgespec.runtime.adaptive:
     each call is a spec_step or one token as the policy says, from the measured cost of both);
@@ -143,15 +176,16 @@ def generate(
         half, no_noise = torch.full((R, k), 0.5), torch.zeros(spec.vocab_size)
         draft = placeholder_draft(spec.depth, k)  # the first step drafts for real
 
-    greedy = next_token if temperature == 0 and no_repeat_ngram_size == 0 else None
+    greedy = token_only and temperature == 0 and no_repeat_ngram_size == 0
 
-    def one_call(tokens: list[int], at: int) -> int:  # the token after feeding `tokens` at position `at`
-        t = torch.tensor([tokens], dtype=torch.long)
-        return greedy(t, at) if greedy is not None else sample(ctx.block(step(t, at)), temperature, gen)
+    def one_call(tokens: list[int], at: int) -> Generator[Feed, torch.Tensor | int, int]:  # the token after feeding `tokens` at `at`
+        if greedy:
+            return int((yield Feed(tokens, at, token_only=True)))
+        return sample(ctx.block((yield Feed(tokens, at))), temperature, gen)
 
     t0 = time.perf_counter()
     start = cache.reusable(prompt_ids) if cache is not None else 0
-    x = one_call(prompt_ids[start:], start)
+    x = yield from one_call(prompt_ids[start:], start)
     prefill_s = time.perf_counter() - t0
 
     out: list[int] = []
@@ -192,9 +226,9 @@ def generate(
                 draft = with_lookup(draft, continuation)
             new, draft = spec.spec_step(x, draft, pos, temperature, uniforms, gumbel)
             if no_repeat_ngram_size > 0:
-                new = _unblock(step, ctx, x, pos, new)
+                new = yield from _unblock(ctx, x, pos, new)
         else:  # one token per call
-            new = [one_call([x], pos)]
+            new = [(yield from one_call([x], pos))]
         steps.append(time.perf_counter() - t)
         per_call.append(len(new))
         kinds.append(speculative)
@@ -276,13 +310,13 @@ class _Context:
         return block_(logits.clone(), self.buf[: self.len], self.n) if self.n > 0 else logits
 
 
-def _unblock(step: StepFn, ctx: _Context, x: int, pos: int, new: list[int]) -> list[int]:
-    """Greedy spec tokens with n-gram bans applied (see `generate`): keep the tokens up to the
+def _unblock(ctx: _Context, x: int, pos: int, new: list[int]) -> Generator[Feed, torch.Tensor, list[int]]:
+    """Greedy spec tokens with n-gram bans applied (see `decoding`): keep the tokens up to the
     first banned one, which is replaced by the best unbanned token of its position."""
     for j, tok in enumerate(new):
         if bool((banned_tokens(ctx.view(new[:j]), ctx.n) == tok).any()):
             prev = x if j == 0 else new[j - 1]
-            logits = step(torch.tensor([[prev]], dtype=torch.long), pos + j)
+            logits = yield Feed([prev], pos + j)
             return new[:j] + [int(torch.argmax(block_(logits.clone(), ctx.view(new[:j]), ctx.n)))]
     return new
 

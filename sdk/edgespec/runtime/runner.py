@@ -148,6 +148,9 @@ class ProgramRunner(Program):
         self.has_spec = C.SPEC_STEP in self.program.method_names
         self.has_next_token = C.NEXT_TOKEN in self.program.method_names
         self._next_token = None  # loaded on first use
+        # sequences decode_rows decodes side by side (1: no batched method)
+        self.batch_slots = int(self.constant(C.GET_BATCH_SLOTS)) if C.DECODE_ROWS in self.program.method_names else 1
+        self._decode_rows = None  # loaded on first use
         self.kernel_plan = self._plan_kernels() if plan_kernels else None
         if self.has_spec:  # the SpecMethods of the program (edgespec.runtime.generate)
             self.depth = int(self.constant(C.GET_SPEC_DEPTH))
@@ -183,6 +186,15 @@ class ProgramRunner(Program):
         if self._next_token is None:
             self._next_token = self.program.load_method(C.NEXT_TOKEN)
         return int(execute(self._next_token, [*self._feed_all_but_last(tokens, start_pos)])[0][0])
+
+    def decode_rows(self, tokens: torch.Tensor, slots: torch.Tensor, positions: torch.Tensor, emit: torch.Tensor) -> torch.Tensor:
+        """Rows of several sequences in one call (`edgespec.export.constants.DECODE_ROWS`;
+        edgespec.runtime.batch_decode drives it): logits [E, V] of the rows `emit` names."""
+        if self.batch_slots == 1:
+            raise EdgespecError(f"program '{self.path}' has no batched method: export it with export.batch_slots > 1")
+        if self._decode_rows is None:
+            self._decode_rows = self.program.load_method(C.DECODE_ROWS)
+        return execute(self._decode_rows, [tokens, slots, positions, emit])[0]
 
     def _feed_all_but_last(self, tokens: torch.Tensor, start_pos: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Feed `forward` every chunk of `call_tokens` but the last; the last's inputs."""

@@ -84,6 +84,11 @@ def build_bundle_files(recipe: Recipe, stage_dir: Path, stage: StageClock) -> Lm
     windowed = bool(src.args.local_layers) and src.args.sliding_window < recipe.model.max_seq_len
     call_tokens = tokens_per_call(recipe.model.max_seq_len, recipe.export.prefill_chunk)
     ops = program_ops(recipe.quant, recipe.export.step_attention, src.args.head_dim, speculative=spec is not None, windowed=windowed)
+    slots = recipe.export.batch_slots
+    if slots > 1:  # every method over the same caches, now of `slots` sequences
+        from edgespec.models.llama import with_batch_slots_
+
+        with_batch_slots_(model, slots)
     if spec is not None:
         from edgespec.export.spec_program import export_spec_methods, spec_meta
 
@@ -92,11 +97,16 @@ def build_bundle_files(recipe: Recipe, stage_dir: Path, stage: StageClock) -> Lm
         programs = export_with_next_token(model, recipe.model.max_seq_len, ops.attention, call_tokens, ops.glue)
     else:
         programs = {"forward": export_forward(model, recipe.model.max_seq_len, ops.attention, call_tokens, ops.glue)}
+    if slots > 1:  # a call: one row per sequence beside a prompt chunk of forward's size
+        from edgespec.export import constants as C
+        from edgespec.export.lowering import export_decode_rows
+
+        programs[C.DECODE_ROWS] = export_decode_rows(model, ops.attention, call_tokens + slots, ops.glue)
 
     stage("lower")
     bos = src.bos_id if src.bos_id is not None else src.eos_ids[0]
     meta = ProgramMeta(
-        recipe.model.max_seq_len, src.args.vocab_size, src.args.n_layers, bos, src.eos_ids, spec_meta(spec) if spec is not None else None, call_tokens
+        recipe.model.max_seq_len, src.args.vocab_size, src.args.n_layers, bos, src.eos_ids, spec_meta(spec) if spec is not None else None, call_tokens, slots
     )
     lowered = lower_to_executorch(programs, meta, xnnpack=ops.xnnpack, separate_base=recipe.export.separate_base)
     needs = runtime_needs(lowered.program)
