@@ -73,6 +73,51 @@ def test_kernel_matches_the_reference():
         assert torch.equal(row, out[:, t : t + 1])
 
 
+def test_ranges_give_each_row_the_bits_of_its_causal_row():
+    """`attention_ranges` (a batched call: each row over its own slot of the cache), through a
+    one-op program: close to its reference, and each row bitwise the causal `attention` row of
+    the same keys moved to the cache's start (a sequence decoded alone in slot 0)."""
+    from executorch.exir import to_edge
+    from executorch.runtime import Runtime
+
+    from edgespec.kernels import library
+    from edgespec.kernels.ops import reference_attention_ranges
+
+    library.load()
+    torch.manual_seed(2)
+    slot, Hkv, H, D = 40, 3, 9, 64  # SmolLM2's heads; 3 slots of 40 cache rows
+    k, v = torch.randn(1, 3 * slot, Hkv, D), torch.randn(1, 3 * slot, Hkv, D)
+
+    class Ranges(torch.nn.Module):
+        def forward(self, q, k, v, first, count):
+            return torch.ops.edgespec.attention_ranges(q, k, v, first, count)
+
+    class Causal(torch.nn.Module):
+        def forward(self, q, k, v, pos):
+            return torch.ops.edgespec.attention(q, k, v, pos[0].item(), None)
+
+    held = []  # the runtime reads each program from its bytes
+
+    def method(module, example, shapes):
+        ep = torch.export.export(module, example, dynamic_shapes=shapes, strict=False)
+        held.append(to_edge(ep).to_executorch().buffer)
+        return Runtime.get().load_program(held[-1]).load_method("forward")
+
+    rows = torch.export.Dim("rows", min=1, max=8)
+    slots, positions = torch.tensor([2, 0, 0, 1, 2]), torch.tensor([39, 0, 1, 17, 5])
+    first, count = slots * slot, positions + 1
+    q = torch.randn(1, 5, H, D)
+    ranges = method(Ranges(), (q, k, v, first, count), ({1: rows}, None, None, {0: rows}, {0: rows}))
+    out = ranges.execute([q, k, v, first, count])[0]
+    torch.testing.assert_close(out, reference_attention_ranges(q, k, v, first, count), rtol=1e-5, atol=1e-5)
+    causal = method(Causal(), (q[:, :2], k, v, torch.tensor([3])), ({1: rows}, None, None, None))
+    for t in range(5):  # the row alone, its slot's keys at rows [0, position]
+        own_k, own_v = torch.zeros_like(k), torch.zeros_like(v)
+        own_k[:, :slot], own_v[:, :slot] = k[:, first[t] : first[t] + slot], v[:, first[t] : first[t] + slot]
+        alone = causal.execute([q[:, t : t + 1], own_k, own_v, positions[t : t + 1]])[0]
+        assert torch.equal(alone, out[:, t : t + 1]), t
+
+
 def test_an_fp16_cache_gives_the_bits_of_its_values_widened_to_fp32():
     """The kernel reading fp16 caches (quant.kv_cache: fp16) computes exactly what it computes
     over fp32 caches holding the same values: the widening is exact and the sums are the

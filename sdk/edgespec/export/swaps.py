@@ -26,7 +26,7 @@ from torch import nn
 from edgespec.config import QuantConfig
 from edgespec.errors import EdgespecError
 from edgespec.export.kernel_modules import kernel_modules
-from edgespec.models.llama import SDPA, Attention, KVCache, additive_mask
+from edgespec.models.llama import SDPA, Attention, KeyRanges, KVCache, additive_mask
 from edgespec.quant import program_kernels
 
 
@@ -87,6 +87,8 @@ class ExactSDPA(SDPA):
 
         if q.shape[-1] not in HEAD_SIZES:
             raise EdgespecError(f"edgespec's exact attention supports head sizes {HEAD_SIZES}, not {q.shape[-1]}; export with export.step_attention=rows")
+        if isinstance(mask, KeyRanges):  # a batched call's rows: the ranges themselves
+            return torch.ops.edgespec.attention_ranges(q, k, v, mask.first, mask.count)
         if mask is not None and mask.dtype == torch.bool:
             mask = additive_mask(mask)
         return torch.ops.edgespec.attention(q, k, v, start_pos, mask)

@@ -311,6 +311,67 @@ AttendRows<C> attend_rows_for(int64_t D) {
   }
 }
 
+// The rows of one call attended: token row t reads its key list keys[t] (ascending cache rows,
+// n_keys[t] of them) with, where mask is given, mask + t * mask_stride as its additive mask over
+// cache rows. `longest`: the longest list (the scratch rows' width).
+struct KeyLists {
+  const int32_t* const* keys;
+  const int64_t* n_keys;
+  const float* mask;
+  int64_t mask_stride;
+  int64_t longest;
+};
+
+void attend_call(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, bool half, const KeyLists& lists, Tensor& out) {
+  const int64_t T = q.size(1), H = q.size(2), D = q.size(3), Hkv = k_cache.size(2);
+  const float* qd = q.const_data_ptr<float>();
+  // an fp16 cache's elements: IEEE binary16 bits (what c10::Half holds), widened by load_row16
+  const void* kd = k_cache.const_data_ptr();
+  const void* vd = v_cache.const_data_ptr();
+  const AttendRows<float> attend32 = half ? nullptr : attend_rows_for<float>(D);
+  const AttendRows<uint16_t> attend16 = half ? attend_rows_for<uint16_t>(D) : nullptr;
+  float* od = out.mutable_data_ptr<float>();
+  const int64_t group = H / Hkv, row_stride = Hkv * D;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  const int64_t* nk = lists.n_keys;
+  // The rows of a call are its (token row t, query head h) pairs; those of key/value head g,
+  // n = T * group of them, are items g * n + t * group + (h - g * group) (for T == 1, item h).
+  // The items split among the threads in contiguous ranges (parallel_for: equal counts), and a
+  // range's items of one key/value head are the rows of its blocks (at most kRowBlock rows,
+  // of balanced sizes): a block reads each key and value row once for all its rows, where one
+  // task per query head read them once per head of the group. A row's arithmetic is its own
+  // whichever block, range or thread computes it. (T = 4 rows of SmolLM2, 9 heads over 3
+  // key/value heads: 3 blocks of 12 rows at one thread, 4 blocks at two, was 9 tasks.)
+  const int64_t w_stride = (lists.longest + kLanes - 1) / kLanes * kLanes;
+  const int64_t n_per_kv = T * group;
+  pool::parallel_for(0, Hkv * n_per_kv, 1, [&](int64_t begin, int64_t end) {
+    static thread_local std::vector<float> w;
+    w.resize(kRowBlock * w_stride);
+    for (int64_t seg = begin, seg_end; seg < end; seg = seg_end) {
+      const int64_t g = seg / n_per_kv;
+      seg_end = std::min(end, (g + 1) * n_per_kv);  // this range's items of key/value head g
+      const int64_t m = seg_end - seg, nblocks = (m + kRowBlock - 1) / kRowBlock;
+      for (int64_t b = 0; b < nblocks; ++b) {
+        Rows rows;
+        const int64_t first = seg + m * b / nblocks;
+        rows.n = seg + m * (b + 1) / nblocks - first;
+        for (int64_t r = 0; r < rows.n; ++r) {
+          const int64_t p = first + r - g * n_per_kv, t = p / group, h = g * group + p % group;
+          rows.q[r] = qd + (t * H + h) * D;
+          rows.out[r] = od + (t * H + h) * D;
+          rows.keys[r] = lists.keys[t];
+          rows.n_keys[r] = nk[t];
+          rows.mask[r] = lists.mask == nullptr ? nullptr : lists.mask + t * lists.mask_stride;
+        }
+        if (half)
+          attend16(rows, static_cast<const uint16_t*>(kd) + g * D, static_cast<const uint16_t*>(vd) + g * D, row_stride, scale, w.data(), w_stride);
+        else
+          attend32(rows, static_cast<const float*>(kd) + g * D, static_cast<const float*>(vd) + g * D, row_stride, scale, w.data(), w_stride);
+      }
+    }
+  });
+}
+
 Tensor& attention_out(KernelRuntimeContext& ctx, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, int64_t start_pos,
                       const executorch::aten::optional<Tensor>& mask, Tensor& out) {
   ET_KERNEL_CHECK_MSG(ctx, q.dim() == 4 && k_cache.dim() == 4 && v_cache.dim() == 4, InvalidArgument, out,
@@ -362,53 +423,52 @@ Tensor& attention_out(KernelRuntimeContext& ctx, const Tensor& q, const Tensor& 
   }
   const int32_t* slot_list = mask_data == nullptr ? slots.data() : masked_keys.data();
   const int64_t list_stride = mask_data == nullptr ? 0 : N;
+  static thread_local std::vector<const int32_t*> row_keys;
+  row_keys.resize(T);
+  for (int64_t t = 0; t < T; ++t) row_keys[t] = slot_list + t * list_stride;
+  attend_call(q, k_cache, v_cache, half, KeyLists{row_keys.data(), n_keys.data(), mask_data, N, N}, out);
+  return out;
+}
 
-  const float* qd = q.const_data_ptr<float>();
-  // an fp16 cache's elements: IEEE binary16 bits (what c10::Half holds), widened by load_row16
-  const void* kd = k_cache.const_data_ptr();
-  const void* vd = v_cache.const_data_ptr();
-  const AttendRows<float> attend32 = half ? nullptr : attend_rows_for<float>(D);
-  const AttendRows<uint16_t> attend16 = half ? attend_rows_for<uint16_t>(D) : nullptr;
-  float* od = out.mutable_data_ptr<float>();
-  const int64_t group = H / Hkv, row_stride = Hkv * D;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  const int64_t* nk = n_keys.data();
-  // The rows of a call are its (token row t, query head h) pairs; those of key/value head g,
-  // n = T * group of them, are items g * n + t * group + (h - g * group) (for T == 1, item h).
-  // The items split among the threads in contiguous ranges (parallel_for: equal counts), and a
-  // range's items of one key/value head are the rows of its blocks (at most kRowBlock rows,
-  // of balanced sizes): a block reads each key and value row once for all its rows, where one
-  // task per query head read them once per head of the group. A row's arithmetic is its own
-  // whichever block, range or thread computes it. (T = 4 rows of SmolLM2, 9 heads over 3
-  // key/value heads: 3 blocks of 12 rows at one thread, 4 blocks at two, was 9 tasks.)
-  const int64_t w_stride = (N + kLanes - 1) / kLanes * kLanes;
-  const int64_t n_per_kv = T * group;
-  pool::parallel_for(0, Hkv * n_per_kv, 1, [&](int64_t begin, int64_t end) {
-    static thread_local std::vector<float> w;
-    w.resize(kRowBlock * w_stride);
-    for (int64_t seg = begin, seg_end; seg < end; seg = seg_end) {
-      const int64_t g = seg / n_per_kv;
-      seg_end = std::min(end, (g + 1) * n_per_kv);  // this range's items of key/value head g
-      const int64_t m = seg_end - seg, nblocks = (m + kRowBlock - 1) / kRowBlock;
-      for (int64_t b = 0; b < nblocks; ++b) {
-        Rows rows;
-        const int64_t first = seg + m * b / nblocks;
-        rows.n = seg + m * (b + 1) / nblocks - first;
-        for (int64_t r = 0; r < rows.n; ++r) {
-          const int64_t p = first + r - g * n_per_kv, t = p / group, h = g * group + p % group;
-          rows.q[r] = qd + (t * H + h) * D;
-          rows.out[r] = od + (t * H + h) * D;
-          rows.keys[r] = slot_list + t * list_stride;
-          rows.n_keys[r] = nk[t];
-          rows.mask[r] = mask_data == nullptr ? nullptr : mask_data + t * N;
-        }
-        if (half)
-          attend16(rows, static_cast<const uint16_t*>(kd) + g * D, static_cast<const uint16_t*>(vd) + g * D, row_stride, scale, w.data(), w_stride);
-        else
-          attend32(rows, static_cast<const float*>(kd) + g * D, static_cast<const float*>(vd) + g * D, row_stride, scale, w.data(), w_stride);
-      }
-    }
-  });
+// edgespec::attention_ranges.out: row t sees the cache rows [first[t], first[t] + count[t]) and
+// no others (a batched call's rows, each over its own sequence's slot: Transformer.decode_rows).
+// Its arithmetic is that of the causal rows of `attention` over the same keys: a sequence's
+// row gives the bits it gives decoded alone.
+Tensor& attention_ranges_out(KernelRuntimeContext& ctx, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& first,
+                             const Tensor& count, Tensor& out) {
+  ET_KERNEL_CHECK_MSG(ctx, q.dim() == 4 && k_cache.dim() == 4 && v_cache.dim() == 4 && q.size(0) == 1 && k_cache.size(0) == 1, InvalidArgument, out,
+                      "edgespec::attention_ranges: q [1, T, H, D] and the caches [1, S, Hkv, D]");
+  const bool half = k_cache.scalar_type() == ScalarType::Half;
+  ET_KERNEL_CHECK_MSG(ctx,
+                      q.scalar_type() == ScalarType::Float && (half || k_cache.scalar_type() == ScalarType::Float) &&
+                          v_cache.scalar_type() == k_cache.scalar_type() && out.scalar_type() == ScalarType::Float,
+                      InvalidArgument, out, "edgespec::attention_ranges: fp32 q and out, and fp32 or fp16 caches (both the same)");
+  const int64_t T = q.size(1), H = q.size(2), D = q.size(3), S = k_cache.size(1), Hkv = k_cache.size(2);
+  ET_KERNEL_CHECK_MSG(ctx, k_cache.size(3) == D && Hkv > 0 && H % Hkv == 0 && v_cache.sizes() == k_cache.sizes(), InvalidArgument, out,
+                      "edgespec::attention_ranges: shapes do not match");
+  ET_KERNEL_CHECK_MSG(ctx, attend_rows_for<float>(D) != nullptr, InvalidArgument, out, "edgespec::attention_ranges: head size must be 16, 32, 48, 64, 96, 128 or 256");
+  ET_KERNEL_CHECK_MSG(ctx,
+                      first.scalar_type() == ScalarType::Long && count.scalar_type() == ScalarType::Long && first.dim() == 1 && count.dim() == 1 &&
+                          first.size(0) == T && count.size(0) == T,
+                      InvalidArgument, out, "edgespec::attention_ranges: first and count must be int64 [T]");
+  const int64_t* f = first.const_data_ptr<int64_t>();
+  const int64_t* c = count.const_data_ptr<int64_t>();
+  int64_t longest = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    ET_KERNEL_CHECK_MSG(ctx, f[t] >= 0 && c[t] >= 1 && f[t] <= S - c[t], InvalidArgument, out, "edgespec::attention_ranges: a row's keys past the cache");
+    longest = std::max(longest, c[t]);
+  }
+  ET_KERNEL_CHECK(ctx, executorch::runtime::resize_tensor(out, q.sizes()) == executorch::runtime::Error::Ok, InvalidArgument, out);
+  static thread_local std::vector<int32_t> slots;  // 0, 1, 2, ...: a row's keys are a window of it
+  if (static_cast<int64_t>(slots.size()) < S) {
+    const int64_t had = static_cast<int64_t>(slots.size());
+    slots.resize(S);
+    for (int64_t j = had; j < S; ++j) slots[j] = static_cast<int32_t>(j);
+  }
+  static thread_local std::vector<const int32_t*> row_keys;
+  row_keys.resize(T);
+  for (int64_t t = 0; t < T; ++t) row_keys[t] = slots.data() + f[t];
+  attend_call(q, k_cache, v_cache, half, KeyLists{row_keys.data(), c, nullptr, 0, longest}, out);
   return out;
 }
 
@@ -416,3 +476,4 @@ Tensor& attention_out(KernelRuntimeContext& ctx, const Tensor& q, const Tensor& 
 }  // namespace edgespec
 
 EXECUTORCH_LIBRARY(edgespec, "attention.out", edgespec::attention_out);
+EXECUTORCH_LIBRARY(edgespec, "attention_ranges.out", edgespec::attention_ranges_out);

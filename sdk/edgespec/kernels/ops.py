@@ -5,6 +5,9 @@ tracing and a plain-PyTorch reference (eager calls). The runtime kernels are C++
 `edgespec::attention(q [1, T, H, D], k_cache [1, S, Hkv, D], v_cache, start_pos, mask)`:
 mask None = causal (row t sees keys [0, start_pos + t]); else an additive fp32 mask [T, N]
 over keys [0, N), -inf = not visible. Per-row arithmetic independent of T: see attention.cpp.
+`edgespec::attention_ranges(q, k_cache, v_cache, first [T], count [T])`: row t sees the cache
+rows [first[t], first[t] + count[t]) (the rows of a batched call, each in its own sequence's
+slot), with the arithmetic of `attention`'s causal rows over the same keys.
 
 `edgespec::block_linear(x [..., K], weight uint8, format, out_features, prologue=0,
 norm_weight=None, eps=0, residual=None) -> [..., N]`: a linear over packed GGUF-style blocks
@@ -77,6 +80,16 @@ def reference_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.T
 
 
 _op("attention", "Tensor q, Tensor k_cache, Tensor v_cache, SymInt start_pos, Tensor? mask=None", reference_attention)
+
+
+def reference_attention_ranges(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, first: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
+    """`reference_attention` where row t sees the cache rows [first[t], first[t] + count[t])."""
+    keys = torch.arange(k_cache.shape[1])[None, :]
+    visible = (keys >= first[:, None]) & (keys < (first + count)[:, None])
+    return reference_attention(q, k_cache, v_cache, 0, torch.zeros(visible.shape).masked_fill(~visible, float("-inf")))
+
+
+_op("attention_ranges", "Tensor q, Tensor k_cache, Tensor v_cache, Tensor first, Tensor count", reference_attention_ranges)
 
 
 def reference_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

@@ -181,16 +181,33 @@ class GrowingKV:
         return self.k, self.v
 
 
+class KeyRanges:
+    """Which cache rows each query row sees, as ranges (a batched call's rows, each over its
+    own sequence's slot: `Transformer.decode_rows`): row t sees [first[t], first[t] + count[t]).
+    Attention takes it where it takes a mask; edgespec's exact attention reads the ranges
+    themselves (no [T, cache] mask to build and scan)."""
+
+    def __init__(self, first: torch.Tensor, count: torch.Tensor):
+        self.first, self.count = first, count
+
+    def visible(self, n: int) -> torch.Tensor:
+        """The same as a boolean mask [T, n] over cache rows [0, n)."""
+        keys = torch.arange(n)[None, :]
+        return (keys >= self.first[:, None]) & (keys < (self.first + self.count)[:, None])
+
+
 class SDPA(nn.Module):
     """Attention in plain PyTorch (training and every eager path).
 
     q [B, T, H, D] at cache slots start_pos..; k, v [B, S, Hkv, D] (S >= rows used).
     mask None: causal over keys [0, start_pos + T) (row i sees keys <= start_pos + i);
     else a mask [T, S'] (bool, True = visible, or additive float) over keys [0, S'), or one
-    per sequence [B, 1, T, S'] (batched generation with padding)."""
+    per sequence [B, 1, T, S'] (batched generation with padding), or `KeyRanges`."""
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start_pos, mask: torch.Tensor | None) -> torch.Tensor:
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start_pos, mask: torch.Tensor | KeyRanges | None) -> torch.Tensor:
         T = q.shape[1]
+        if isinstance(mask, KeyRanges):
+            mask = mask.visible(k.shape[1])
         if mask is None:
             n = start_pos + T
             mask = torch.arange(n)[None, :] <= (start_pos + torch.arange(T))[:, None]  # [T, n]
@@ -261,7 +278,14 @@ class Attention(nn.Module):
         return apply_rope(x, cos, sin, self.rope_swap)
 
     def forward(
-        self, x: torch.Tensor, start_pos, cos: torch.Tensor, sin: torch.Tensor, adapters=None, mask: torch.Tensor | None = None, kv: GrowingKV | None = None
+        self,
+        x: torch.Tensor,
+        start_pos,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        adapters=None,
+        mask: torch.Tensor | KeyRanges | None = None,
+        kv: GrowingKV | SlotRows | None = None,
     ) -> torch.Tensor:
         """x [B, T, d] at rotary angles cos/sin [T, D/2], cache slots start_pos.. .
 
@@ -326,7 +350,14 @@ class TransformerBlock(nn.Module):
         self.ffn_post_norm = RMSNorm(args.dim, args.norm_eps) if args.sandwich_norms else None
 
     def forward(
-        self, x: torch.Tensor, start_pos, cos: torch.Tensor, sin: torch.Tensor, adapters=None, mask: torch.Tensor | None = None, kv: GrowingKV | None = None
+        self,
+        x: torch.Tensor,
+        start_pos,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        adapters=None,
+        mask: torch.Tensor | KeyRanges | None = None,
+        kv: GrowingKV | SlotRows | None = None,
     ) -> torch.Tensor:
         """The one decoder block of edgespec: main-stream rows, tree rows and stream rows all
         run through it. adapters: optional additive maps by linear name (wq..w3), e.g. LoRA;
@@ -383,7 +414,7 @@ class Transformer(nn.Module):
         cos: torch.Tensor,
         sin: torch.Tensor,
         adapters: Callable[[int], nn.ModuleDict | None] | None = None,
-        mask: torch.Tensor | None = None,
+        mask: torch.Tensor | KeyRanges | None = None,
         kvs: Sequence | None = None,
     ) -> torch.Tensor:
         """Layers [start, stop) over rows x [B, T, dim] at cache slots start_pos.. and RoPE
@@ -443,11 +474,10 @@ class Transformer(nn.Module):
         bitwise the sequence decoded alone."""
         S = self.args.max_seq_len
         index = slots * S + positions  # [T] the cache row each row writes
-        keys = torch.arange(self.batch_slots * S)
-        visible = (keys[None, :] >= (slots * S)[:, None]) & (keys[None, :] <= index[:, None])  # [T, B * S]
+        sees = KeyRanges(slots * S, positions + 1)  # its slot's rows up to itself
         cos, sin = self.rope(positions)
         kvs = [SlotRows(layer.attention.kv_cache, index) for layer in self.layers]
-        x = self.run_layers(self.embed(tokens), 0, self.args.n_layers, 0, cos, sin, mask=visible, kvs=kvs)
+        x = self.run_layers(self.embed(tokens), 0, self.args.n_layers, 0, cos, sin, mask=sees, kvs=kvs)
         return self.output(self.norm(x)[0].index_select(0, emit)).float()
 
     def next_token(self, tokens: torch.Tensor, input_pos: torch.Tensor) -> torch.Tensor:
