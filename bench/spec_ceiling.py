@@ -1,0 +1,84 @@
+"""What lossless speculation can reach on this CPU: the program's row-cost curve and the
+speedup a perfect drafter would give at each chain length, and the share of it the shipped
+decoders reach. Prints JSON.
+
+A speculative call over a chain of L drafted tokens verifies L + 1 rows; if every draft were
+accepted it would emit L + 1 tokens for the cost of those rows. With t(n) the program's
+forward over n rows at a typical context, the ceiling at L is (L + 1) t(1) / t(L + 1): the
+most a chain of L can give on this device, whatever drafts it (its step's own drafting
+work only lowers it). Where rows are nearly free (a memory-bound CPU) the ceiling grows with
+L; where each row costs (a matrix unit already busy on one row, or a compute-bound core) it
+flattens early, so every speedup is read against its own hardware.
+
+    python bench/spec_ceiling.py --bundle bundles/default --threads 2 \\
+        [--results docs/results/spec_vs_ar_auto_xeon167_2threads.json] > docs/results/spec_ceiling_NAME.json
+
+--results: a `bench/spec_vs_ar.py` JSON measured on this machine at the same thread count;
+each of its decoders' speedup over the default AR is put beside the ceiling at its chain
+length (the fraction of the ceiling reached).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from edgespec.host import cpu_name  # (edgespec before torch: its OpenMP workers sleep)
+from edgespec.runtime.session import open_bundle
+from edgespec.runtime.speed import forward_curve
+
+
+def ceilings(curve: dict[int, float]) -> dict[int, float]:
+    """Chain length L -> (L + 1) t(1) / t(L + 1), for every L + 1 the curve has."""
+    return {n - 1: n * curve[1] / curve[n] for n in sorted(curve) if n > 1}
+
+
+def reached(results: dict, ceiling: dict[int, float]) -> dict:
+    """Each decoder of a spec_vs_ar.py JSON: its speedup over the default AR (median of
+    per-prompt ratios), its chain length, the ceiling there and the fraction reached."""
+    depth = len(results.get("branching") or [])
+    against = (results.get("against") or {}).get("speedup_over_it") or {}
+    out = {}
+    for name, speedup in against.items():
+        if name in ("ar",) or depth not in ceiling:
+            continue
+        out[name] = {"speedup": speedup, "chain": depth, "ceiling": round(ceiling[depth], 3), "fraction": round(speedup / ceiling[depth], 3)}
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bundle", required=True, help="a bundle whose forward is the AR the speedups are over (the default bundle)")
+    ap.add_argument("--threads", type=int, default=0, help="ExecuTorch's threads (0: its default)")
+    ap.add_argument("--context", type=int, default=200, help="position the rows are at (a typical decode context)")
+    ap.add_argument("--max-rows", type=int, default=16)
+    ap.add_argument("--reps", type=int, default=9)
+    ap.add_argument("--results", type=Path, help="a bench/spec_vs_ar.py JSON of this machine and thread count")
+    args = ap.parse_args()
+
+    from edgespec.runtime.runner import set_threads
+
+    if args.threads:
+        set_threads(args.threads)
+    _, _, runner = open_bundle(args.bundle)
+    curve = forward_curve(runner, args.context, reps=args.reps, rows=tuple(range(1, args.max_rows + 1)))
+    ceiling = ceilings(curve)
+    best = max(ceiling, key=ceiling.get)
+    report = {
+        "bundle": args.bundle,
+        "cpu": cpu_name(),
+        "threads": args.threads or "default",
+        "context": args.context,
+        "forward_ms_by_rows": {n: round(1000 * t, 3) for n, t in curve.items()},
+        "cost_vs_one_row": {n: round(t / curve[1], 3) for n, t in curve.items()},
+        "perfect_drafter_speedup_by_chain": {chain: round(c, 3) for chain, c in ceiling.items()},
+        "best_chain": {"length": best, "speedup": round(ceiling[best], 3)},
+    }
+    if args.results:
+        report["decoders"] = reached(json.loads(args.results.read_text()), ceiling)
+    print(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()
