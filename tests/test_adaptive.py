@@ -4,6 +4,7 @@ call times, and the decode loop under it (greedy output unchanged)."""
 from __future__ import annotations
 
 import itertools
+import json
 
 import pytest
 import torch
@@ -102,3 +103,60 @@ def test_a_step_that_cannot_pay_even_accepting_everything_is_dropped_after_one_c
     kinds = _drive(p, 60, ar_s=0.010, step_s=0.045, tokens=4)  # 4 tokens at most, at 4.5x
     assert kinds[:3] == [False, True, False] and sum(kinds) == 3  # one step per try: calls 1, 18, 51
     assert "more than the 4 tokens it can emit" in p.events[0]
+
+
+def test_each_prompt_gets_its_own_try_and_a_streak_that_paid_goes_on():
+    """A back-off ends with its prompt: the next one tries again at once (one stale step and
+    a window), where a class whose steps paid speculates from the next prompt's first call."""
+    p = AdaptiveSpeculation(window=4, ar_probe=2, first_backoff=8)
+    p.start(max_tokens=4)
+    _drive(p, 12, ar_s=0.010, step_s=0.020, tokens=1)  # 0.5x: backing off
+    assert p._tracks[False].ar_left > 0
+    p.start(max_tokens=4)
+    kinds = _drive(p, 30, ar_s=0.010, step_s=0.020, tokens=3)  # this prompt's text is predictable: 1.5x
+    assert all(kinds)
+    p.start(max_tokens=4)
+    assert _drive(p, 5, ar_s=0.010, step_s=0.020, tokens=3) == [True] * 5
+
+
+def test_a_policy_learns_another_process_measurements():
+    """knowledge() of a policy that measured speculation paying, learned by a fresh one: no
+    autoregressive probe, it speculates from the first call; one that measured a loss backs off
+    after its first step."""
+    paid = AdaptiveSpeculation(window=4, ar_probe=3)
+    _drive(paid, 20, ar_s=0.010, step_s=0.015, tokens=2)
+    fresh = AdaptiveSpeculation(window=4, ar_probe=3)
+    fresh.learn(json.loads(json.dumps(paid.knowledge())))
+    fresh.start(max_tokens=4)
+    assert _drive(fresh, 6, ar_s=0.010, step_s=0.015, tokens=2) == [True] * 6
+    lost = AdaptiveSpeculation(window=4, ar_probe=3)
+    _drive(lost, 20, ar_s=0.010, step_s=0.030, tokens=1)
+    fresh = AdaptiveSpeculation(window=4, ar_probe=3)
+    fresh.learn(lost.knowledge())
+    fresh.start(max_tokens=4)
+    kinds = _drive(fresh, 6, ar_s=0.010, step_s=0.030, tokens=1)
+    assert kinds[0] and not any(kinds[1:])
+
+
+def test_what_a_policy_measured_is_kept_for_the_next_process(tmp_path, monkeypatch):
+    """device_policy: the knowledge of one process's policy is cached by the program's checksum
+    and the kernel plan's timing; the next process's policy starts from it; another program,
+    or a plan timed anew, starts afresh."""
+    from types import SimpleNamespace
+
+    from edgespec.manifest import LAYOUT
+    from edgespec.runtime.session import device_policy
+
+    monkeypatch.setenv("EDGESPEC_CACHE", str(tmp_path))
+
+    def program(sha: str, timed_at: str):
+        runner = SimpleNamespace(kernel_plan=SimpleNamespace(timed_at=timed_at))
+        return runner, SimpleNamespace(files={LAYOUT.program: SimpleNamespace(sha256=sha * 64)})
+
+    policy, remember = device_policy(*program("a", "t1"))
+    _drive(policy, 20, ar_s=0.010, step_s=0.015, tokens=2)
+    remember()
+    again, _ = device_policy(*program("a", "t1"))
+    assert again.knowledge() == policy.knowledge() and again.speculate()  # no probe
+    for other in (program("b", "t1"), program("a", "t2")):
+        assert device_policy(*other)[0].knowledge()["ar_s"] == []

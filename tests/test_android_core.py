@@ -389,7 +389,7 @@ def test_java_adaptive_speculation_decides_as_the_python_policy(tmp_path):
     _java_ok()
     res = run_junit(tmp_path / "fixtures", tmp_path / "build", ["AdaptiveSpeculationTest"])
     assert res.returncode == 0, res.stdout[-6000:] + res.stderr[-2000:]
-    assert re.search(r"OK \(6 tests\)", res.stdout), res.stdout[-2000:]
+    assert re.search(r"OK \(7 tests\)", res.stdout), res.stdout[-2000:]
 
 
 def test_program_contract_mirrors_the_python_constants():

@@ -34,7 +34,10 @@ The decision uses wall-clock times, so with sampling (temperature > 0) which cal
 depends on the machine's load: the output is distributed as autoregressive sampling either
 way, but a seed no longer fixes it exactly (`--mode spec` does). Greedy output is the same
 token for token whatever is chosen. One policy per loaded program: its times carry over from
-one generation to the next.
+one generation to the next, and so does a class's streak that paid (the next prompt goes on
+speculating, no try to pay for); a back-off does not: each prompt is tried afresh, for a
+prompt of another kind may be one where drafting pays. `knowledge` / `learn` carry the
+measurements to a later process (edgespec.runtime.session keeps them beside the kernel plan).
 """
 
 from __future__ import annotations
@@ -86,10 +89,33 @@ class AdaptiveSpeculation:
 
     def start(self, max_tokens: int = 0) -> None:
         """A new generation, whose steps emit at most `max_tokens` (0: unknown): the draft is
-        stale (the times are kept)."""
+        stale; the times are kept, and a class that was backing off tries again from the first
+        back-off (a class whose steps paid goes on with its measurements)."""
         self._stale = True
         self._max_tokens = max_tokens
         self.events = []
+        for track in self._tracks.values():
+            if track.ar_left > 0 or track.backoff != self.first_backoff:
+                track.ar_left, track.backoff, track.paid = 0, self.first_backoff, 0
+                track.step_s.clear()
+                track.tokens.clear()
+
+    def knowledge(self) -> dict:
+        """What this policy measured on this device, as JSON-able data (`learn` takes it):
+        autoregressive seconds, and per class its steps' seconds and tokens."""
+        return {
+            "ar_s": list(self._ar_s),
+            "classes": {CLASSES[m]: {"step_s": list(t.step_s), "tokens": list(t.tokens)} for m, t in self._tracks.items()},
+        }
+
+    def learn(self, knowledge: dict) -> None:
+        """Start from another process's measurements of the same program on this device
+        (`knowledge`): no autoregressive probe, and each class judged from them at once."""
+        self._ar_s.extend(float(x) for x in knowledge["ar_s"])
+        for m, name in CLASSES.items():
+            known = knowledge["classes"].get(name, {})
+            self._tracks[m].step_s.extend(float(x) for x in known.get("step_s", ()))
+            self._tracks[m].tokens.extend(float(x) for x in known.get("tokens", ()))
 
     def speculate(self, matched: bool = False) -> bool:
         """Whether the next call is a speculative step; `matched`: its draft would start with a

@@ -59,9 +59,14 @@ def decoder(runner: ProgramRunner, mode: str, lookup: int | None = None, manifes
     if mode == "auto":
         if not runner.has_spec:
             return "ar", functools.partial(generate, runner.forward, next_token=next_token)
-        from edgespec.runtime.adaptive import AdaptiveSpeculation
+        policy, remember = device_policy(runner, manifest)
 
-        return mode, functools.partial(generate, runner.forward, spec=runner, lookup=lookup, next_token=next_token, adaptive=AdaptiveSpeculation())
+        def auto(prompt_ids: list[int], **options):
+            res = generate(runner.forward, prompt_ids, spec=runner, lookup=lookup, next_token=next_token, adaptive=policy, **options)
+            remember()
+            return res
+
+        return mode, auto
     if mode == "spec":
         if not runner.has_spec:
             raise EdgespecError(f"program '{runner.path}' has no speculative methods (export with a trained drafter: recipe drafter.weights); use --mode ar")
@@ -69,6 +74,44 @@ def decoder(runner: ProgramRunner, mode: str, lookup: int | None = None, manifes
     if mode == "ar-logits":
         return mode, functools.partial(generate, runner.forward)
     return mode, functools.partial(generate, runner.forward, next_token=next_token)
+
+
+def device_policy(runner: ProgramRunner, manifest: LmManifest | None):
+    """The adaptive policy (edgespec.runtime.adaptive) for this program on this device, and a
+    function that keeps what it has measured for the next process: the autoregressive and
+    step times and each class's tokens per step, cached beside the block kernel's plan (by
+    CPU build, thread count and the program's SHA-256), so a fresh `edgespec generate` starts
+    informed instead of probing. Measured again when the plan is (timed anew). Without a
+    manifest (the program's checksum unknown) nothing is kept."""
+    import json
+
+    from edgespec.kernels import library
+    from edgespec.output_dir import renamed_into_place
+    from edgespec.runtime.adaptive import AdaptiveSpeculation
+    from edgespec.runtime.runner import threads
+
+    policy = AdaptiveSpeculation()
+    entry = manifest.files.get(LAYOUT.program) if manifest is not None else None
+    if entry is None:
+        return policy, lambda: None
+    path = library.kernels_dir() / "speculation" / f"{library.library_path().stem}-{threads()}t-{entry.sha256[:16]}.json"
+    plan = runner.kernel_plan.timed_at if runner.kernel_plan is not None else ""
+    try:
+        kept = json.loads(path.read_text())
+        if kept.get("plan_timed_at") == plan:
+            policy.learn(kept["knowledge"])
+    except (OSError, ValueError, KeyError, TypeError):  # none yet, or unreadable: measure afresh
+        pass
+
+    def remember() -> None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with renamed_into_place(path, ".policy-", ".json") as tmp:
+                tmp.write_text(json.dumps({"plan_timed_at": plan, "knowledge": policy.knowledge()}))
+        except OSError:  # an unwritable cache: the next process probes again
+            pass
+
+    return policy, remember
 
 
 def verify_program(bundle_dir: str | Path, manifest: LmManifest) -> dict[str, Any]:

@@ -89,11 +89,24 @@ public final class AdaptiveSpeculation {
     for (int i = 0; i < 2; i++) tracks[i] = new Track(window, firstBackoff);
   }
 
-  /** A new generation whose steps emit at most {@code maxTokens} (0: unknown); the times are kept. */
+  /**
+   * A new generation whose steps emit at most {@code maxTokens} (0: unknown); the times are kept,
+   * and a class that was backing off tries again from the first back-off (one whose steps paid
+   * goes on with its measurements).
+   */
   public void start(int maxTokens) {
     stale = true;
     this.maxTokens = maxTokens;
     events.clear();
+    for (Track t : tracks) {
+      if (t.arLeft > 0 || t.backoff != firstBackoff) {
+        t.arLeft = 0;
+        t.backoff = firstBackoff;
+        t.paid = 0;
+        t.stepNanos.values.clear();
+        t.tokens.values.clear();
+      }
+    }
   }
 
   /** Whether the next call is a speculative step; {@code matched}: its draft would start with a suffix match. */

@@ -88,6 +88,18 @@ public class AdaptiveSpeculationTest {
     assertTrue("drafter steps late: " + drafterSpec, drafterSpec <= 6);
   }
 
+  @Test
+  public void eachPromptGetsItsOwnTryAndAStreakThatPaidGoesOn() {
+    AdaptiveSpeculation p = new AdaptiveSpeculation(1.05, 4, 2, 8, 512);
+    p.start(4);
+    drive(p, 12, 10_000_000, 20_000_000, 1); // 0.5x: backing off
+    assertFalse(p.speculate(false));
+    p.start(4);
+    assertFalse(drive(p, 30, 10_000_000, 20_000_000, 3).contains(false)); // this prompt: 1.5x
+    p.start(4);
+    assertEquals(List.of(true, true, true, true, true), drive(p, 5, 10_000_000, 20_000_000, 3));
+  }
+
   @Test(expected = IllegalArgumentException.class)
   public void rejectsNonsenseSettings() {
     new AdaptiveSpeculation(1.05, 8, 3, 64, 16);
