@@ -138,7 +138,7 @@ def test_generate_and_bench_decode_with_the_bundles_own_lookup_unless_told(monke
     from edgespec.runtime.session import decoder
 
     runner = SimpleNamespace(has_spec=True, has_next_token=False, forward=None, path="p.pte")
-    spec = SimpleNamespace(speculative=SimpleNamespace(lookup=2))
+    spec = SimpleNamespace(speculative=SimpleNamespace(lookup=2), files={})
 
     def lookup_of(*args, mode="spec"):
         return decoder(runner, mode, *args)[1].keywords["lookup"]

@@ -60,13 +60,7 @@ def decoder(runner: ProgramRunner, mode: str, lookup: int | None = None, manifes
         if not runner.has_spec:
             return "ar", functools.partial(generate, runner.forward, next_token=next_token)
         policy, remember = device_policy(runner, manifest)
-
-        def auto(prompt_ids: list[int], **options):
-            res = generate(runner.forward, prompt_ids, spec=runner, lookup=lookup, next_token=next_token, adaptive=policy, **options)
-            remember()
-            return res
-
-        return mode, auto
+        return mode, functools.partial(_remembering, runner.forward, spec=runner, lookup=lookup, next_token=next_token, adaptive=policy, remember=remember)
     if mode == "spec":
         if not runner.has_spec:
             raise EdgespecError(f"program '{runner.path}' has no speculative methods (export with a trained drafter: recipe drafter.weights); use --mode ar")
@@ -74,6 +68,13 @@ def decoder(runner: ProgramRunner, mode: str, lookup: int | None = None, manifes
     if mode == "ar-logits":
         return mode, functools.partial(generate, runner.forward)
     return mode, functools.partial(generate, runner.forward, next_token=next_token)
+
+
+def _remembering(step, prompt_ids: list[int], *, remember, **options):
+    """`generate`, then `remember()`: what the adaptive policy measured is kept (`device_policy`)."""
+    res = generate(step, prompt_ids, **options)
+    remember()
+    return res
 
 
 def device_policy(runner: ProgramRunner, manifest: LmManifest | None):
