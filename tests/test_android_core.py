@@ -351,7 +351,7 @@ def run_junit(fixtures: Path, build: Path, tests: list[str] | None = None) -> su
 def test_java_core_reproduces_the_python_runtime(fp32_bundle, tmp_path):
     _java_ok()
     record_fixtures(fp32_bundle, tmp_path / "fixtures")
-    res = run_junit(tmp_path / "fixtures", tmp_path / "build")
+    res = run_junit(tmp_path / "fixtures", tmp_path / "build", [t for t in JUNIT_CLASSES if t != "BatchDecoderTest"])  # (its own test: a batched program)
     assert res.returncode == 0, res.stdout[-6000:] + res.stderr[-2000:]
     m = re.search(r"OK \((\d+) tests\)", res.stdout)
     assert m and int(m.group(1)) >= 11, res.stdout[-2000:]
