@@ -129,6 +129,15 @@ def pytest_terminal_summary(terminalreporter):
 
 
 @pytest.fixture(scope="session")
+def tiny_batched_bundle(tiny_hf_dir, build_bundle):
+    """The tiny byte-level model on edgespec's block kernel with three batch slots (decode_rows)."""
+    return build_bundle(
+        f"name: tiny-batched\nmodel: {{source: {tiny_hf_dir}, max_seq_len: 96}}\nquant: {{scheme: 8da4w}}\nnumerics: {{search: false}}\n"
+        "export: {batch_slots: 3, prefill_chunk: 16}\nvalidate: {enabled: false}\n"
+    )
+
+
+@pytest.fixture(scope="session")
 def fp32_bundle(build_bundle):
     # with the shipped stream weights: forward + spec_step in one program; a
     # branching tree, so tree masks and KV compaction run on the real model

@@ -351,7 +351,7 @@ def run_junit(fixtures: Path, build: Path, tests: list[str] | None = None) -> su
 def test_java_core_reproduces_the_python_runtime(fp32_bundle, tmp_path):
     _java_ok()
     record_fixtures(fp32_bundle, tmp_path / "fixtures")
-    res = run_junit(tmp_path / "fixtures", tmp_path / "build")
+    res = run_junit(tmp_path / "fixtures", tmp_path / "build", [t for t in JUNIT_CLASSES if t != "BatchDecoderTest"])  # (its own test: a batched program)
     assert res.returncode == 0, res.stdout[-6000:] + res.stderr[-2000:]
     m = re.search(r"OK \((\d+) tests\)", res.stdout)
     assert m and int(m.group(1)) >= 11, res.stdout[-2000:]
@@ -410,6 +410,55 @@ def test_java_app_explains_a_program_its_runtime_cannot_load(tmp_path):
     res = run_junit(tmp_path / "fixtures", tmp_path / "build", ["ExecuTorchModelTest"])
     assert res.returncode == 0, res.stdout[-6000:] + res.stderr[-2000:]
     assert re.search(r"OK \(4 tests\)", res.stdout), res.stdout[-2000:]
+
+
+def record_batched_fixture(bundle: Path, out: Path) -> None:
+    """replay_batched.json: edgespec.runtime.batch_decode over a real batched program's
+    decode_rows (greedy; prompts of mixed lengths, two sharing a prefix so a slot reuses it),
+    every call's inputs and the top logits of its emitted rows, and the completions."""
+    import torch
+
+    from edgespec.runtime.batch_decode import decode_batch
+    from edgespec.runtime.session import open_bundle
+
+    _, _, runner = open_bundle(bundle)
+    calls = []
+
+    def decode_rows(tokens, slots, positions, emit):
+        logits = runner.decode_rows(tokens, slots, positions, emit)
+        tops = [[[int(i), float(row[i])] for i in torch.topk(row, 8).indices] for row in logits]
+        calls.append({"tokens": tokens[0].tolist(), "slots": slots.tolist(), "positions": positions.tolist(), "emit": emit.tolist(), "logits_top": tops})
+        return logits
+
+    base = [ord(c) for c in "the same long shared beginning "]
+    prompts = [
+        [ord(c) for c in "hello"],
+        base + [ord("a")],
+        [ord(c) for c in "a much longer prompt than a call can carry at once"],
+        base + [ord("b")],
+        [7],
+        [ord(c) for c in "xyz"],
+    ]
+    slots, call_rows, max_new = 2, runner.call_tokens + runner.batch_slots, 9
+    requests = [(i, p, {}) for i, p in enumerate(prompts)]
+    done = dict(
+        decode_batch(decode_rows, requests, slots=slots, call_rows=call_rows, max_new_tokens=max_new, max_seq_len=runner.max_seq_len, eos_ids=runner.eos_ids)
+    )
+    meta = {"max_seq_len": runner.max_seq_len, "vocab_size": runner.vocab_size, "eos_ids": list(runner.eos_ids), "batch_slots": runner.batch_slots}
+    fixture = {"meta": meta, "prompts": prompts, "slots": slots, "call_rows": call_rows, "max_new_tokens": max_new, "calls": calls}
+    fixture["completions"] = [done[i].completion_ids for i in range(len(prompts))]
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "replay_batched.json").write_text(json.dumps(fixture))
+
+
+def test_java_batch_decoder_follows_the_python_schedule(tiny_batched_bundle, tmp_path):
+    """BatchDecoderTest alone: the Android core's batched decoder replays a trace recorded from
+    the Python scheduler on a real batched program, call for call, to the same completions."""
+    _java_ok()
+    record_batched_fixture(tiny_batched_bundle, tmp_path / "fixtures")
+    res = run_junit(tmp_path / "fixtures", tmp_path / "build", ["BatchDecoderTest"])
+    assert res.returncode == 0, res.stdout[-6000:] + res.stderr[-2000:]
+    assert re.search(r"OK \(1 test\)", res.stdout), res.stdout[-2000:]
 
 
 def test_java_stock_namespaces_mirror_the_manifest():

@@ -179,16 +179,7 @@ def test_batching_needs_the_exact_attention():
         export_decode_rows(with_batch_slots_(_model(), 2), "custom_sdpa", 8)
 
 
-@pytest.fixture(scope="module")
-def batched_bundle(tiny_hf_dir, build_bundle):
-    """The tiny byte-level model on edgespec's block kernel with three batch slots."""
-    return build_bundle(
-        f"name: tiny-batched\nmodel: {{source: {tiny_hf_dir}, max_seq_len: 96}}\nquant: {{scheme: 8da4w}}\nnumerics: {{search: false}}\n"
-        "export: {batch_slots: 3, prefill_chunk: 16}\nvalidate: {enabled: false}\n"
-    )
-
-
-def test_generate_batch_writes_each_prompts_own_completion(batched_bundle, tmp_path):
+def test_generate_batch_writes_each_prompts_own_completion(tiny_batched_bundle, tmp_path):
     """`edgespec generate --input --batch 3`: every line's completion is the one `--batch 1`
     writes (greedy, and sampled with the run's seed), a bad line is an error row of its own,
     and a bundle of fewer slots than asked is refused with the export setting that fixes it."""
@@ -199,7 +190,7 @@ def test_generate_batch_writes_each_prompts_own_completion(batched_bundle, tmp_p
     from edgespec.bundle import read_manifest
     from edgespec.cli import main
 
-    assert "decode_rows" in read_manifest(batched_bundle).methods
+    assert "decode_rows" in read_manifest(tiny_batched_bundle).methods
     lines = [{"id": f"p{i}", "prompt": p} for i, p in enumerate(["hello there", "a" * 40, "the cat sat on", "x", "one two three four five", "zz top"])]
     lines.insert(3, {"id": "bad", "prompt": ""})
     src = tmp_path / "in.jsonl"
@@ -209,7 +200,20 @@ def test_generate_batch_writes_each_prompts_own_completion(batched_bundle, tmp_p
         out = tmp_path / f"out{batch}{'_'.join(extra)}.jsonl"
         res = CliRunner().invoke(
             main,
-            ["generate", "--bundle", str(batched_bundle), "--input", str(src), "--output", str(out), "--max-new-tokens", "12", "--batch", str(batch), *extra],
+            [
+                "generate",
+                "--bundle",
+                str(tiny_batched_bundle),
+                "--input",
+                str(src),
+                "--output",
+                str(out),
+                "--max-new-tokens",
+                "12",
+                "--batch",
+                str(batch),
+                *extra,
+            ],
         )
         assert res.exit_code == 0, res.output
         rows = [json.loads(line) for line in out.read_text().splitlines()]
@@ -218,7 +222,9 @@ def test_generate_batch_writes_each_prompts_own_completion(batched_bundle, tmp_p
     one, three = run(1), run(3)
     assert one == three and len(three) == 7 and "non-empty string 'prompt'" in three["bad"]
     assert run(1, "--temperature", "0.8", "--seed", "3") == run(3, "--temperature", "0.8", "--seed", "3")
-    res = CliRunner().invoke(main, ["generate", "--bundle", str(batched_bundle), "--input", str(src), "--output", str(tmp_path / "o.jsonl"), "--batch", "4"])
+    res = CliRunner().invoke(
+        main, ["generate", "--bundle", str(tiny_batched_bundle), "--input", str(src), "--output", str(tmp_path / "o.jsonl"), "--batch", "4"]
+    )
     assert res.exit_code != 0 and "decodes at most 3 sequence(s) at once; export it with export.batch_slots=4" in res.output
 
 

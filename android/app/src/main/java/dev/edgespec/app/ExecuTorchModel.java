@@ -27,6 +27,7 @@ public final class ExecuTorchModel implements LanguageModel {
   private final int depth;
   private final int topK;
   private final int treeSize;
+  private final int batchSlots;
 
   public ExecuTorchModel(String ptePath, RuntimeNeeds needs) throws BundleException {
     module = load(ptePath, needs);
@@ -43,6 +44,9 @@ public final class ExecuTorchModel implements LanguageModel {
     depth = spec ? (int) constant(ProgramContract.GET_SPEC_DEPTH) : 0;
     topK = spec ? (int) constant(ProgramContract.GET_SPEC_TOPK) : 0;
     treeSize = spec ? (int) constant(ProgramContract.GET_SPEC_TREE_SIZE) : 0;
+    boolean batched = false;
+    for (String m : module.getMethods()) batched |= ProgramContract.DECODE_ROWS.equals(m);
+    batchSlots = batched ? (int) constant(ProgramContract.GET_BATCH_SLOTS) : 1;
   }
 
   private static Module load(String ptePath, RuntimeNeeds needs) throws BundleException {
@@ -94,6 +98,18 @@ public final class ExecuTorchModel implements LanguageModel {
   @Override public int specDepth() { return depth; }
   @Override public int specTopK() { return topK; }
   @Override public int specTreeSize() { return treeSize; }
+  @Override public int batchSlots() { return batchSlots; }
+
+  @Override
+  public float[][] decodeRows(long[] tokens, long[] slots, long[] positions, long[] emit) {
+    if (batchSlots == 1) return LanguageModel.super.decodeRows(tokens, slots, positions, emit);
+    EValue[] out = module.execute(
+        ProgramContract.DECODE_ROWS, longs(tokens, 1, tokens.length), longs(slots, slots.length), longs(positions, positions.length), longs(emit, emit.length));
+    float[] all = out[0].toTensor().getDataAsFloatArray();
+    float[][] rows = new float[emit.length][vocabSize];
+    for (int e = 0; e < emit.length; e++) System.arraycopy(all, e * vocabSize, rows[e], 0, vocabSize);
+    return rows;
+  }
 
   @Override
   public float[] forward(long[] tokens, long startPos) {

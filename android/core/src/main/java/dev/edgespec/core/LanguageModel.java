@@ -29,6 +29,20 @@ public interface LanguageModel {
    */
   SpecStep specStep(long last, long[] draft, long pos, float temperature, float[] uniforms, float[] gumbel);
 
+  /** Sequences {@link #decodeRows} decodes side by side (1: the program has no batched method). */
+  default int batchSlots() {
+    return 1;
+  }
+
+  /**
+   * Rows of several sequences in one call ({@link ProgramContract#DECODE_ROWS}): row t is at
+   * position positions[t] of the sequence in cache slot slots[t]; returns the logits [E][V] of
+   * the rows {@code emit} names.
+   */
+  default float[][] decodeRows(long[] tokens, long[] slots, long[] positions, long[] emit) {
+    throw new UnsupportedOperationException("this program has no batched method (export it with export.batch_slots > 1)");
+  }
+
   /** The result of one spec_step call. */
   final class SpecStep {
     public final long[] tokens;
