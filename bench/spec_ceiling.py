@@ -28,6 +28,8 @@ from edgespec.host import cpu_name  # (edgespec before torch: its OpenMP workers
 from edgespec.runtime.session import open_bundle
 from edgespec.runtime.speed import forward_curve
 
+MAX_ROWS = 16  # the curve's rows: chains up to 15 drafted tokens, trees up to 16 rows
+
 
 def ceilings(curve: dict[int, float]) -> dict[int, float]:
     """Chain length L -> (L + 1) t(1) / t(L + 1), for every L + 1 the curve has."""
@@ -52,8 +54,6 @@ def main() -> None:
     ap.add_argument("--bundle", required=True, help="a bundle whose forward is the AR the speedups are over (the default bundle)")
     ap.add_argument("--threads", type=int, default=0, help="ExecuTorch's threads (0: its default)")
     ap.add_argument("--context", type=int, default=200, help="position the rows are at (a typical decode context)")
-    ap.add_argument("--max-rows", type=int, default=16)
-    ap.add_argument("--reps", type=int, default=9)
     ap.add_argument("--results", type=Path, help="a bench/spec_vs_ar.py JSON of this machine and thread count")
     args = ap.parse_args()
 
@@ -62,7 +62,7 @@ def main() -> None:
     if args.threads:
         set_threads(args.threads)
     _, _, runner = open_bundle(args.bundle)
-    curve = forward_curve(runner, args.context, reps=args.reps, rows=tuple(range(1, args.max_rows + 1)))
+    curve = forward_curve(runner, args.context, reps=9, rows=tuple(range(1, MAX_ROWS + 1)))
     ceiling = ceilings(curve)
     best = max(ceiling, key=ceiling.get)
     report = {

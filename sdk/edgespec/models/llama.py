@@ -196,6 +196,9 @@ class KeyRanges:
         return (keys >= self.first[:, None]) & (keys < (self.first + self.count)[:, None])
 
 
+Mask = torch.Tensor | KeyRanges | None  # what attention is told to see besides causality (`SDPA`)
+
+
 class SDPA(nn.Module):
     """Attention in plain PyTorch (training and every eager path).
 
@@ -204,7 +207,7 @@ class SDPA(nn.Module):
     else a mask [T, S'] (bool, True = visible, or additive float) over keys [0, S'), or one
     per sequence [B, 1, T, S'] (batched generation with padding), or `KeyRanges`."""
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start_pos, mask: torch.Tensor | KeyRanges | None) -> torch.Tensor:
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start_pos, mask: Mask) -> torch.Tensor:
         T = q.shape[1]
         if isinstance(mask, KeyRanges):
             mask = mask.visible(k.shape[1])
@@ -216,6 +219,9 @@ class SDPA(nn.Module):
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.to(q.dtype) if mask.is_floating_point() else mask, enable_gqa=q.shape[1] != k.shape[1])
         return y.transpose(1, 2)  # [B, T, H, D]
+
+
+KVStore = GrowingKV | SlotRows | None  # where an attention's K/V go (None: its static cache)
 
 
 def adapted(linear: nn.Linear, adapters, name: str, x: torch.Tensor) -> torch.Tensor:
@@ -277,16 +283,7 @@ class Attention(nn.Module):
         """RoPE of x [B, T, H, D] at angles cos, sin [T, D] (`apply_rope`)."""
         return apply_rope(x, cos, sin, self.rope_swap)
 
-    def forward(
-        self,
-        x: torch.Tensor,
-        start_pos,
-        cos: torch.Tensor,
-        sin: torch.Tensor,
-        adapters=None,
-        mask: torch.Tensor | KeyRanges | None = None,
-        kv: GrowingKV | SlotRows | None = None,
-    ) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, start_pos, cos: torch.Tensor, sin: torch.Tensor, adapters=None, mask: Mask = None, kv: KVStore = None) -> torch.Tensor:
         """x [B, T, d] at rotary angles cos/sin [T, D/2], cache slots start_pos.. .
 
         kv: where K/V go and come from: None = this layer's static cache (rows
@@ -349,16 +346,7 @@ class TransformerBlock(nn.Module):
         self.attention_post_norm = RMSNorm(args.dim, args.norm_eps) if args.sandwich_norms else None
         self.ffn_post_norm = RMSNorm(args.dim, args.norm_eps) if args.sandwich_norms else None
 
-    def forward(
-        self,
-        x: torch.Tensor,
-        start_pos,
-        cos: torch.Tensor,
-        sin: torch.Tensor,
-        adapters=None,
-        mask: torch.Tensor | KeyRanges | None = None,
-        kv: GrowingKV | SlotRows | None = None,
-    ) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, start_pos, cos: torch.Tensor, sin: torch.Tensor, adapters=None, mask: Mask = None, kv: KVStore = None) -> torch.Tensor:
         """The one decoder block of edgespec: main-stream rows, tree rows and stream rows all
         run through it. adapters: optional additive maps by linear name (wq..w3), e.g. LoRA;
         mask, kv: see `Attention`."""
@@ -414,7 +402,7 @@ class Transformer(nn.Module):
         cos: torch.Tensor,
         sin: torch.Tensor,
         adapters: Callable[[int], nn.ModuleDict | None] | None = None,
-        mask: torch.Tensor | KeyRanges | None = None,
+        mask: Mask = None,
         kvs: Sequence | None = None,
     ) -> torch.Tensor:
         """Layers [start, stop) over rows x [B, T, dim] at cache slots start_pos.. and RoPE
