@@ -104,8 +104,11 @@ def test_missing_input_is_a_clear_error(tmp_path):
 
 
 @pytest.mark.slow
-def test_kill_and_resume_with_a_real_program(tiny_bundle, tmp_path):
-    """SIGKILL the CLI mid-batch, run it again: every id exactly once, as an uninterrupted run."""
+@pytest.mark.parametrize("batch", [1, 3])
+def test_kill_and_resume_with_a_real_program(tiny_bundle, tiny_batched_bundle, tmp_path, batch):
+    """SIGKILL the CLI mid-batch, run it again: every id exactly once, as an uninterrupted run
+    (one prompt at a time, and three per call through a batched program)."""
+    bundle = tiny_bundle if batch == 1 else tiny_batched_bundle
     _write_input(tmp_path / "in.jsonl", 300)
     # no prefix reuse: a resumed run starts from an empty cache, and this test is about the pipeline
     cmd = [
@@ -114,13 +117,15 @@ def test_kill_and_resume_with_a_real_program(tiny_bundle, tmp_path):
         "edgespec.cli",
         "generate",
         "--bundle",
-        str(tiny_bundle),
+        str(bundle),
         "--input",
         str(tmp_path / "in.jsonl"),
         "--max-new-tokens",
         "32",
         "--no-chat-template",
         "--no-reuse-prefix",
+        "--batch",
+        str(batch),
     ]
     ref = subprocess.run([*cmd, "--output", str(tmp_path / "ref.jsonl")], capture_output=True, text=True, timeout=600)
     assert ref.returncode == 0, ref.stderr[-2000:]

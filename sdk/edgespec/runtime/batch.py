@@ -195,8 +195,9 @@ def run_batch(
                 n, key, prompt, ids = item
                 yield (n, key, prompt), ids, {}
 
-        options = {k: v for k, v in gen_kwargs.items() if k != "cache"}  # each slot reuses its own prefix
-        for (n, key, prompt), res in decode_batch(decode_rows, requests(), slots=slots, call_rows=call_rows, **options):
+        options = {k: v for k, v in gen_kwargs.items() if k != "cache"}  # with a cache: each slot reuses its own prefix
+        batches = decode_batch(decode_rows, requests(), slots=slots, call_rows=call_rows, reuse_prefix="cache" in gen_kwargs, **options)
+        for (n, key, prompt), res in batches:
             yield from unreadable
             unreadable.clear()
             yield {"line": n, "id": key, "error": str(res)} if isinstance(res, EdgespecError) else (key, prompt, res)

@@ -43,17 +43,19 @@ def decode_batch(
     *,
     slots: int,
     call_rows: int,
+    reuse_prefix: bool = True,
     **options,
 ) -> Iterator[tuple[Tag, GenerationResult | EdgespecError]]:
     """Decode every request (tag, prompt ids, its own options of `decoding`, e.g. seed), up to
     `slots` at a time, at most `call_rows` rows per program call; yields (tag, result) as each
     sequence ends, or (tag, the EdgespecError) for a request that cannot be decoded (e.g. a
-    prompt longer than the context). `options` are every request's `decoding` options."""
+    prompt longer than the context). `options` are every request's `decoding` options;
+    reuse_prefix: a slot's next prompt prefills only where it differs from what the slot holds."""
     if call_rows < slots:
         raise EdgespecError(f"a batched call of {call_rows} rows cannot carry a token of each of {slots} slots")
     pending = iter(requests)
     running: dict[int, _Running[Tag]] = {}
-    caches = [CacheState() for _ in range(slots)]
+    caches = [CacheState() if reuse_prefix else None for _ in range(slots)]
     finished: list[tuple[Tag, GenerationResult | EdgespecError]] = []
     exhausted = False
 
