@@ -272,3 +272,17 @@ def test_sql_templates_are_read_from_their_data_file(tmp_path):
         T.SqlTemplate("all", ("List genres.",), "SELECT name FROM genre"),
     )
     assert T.SQL_DATA.is_file() and len(T.SQL_TEMPLATES) >= 100 and all(p in T.SQL_POOLS for t in T.SQL_TEMPLATES for p in t.pools)
+
+
+@pytest.mark.slow
+def test_a_task_program_is_tuned_on_its_tasks_dev_items(T):
+    """`edgespec tune` measures acceptance on what the bundle will decode: a task fine-tune's
+    bundle on its task's dev items (never trained on), any other bundle on the built-in suites'
+    held-out prompts."""
+    from edgespec.harness.tune import tuning_prompts
+
+    task = tuning_prompts("task:sql_chinook", 5)
+    assert task == [x.prompt for x in T.task_examples("sql_chinook", "dev", 5)]
+    assert not set(task) & {x.prompt for x in T.task_examples("sql_chinook", "train")}
+    general = tuning_prompts("data/distill/train.jsonl", 5)
+    assert len(general) == 5 and not set(general) & set(task)

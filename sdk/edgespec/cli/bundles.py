@@ -181,7 +181,12 @@ def validate(bundle, overrides, suites, prompts_per_suite, runs, seed, lookup, r
 @click.command(epilog=overrides_help("tune", "tune.max_size=8 tune.context=512", bundle=True))
 @BUNDLE
 @OVERRIDES
-@click.option("--prompts", "n_prompts", type=click.IntRange(min=1), help="tune.prompts: held-out prompts whose greedy continuations give the acceptance.")
+@click.option(
+    "--prompts",
+    "n_prompts",
+    type=click.IntRange(min=1),
+    help="tune.prompts: held-out prompts whose greedy continuations give the acceptance (a task program: its task's dev items).",
+)
 @click.option("--max-new-tokens", type=click.IntRange(min=8), help="tune.max_new_tokens.")
 @click.option("--max-size", type=click.IntRange(min=2, max=64), help="tune.max_size: largest tree (nodes) to consider.")
 @click.option("--context", type=click.IntRange(min=1), help="tune.context: context position at which call costs are measured.")

@@ -292,7 +292,8 @@ class DistillConfig(Record):
 @dataclass(frozen=True)
 class TuneConfig(Record):
     """Choosing the draft tree by measurement (``edgespec tune``): acceptance on the greedy
-    continuations (`max_new_tokens`) of `prompts` held-out prompts, call costs measured at
+    continuations (`max_new_tokens`) of `prompts` held-out prompts (a task fine-tune's bundle:
+    items of its task's dev split), call costs measured at
     position `context`, trees of up to `max_size` nodes."""
 
     PATH: ClassVar[str] = "tune"

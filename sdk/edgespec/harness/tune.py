@@ -16,15 +16,30 @@ from edgespec.speculative import tree_tuning as T
 from edgespec.speculative.tree import Tree
 
 
+def tuning_prompts(train_data: str, n: int) -> list[str]:
+    """What a bundle decodes: a task fine-tune's (``train.data: task:NAME``) n items of its
+    task's dev split (units kept out of training), else n held-out prompts of the built-in
+    suites in turn."""
+    from edgespec.config.lm_sections import TASK_SUITE_PREFIX
+
+    if train_data.startswith(TASK_SUITE_PREFIX):
+        from edgespec.corpus.task_data import task_examples
+
+        return [x.prompt for x in task_examples(train_data[len(TASK_SUITE_PREFIX) :], "dev", n)]
+    from edgespec.corpus.prompts import mixed_prompts
+
+    return [p.text for p in mixed_prompts("heldout", n)]
+
+
 def tune_bundle(bundle_dir: str | Path, cfg: TuneConfig | None = None, on_progress: Callable[[str, int, int], None] = lambda phase, done, total: None) -> dict:
     """Rank every draft tree up to `cfg.max_size` nodes by expected tokens/s for a speculative
     bundle on this device: its program's call costs at position `cfg.context`, its drafter's
-    acceptance on greedy continuations (`cfg.max_new_tokens`) of `cfg.prompts` held-out prompts. Returns the table
+    acceptance on greedy continuations (`cfg.max_new_tokens`) of `cfg.prompts` prompts
+    (`tuning_prompts`: a task program's own task). Returns the table
     (best first) with the measured costs, and for a chain the hybrid draft's tokens per call by
     `validate.lookup` (same tree, same cost: the most tokens per call wins); reports (phase,
     done, total) through on_progress."""
     from edgespec.bundle import drafter_weights, read_manifest
-    from edgespec.corpus.prompts import mixed_prompts
     from edgespec.errors import EdgespecError
     from edgespec.models.load import build_model, read_source
     from edgespec.models.tokenizer import encode_prompt
@@ -38,10 +53,10 @@ def tune_bundle(bundle_dir: str | Path, cfg: TuneConfig | None = None, on_progre
     manifest, tokenizer, runner = open_bundle(bundle_dir)
     if context + 64 >= runner.max_seq_len:
         raise EdgespecError(f"tuning context {context} leaves no room in the program's context of {runner.max_seq_len}")
-    prompts = mixed_prompts("heldout", cfg.prompts)
+    prompts = tuning_prompts(manifest.recipe.train.data, cfg.prompts)
     seqs = []
-    for i, p in enumerate(prompts):
-        ids = encode_prompt(tokenizer, p.text, True)
+    for i, text in enumerate(prompts):
+        ids = encode_prompt(tokenizer, text, True)
         res = generate(runner.forward, ids, max_new_tokens=cfg.max_new_tokens, max_seq_len=runner.max_seq_len, eos_ids=runner.eos_ids)
         seqs.append((len(ids), ids + res.completion_ids))
         on_progress("continuations", i + 1, len(prompts))

@@ -84,9 +84,8 @@ _op("attention", "Tensor q, Tensor k_cache, Tensor v_cache, SymInt start_pos, Te
 
 def reference_attention_ranges(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, first: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
     """`reference_attention` where row t sees the cache rows [first[t], first[t] + count[t])."""
-    from edgespec.models.llama import KeyRanges
-
-    visible = KeyRanges(first, count).visible(k_cache.shape[1])
+    keys = torch.arange(k_cache.shape[1])[None, :]
+    visible = (keys >= first[:, None]) & (keys < (first + count)[:, None])  # [T, S]
     return reference_attention(q, k_cache, v_cache, 0, torch.zeros(visible.shape).masked_fill(~visible, float("-inf")))
 
 
