@@ -39,6 +39,10 @@ DEFAULT_SUITES = ("math", "reasoning", "code")  # () = all nine (edgespec.corpus
 def _prompts(n: int, tokenizer, suites: tuple[str, ...] = DEFAULT_SUITES) -> list[tuple[str, str, list[int]]]:
     from edgespec.corpus.prompts import PROMPT_SOURCES, mixed_prompts
 
+    if suites and suites[0].startswith("task:"):  # a fine-tune task's held-out split (a task program's own prompts)
+        from edgespec.harness.suites import load_suite
+
+        return [(ex.suite, ex.prompt, encode_prompt(tokenizer, ex.prompt, True)) for ex in load_suite(suites[0], n)]
     return [(p.task, p.text, encode_prompt(tokenizer, p.text, True)) for p in mixed_prompts("heldout", n, suites or tuple(PROMPT_SOURCES))]
 
 
@@ -144,7 +148,11 @@ def main() -> None:
     ap.add_argument("--stock", help="a .pte made by ExecuTorch's export_llm for the same model and quantization")
     ap.add_argument("--ar-bundle", help="an autoregressive-only bundle of the same model, for the memory/size ratio")
     ap.add_argument("--threads", type=int, default=0, help="ExecuTorch threadpool size (0 = its default, one per core)")
-    ap.add_argument("--suites", default=",".join(DEFAULT_SUITES), help="held-out prompt suites, comma-separated round-robin ('all': the nine)")
+    ap.add_argument(
+        "--suites",
+        default=",".join(DEFAULT_SUITES),
+        help="held-out prompt suites, comma-separated round-robin ('all': the nine), or one task split (task:sql_chinook:heldout_fillings)",
+    )
     args = ap.parse_args()
     suites = () if args.suites == "all" else tuple(args.suites.split(","))
     from edgespec.runtime.runner import set_threads

@@ -15,6 +15,23 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # test modules import torch before edgespec (edgespec.host.passive_openmp)
 
 
+@pytest.fixture
+def fresh_cache(tmp_path, monkeypatch) -> Path:
+    """An empty ``$EDGESPEC_CACHE`` for one test (fp32 references, verified files, kernel
+    plans and speculation policies start from nothing), with the run's kernel library linked
+    in: every process the test starts (the harness's memory workers) would otherwise compile
+    it again, a minute of a 2-core machine that no such test is about."""
+    from edgespec.kernels import library
+
+    built = library.build()  # in the run's own cache, once for all tests
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("EDGESPEC_CACHE", str(cache))
+    linked = library.library_path()
+    linked.parent.mkdir(parents=True)
+    linked.symlink_to(built)
+    return cache
+
+
 @pytest.fixture(scope="session")
 def tiny_args():
     from edgespec.models.llama import LlamaArgs

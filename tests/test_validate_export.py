@@ -21,10 +21,9 @@ def _recipe(tmp_path, src, gates=""):
     return r
 
 
-def test_export_validates_and_packages_the_report(tiny_hf_dir, tmp_path, monkeypatch):
+def test_export_validates_and_packages_the_report(tiny_hf_dir, tmp_path, monkeypatch, fresh_cache):
     from edgespec.harness import reference
 
-    monkeypatch.setenv("EDGESPEC_CACHE", str(tmp_path / "cache"))
     loads = []
     load = reference.load_reference
     monkeypatch.setattr(reference, "load_reference", lambda *a: loads.append(a) or load(*a))
@@ -56,13 +55,12 @@ def test_export_validates_and_packages_the_report(tiny_hf_dir, tmp_path, monkeyp
     assert f["tokens"] == 4 * 256 and f["top1_agreement"] > 0.99 and f["perplexity_ratio"] == pytest.approx(1.0, abs=1e-3) and f["kl_mean"] < 1e-4
     assert v["fidelity"] == f and "held-out vs fp32: top-1" in res.output and "## Fidelity" in (out / "report.md").read_text()
     assert report["peak_rss_mb"]["ar"] > 0 and report["program_bytes"] == m["files"]["model.pte"]["bytes"]
-    assert list((tmp_path / "cache" / "reference").glob("*.json"))  # the reference is cached
+    assert list((fresh_cache / "reference").glob("*.json"))  # the reference is cached
     res = CliRunner().invoke(main, ["info", "--bundle", str(out)])
     assert res.exit_code == 0 and "checksums ok" in res.output
 
 
-def test_export_refuses_to_write_when_a_gate_fails(tiny_hf_dir, tmp_path, monkeypatch):
-    monkeypatch.setenv("EDGESPEC_CACHE", str(tmp_path / "cache"))
+def test_export_refuses_to_write_when_a_gate_fails(tiny_hf_dir, tmp_path, fresh_cache):
     out = tmp_path / "bundle"
     res = CliRunner().invoke(main, ["export", str(_recipe(tmp_path, tiny_hf_dir, ", gates: {min_speedup: 1.5}")), "-o", str(out)])
     assert res.exit_code == 1, res.output
@@ -74,8 +72,7 @@ def test_export_refuses_to_write_when_a_gate_fails(tiny_hf_dir, tmp_path, monkey
     assert json.loads((rejected / "report.json").read_text())["passed"] is False
 
 
-def test_validate_cli_exit_codes(tiny_hf_dir, tmp_path, monkeypatch):
-    monkeypatch.setenv("EDGESPEC_CACHE", str(tmp_path / "cache"))
+def test_validate_cli_exit_codes(tiny_hf_dir, tmp_path, fresh_cache):
     out = tmp_path / "bundle"
     r = _recipe(tmp_path, tiny_hf_dir).read_text().replace("validate: {", "validate: {enabled: false, ")
     (tmp_path / "r2.yaml").write_text(r)
@@ -179,7 +176,7 @@ def test_int8_weight_only_is_refused_before_any_work(tmp_path):
     assert not (tmp_path / "b").exists()
 
 
-def test_a_shared_program_is_validated_on_its_task_against_its_own_fine_tune(tiny_hf_dir, tmp_path, monkeypatch):
+def test_a_shared_program_is_validated_on_its_task_against_its_own_fine_tune(tiny_hf_dir, tmp_path, monkeypatch, fresh_cache):
     """A Shared-mode bundle (adapters on the main rows) validated on a task suite: the fp32
     reference is the fine-tuned model (the base with the drafter file's adapters merged), so
     the fp32 program agrees with it; the task's metric comes with its 95% interval."""
@@ -189,7 +186,6 @@ def test_a_shared_program_is_validated_on_its_task_against_its_own_fine_tune(tin
 
     from edgespec.harness import reference
 
-    monkeypatch.setenv("EDGESPEC_CACHE", str(tmp_path / "cache"))
     src = shutil.copytree(tiny_hf_dir, tmp_path / "tiny")  # a context long enough for SQL prompts in bytes
     config = json.loads((src / "config.json").read_text())
     (src / "config.json").write_text(json.dumps(config | {"max_position_embeddings": 2048}))
