@@ -152,3 +152,22 @@ def test_distill_with_two_worker_processes(tmp_path):
     out = CliRunner().invoke(main, args).output
     again = json.loads(out[out.rindex('{"shards"') :])
     assert again["skipped_shards"] == 3 and again["new_sequences"] == 0
+
+
+def test_the_fp32_reference_decodes_in_batches_as_alone(tiny_model):
+    """The harness's fp32 reference answers (`greedy_completions`): prompts of two budgets,
+    decoded 8 at a time, each the completion `generate` gives alone (EOS left out), in input
+    order; the model's attention is its own again afterwards."""
+    from edgespec.harness.reference import greedy_completions
+    from edgespec.models.llama import SDPA
+    from edgespec.runtime.generate import eager_step, generate
+
+    prompts = [p for _, p in _prompts(11)]
+    budgets = [6 if i % 3 else 10 for i in range(len(prompts))]
+    step = eager_step(tiny_model)
+    eos = generate(step, prompts[2], max_new_tokens=10, max_seq_len=64, eos_ids=()).completion_ids[3]  # one row stops mid-way
+    alone = [generate(step, p, max_new_tokens=b, max_seq_len=64, eos_ids=(eos,)).completion_ids for p, b in zip(prompts, budgets)]
+    ticks = []
+    assert greedy_completions(tiny_model, prompts, budgets, 64, (eos,), lambda: ticks.append(1)) == alone
+    assert len(ticks) == len(prompts) and eos not in sum(alone, []) and len(alone[2]) < budgets[2]  # it stopped at EOS
+    assert all(type(m.sdpa) is SDPA for m in tiny_model.modules() if hasattr(m, "sdpa"))

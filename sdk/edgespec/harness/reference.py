@@ -1,7 +1,8 @@
 """The fp32 model's greedy answers on the suite prompts: the accuracy gate's yardstick.
 
 The source file's model dequantized to fp32 (for a GGUF, its own quantized blocks as floats:
-the model as downloaded; no streams) runs eagerly with the same decode loop as the program.
+the model as downloaded; no streams) runs eagerly and greedily, several sequences at a time
+(continuous batching, `models.batched_decode`), each answer the one it gives alone.
 For a Shared-mode program the yardstick is the fine-tuned model it was exported from: the
 same base with the drafter file's adapters merged into its weights (`merged_main_model`).
 Answers are cached on disk, keyed by the model files and the exact prompts and budgets, so
@@ -43,6 +44,51 @@ def load_reference(source: str, max_seq_len: int, adapters: Path | None = None):
     return merged_main_model(load_drafter(adapters, base))
 
 
+REFERENCE_BATCH = 8  # sequences the eager reference decodes at once
+
+
+def greedy_completions(
+    model, prompts: list[list[int]], budgets: list[int], max_seq_len: int, eos_ids: tuple[int, ...], on_done: Callable[[], None] = lambda: None
+) -> list[list[int]]:
+    """Greedy completion ids (EOS left out, as `generate` gives them) of an eager fp32
+    `Transformer` for each prompt, in input order: `REFERENCE_BATCH` sequences at a time by
+    continuous batching (`models.batched_decode.generate_stream`, prompts of one budget
+    together), or one at a time through `generate` for a model with sliding-window layers
+    (the batched cache masks by slot only)."""
+    import torch
+
+    if model.args.local_layers:
+        from edgespec.runtime.generate import eager_step, generate
+
+        step, out = eager_step(model), []
+        with torch.no_grad():
+            for ids, budget in zip(prompts, budgets):
+                out.append(generate(step, ids, max_new_tokens=budget, max_seq_len=max_seq_len, eos_ids=eos_ids).completion_ids)
+                on_done()
+        return out
+    from edgespec.models.batched_decode import GroupedSDPA, common_prefix, generate_stream
+    from edgespec.models.llama import Attention
+
+    attentions = [m for m in model.modules() if isinstance(m, Attention)]
+    plain = [m.sdpa for m in attentions]
+    for m in attentions:  # for the batched steps only: the model serves other passes after
+        m.sdpa = GroupedSDPA()
+    done: dict[int, list[int]] = {}
+    try:
+        for budget in sorted(set(budgets)):
+            group = [(i, p) for i, (p, b) in enumerate(zip(prompts, budgets)) if b == budget]
+            S = min(max(len(p) for _, p in group) + budget, max_seq_len)
+            for i, r in generate_stream(
+                model, group, batch=REFERENCE_BATCH, max_new_tokens=budget, eos_ids=eos_ids, max_len=S, prefix=common_prefix(p for _, p in group)
+            ):
+                done[i] = r.response_ids[:-1] if r.stopped else r.response_ids
+                on_done()
+    finally:
+        for m, sdpa in zip(attentions, plain):
+            m.sdpa = sdpa
+    return [done[i] for i in range(len(prompts))]
+
+
 def reference_completions(
     source: str,
     max_seq_len: int,
@@ -55,7 +101,7 @@ def reference_completions(
 ) -> list[list[int]]:
     """Greedy completion ids of the fp32 base model of `source` for each prompt (budget = max
     new tokens); `model()` gives that model (`load_reference`), called only on a cache miss."""
-    identity = [__version__, _source_identity(source), max_seq_len, prompts, budgets, list(eos_ids)]
+    identity = [__version__, _source_identity(source), max_seq_len, prompts, budgets, list(eos_ids), f"batched {REFERENCE_BATCH}"]
     if adapters is not None:  # a fine-tuned reference: keyed by its adapters' content too
         identity.append(hashlib.sha256(Path(adapters).read_bytes()).hexdigest())
     key = hashlib.sha256(json.dumps(identity).encode()).hexdigest()[:24]
@@ -65,16 +111,7 @@ def reference_completions(
             return json.loads(path.read_text())["completions"]
         except (json.JSONDecodeError, KeyError):
             pass  # a torn cache file is recomputed
-    import torch
-
-    from edgespec.runtime.generate import eager_step, generate
-
-    step = eager_step(model())
-    out = []
-    with torch.no_grad():
-        for ids, budget in zip(prompts, budgets):
-            out.append(generate(step, ids, max_new_tokens=budget, max_seq_len=max_seq_len, eos_ids=eos_ids).completion_ids)
-            on_done()
+    out = greedy_completions(model(), prompts, budgets, max_seq_len, eos_ids, on_done)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp{os.getpid()}")
     tmp.write_text(json.dumps({"source": source, "completions": out}))
