@@ -7,7 +7,10 @@ stops), wall seconds of the whole set; tokens/s, the ratio to B = 1 in the same 
 over rounds), each sequence's latency (first feed to last token, median and p90), and whether
 every completion equals B = 1's. Beside it, what the program's row curve allows: the cost of
 forward over B rows at the prompts' typical context against one row (`forward_curve`), so
-B / cost(B) is the ceiling the batched throughput is read against. Peak RSS of the process.
+B / cost(B) is the ceiling the batched throughput is read against, and the cost of one
+`decode_rows` call over B rows each in its own slot against B rows in one slot (rows of one
+sequence share their keys in the exact attention; rows of B sequences read B slots). Peak RSS
+of the process.
 
     python bench/batch_throughput.py --bundle bundles/batched --batch 1 4 8 16 --prompts 200 > docs/results/batch_throughput.json
 
@@ -25,7 +28,7 @@ import time
 from edgespec.runtime.batch_decode import decode_batch
 from edgespec.runtime.generate import generate
 from edgespec.runtime.session import open_bundle
-from edgespec.runtime.speed import forward_curve, peak_rss_mb
+from edgespec.runtime.speed import forward_curve, peak_rss_mb, time_call
 
 
 def main() -> None:
@@ -37,6 +40,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--threads", type=int, default=0, help="ExecuTorch's threads (0: its default)")
     args = ap.parse_args()
+
+    import torch
 
     from edgespec.corpus.prompts import mixed_prompts
     from edgespec.models.tokenizer import encode_prompt
@@ -75,7 +80,17 @@ def main() -> None:
     tokens = sum(len(o) for o in outputs[args.batch[0]])
     base = args.batch[0]
     contexts = sorted(len(p) + args.max_new_tokens // 2 for p in prompts)
-    curve = forward_curve(runner, contexts[len(contexts) // 2], rows=tuple(sorted({1, *args.batch})))
+    context = contexts[len(contexts) // 2]
+    curve = forward_curve(runner, context, rows=tuple(sorted({1, *args.batch})))
+
+    def rows_call(b: int, one_slot: bool) -> float:
+        """Seconds of one decode_rows call over b rows at `context`: each in a slot of its own,
+        or all in slot 0 (then they share keys, as a forward's rows do)."""
+        slots = torch.zeros(b, dtype=torch.long) if one_slot else torch.arange(b)
+        positions = context + (torch.arange(b) if one_slot else torch.zeros(b, dtype=torch.long))
+        return time_call(lambda: runner.decode_rows(torch.zeros((1, b), dtype=torch.long), slots, positions, torch.arange(b)))
+
+    decode_rows_ms = {b: {"own_slots": round(1000 * rows_call(b, False), 3), "one_slot": round(1000 * rows_call(b, True), 3)} for b in args.batch}
     rows = {}
     for b in args.batch:
         lat = sorted(latency[b])
@@ -98,7 +113,9 @@ def main() -> None:
                 "rounds": args.rounds,
                 "threads": args.threads or "default",
                 "batch_slots": runner.batch_slots,
+                "context": context,
                 "forward_ms_by_rows": {n: round(1000 * t, 3) for n, t in curve.items()},
+                "decode_rows_ms_by_rows": decode_rows_ms,
                 "by_batch": rows,
                 "peak_rss_mb": round(peak_rss_mb(), 1),
             },
