@@ -39,8 +39,11 @@ DEFAULT_SUITES = ("math", "reasoning", "code")  # () = all nine (edgespec.corpus
 def _prompts(n: int, tokenizer, suites: tuple[str, ...] = DEFAULT_SUITES) -> list[tuple[str, str, list[int]]]:
     from edgespec.corpus.prompts import PROMPT_SOURCES, mixed_prompts
 
-    if suites and suites[0].startswith("task:"):  # a fine-tune task's held-out split (a task program's own prompts)
+    if any(s.startswith("task:") for s in suites):  # a fine-tune task's held-out split (a task program's own prompts)
         from edgespec.harness.suites import load_suite
+
+        if len(suites) != 1:
+            raise SystemExit(f"--suites {','.join(suites)}: a task split is measured alone")
 
         return [(ex.suite, ex.prompt, encode_prompt(tokenizer, ex.prompt, True)) for ex in load_suite(suites[0], n)]
     return [(p.task, p.text, encode_prompt(tokenizer, p.text, True)) for p in mixed_prompts("heldout", n, suites or tuple(PROMPT_SOURCES))]

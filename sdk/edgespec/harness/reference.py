@@ -66,15 +66,10 @@ def greedy_completions(
                 out.append(generate(step, ids, max_new_tokens=budget, max_seq_len=max_seq_len, eos_ids=eos_ids).completion_ids)
                 on_done()
         return out
-    from edgespec.models.batched_decode import GroupedSDPA, common_prefix, generate_stream
-    from edgespec.models.llama import Attention
+    from edgespec.models.batched_decode import common_prefix, generate_stream, grouped_attention
 
-    attentions = [m for m in model.modules() if isinstance(m, Attention)]
-    plain = [m.sdpa for m in attentions]
-    for m in attentions:  # for the batched steps only: the model serves other passes after
-        m.sdpa = GroupedSDPA()
     done: dict[int, list[int]] = {}
-    try:
+    with grouped_attention(model):  # for the batched steps only: the model serves other passes after
         for budget in sorted(set(budgets)):
             group = [(i, p) for i, (p, b) in enumerate(zip(prompts, budgets)) if b == budget]
             S = min(max(len(p) for _, p in group) + budget, max_seq_len)
@@ -83,9 +78,6 @@ def greedy_completions(
             ):
                 done[i] = r.response_ids[:-1] if r.stopped else r.response_ids
                 on_done()
-    finally:
-        for m, sdpa in zip(attentions, plain):
-            m.sdpa = sdpa
     return [done[i] for i in range(len(prompts))]
 
 

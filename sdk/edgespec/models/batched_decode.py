@@ -19,6 +19,7 @@ BF16) over B sequences at once with continuous batching:
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -101,6 +102,22 @@ def as_teacher_(model: Transformer, dtype: torch.dtype = torch.bfloat16) -> Tran
         if isinstance(m, Attention):
             m.sdpa = GroupedSDPA()
     return model
+
+
+@contextmanager
+def grouped_attention(model: Transformer) -> Iterator[Transformer]:
+    """`model` with `GroupedSDPA` in every attention for the duration (ready for
+    `generate_stream` in its own dtype), then its own attention again: a model that serves
+    other passes after (the harness's fp32 reference)."""
+    attentions = [m for m in model.modules() if isinstance(m, Attention)]
+    own = [m.sdpa for m in attentions]
+    for m in attentions:
+        m.sdpa = GroupedSDPA()
+    try:
+        yield model
+    finally:
+        for m, sdpa in zip(attentions, own):
+            m.sdpa = sdpa
 
 
 def _logits(model: Transformer, tokens: torch.Tensor, start, cos, sin, mask, kvs) -> torch.Tensor:
