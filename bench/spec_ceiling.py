@@ -11,10 +11,10 @@ L; where each row costs (a matrix unit already busy on one row, or a compute-bou
 flattens early, so every speedup is read against its own hardware.
 
     python bench/spec_ceiling.py --bundle bundles/default --threads 2 \\
-        [--results docs/results/spec_vs_ar_auto_xeon167_2threads.json] > docs/results/spec_ceiling_NAME.json
+        [--results docs/results/spec_vs_ar_hydra_epyc26_2threads.json ...] > docs/results/spec_ceiling_NAME.json
 
---results: a `bench/spec_vs_ar.py` JSON measured on this machine at the same thread count;
-each of its decoders' speedup over the default AR is put beside the ceiling at its chain
+--results: `bench/spec_vs_ar.py` JSONs measured on this machine at the same thread count;
+each of their decoders' speedup over the default AR is put beside the ceiling at its chain
 length (the fraction of the ceiling reached).
 """
 
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from edgespec.host import cpu_name  # (edgespec before torch: its OpenMP workers sleep)
@@ -54,7 +55,7 @@ def main() -> None:
     ap.add_argument("--bundle", required=True, help="a bundle whose forward is the AR the speedups are over (the default bundle)")
     ap.add_argument("--threads", type=int, default=0, help="ExecuTorch's threads (0: its default)")
     ap.add_argument("--context", type=int, default=200, help="position the rows are at (a typical decode context)")
-    ap.add_argument("--results", type=Path, help="a bench/spec_vs_ar.py JSON of this machine and thread count")
+    ap.add_argument("--results", type=Path, nargs="+", default=[], help="bench/spec_vs_ar.py JSONs of this machine and thread count")
     args = ap.parse_args()
 
     from edgespec.runtime.runner import set_threads
@@ -75,8 +76,9 @@ def main() -> None:
         "perfect_drafter_speedup_by_chain": {chain: round(c, 3) for chain, c in ceiling.items()},
         "best_chain": {"length": best, "speedup": round(ceiling[best], 3)},
     }
-    if args.results:
-        report["decoders"] = reached(json.loads(args.results.read_text()), ceiling)
+    if args.results:  # each file's decoders, under the file's name
+        report["decoders"] = {str(f): reached(json.loads(f.read_text()), ceiling) for f in args.results}
+    report["command"] = " ".join(["python", "bench/spec_ceiling.py", *sys.argv[1:]])
     print(json.dumps(report, indent=1))
 
 

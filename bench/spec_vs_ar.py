@@ -29,6 +29,7 @@ import sys
 from pathlib import Path
 
 from edgespec.harness import process_measure
+from edgespec.host import cpu_name
 from edgespec.models.tokenizer import encode_prompt
 from edgespec.runtime.session import decoder, open_bundle
 from edgespec.runtime.speed import measure, row_stats, summarize
@@ -171,6 +172,7 @@ def main() -> None:
         "branching": list(runner.branching),
         "lookup": args.lookup,
         "threads": args.threads or None,
+        "cpu": cpu_name(),
         "pte_bytes": runner.path.stat().st_size,
         "max_new_tokens": args.max_new_tokens,
         "runs": args.runs,
@@ -202,6 +204,7 @@ def main() -> None:
             "spec_pte_bytes": report["pte_bytes"],
             "size_ratio": round(report["pte_bytes"] / ar_bytes, 4),
         }
+    report["command"] = " ".join(["python", "bench/spec_vs_ar.py", *sys.argv[1:]])
     report["rows"] = rows
     print(json.dumps(report, indent=1))
 

@@ -15,15 +15,30 @@ def cache_dir(kind: str) -> Path:
     return Path(os.environ.get("EDGESPEC_CACHE", Path.home() / ".cache" / "edgespec")) / kind
 
 
-def cpu_name() -> str:
-    """The CPU's model name (/proc/cpuinfo's, else platform.processor()): what benchmark results name."""
+def cpu_name(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The CPU as benchmark results name it: /proc/cpuinfo's model name, family and model, the
+    vector and matrix features the kernels choose paths by, and the CPUs this process may use,
+    e.g. "AMD EPYC (family 26 model 2; AVX-512 VNNI, AVX-512 BF16), 2 vCPUs"
+    (platform.processor() where there is no /proc/cpuinfo)."""
     import platform
 
     try:
-        names = [line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")]
+        lines = cpuinfo.read_text().splitlines()
     except OSError:
-        names = []
-    return names[0] if names else platform.processor()
+        return platform.processor() or platform.machine()
+    info: dict[str, str] = {}
+    for line in lines:
+        key, _, value = line.partition(":")
+        info.setdefault(key.strip(), value.strip())  # the first CPU's fields
+    name = info.get("model name") or platform.processor() or platform.machine()
+    flags = set(info.get("flags", "").split())
+    named = {"avx512_vnni": "AVX-512 VNNI", "avx512_bf16": "AVX-512 BF16", "amx_int8": "AMX-INT8", "avx_vnni": "AVX-VNNI"}
+    features = [label for flag, label in named.items() if flag in flags]
+    if "avx512f" not in flags and "avx2" in flags:
+        features.insert(0, "AVX2")
+    where = f"family {info['cpu family']} model {info['model']}" if "cpu family" in info and "model" in info else ""
+    detail = "; ".join(x for x in (where, ", ".join(features)) if x)
+    return f"{name}{f' ({detail})' if detail else ''}, {usable_cpus()} vCPUs"
 
 
 def usable_cpus(cgroup_root: Path = Path("/sys/fs/cgroup"), proc_cgroup: Path = Path("/proc/self/cgroup")) -> int:

@@ -179,6 +179,10 @@ def generate(
                     "tokens_per_call": round(res.mean_tokens_per_call, 3),
                     "speculative_share": round(res.speculative_share, 3),
                     "adaptive_events": res.adaptive_events,
+                    # per decode call, in order: its time, the tokens it emitted, whether it was a spec_step
+                    "step_ms": [round(1000 * t, 4) for t in res.step_times_s],
+                    "step_tokens": list(res.tokens_per_call),
+                    "step_speculative": list(res.speculative_calls),
                 }
             )
         )

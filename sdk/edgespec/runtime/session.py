@@ -26,11 +26,20 @@ def open_bundle(bundle: str | Path, verify: bool = True) -> tuple[LmManifest, To
         raise EdgespecError(f"bundle '{bundle}' is a {manifest.KIND} bundle, not a language model's: use `{manifest.USE.format(bundle=bundle)}`")
     if verify:
         verify_checksums(bundle, manifest, remembered=True)
-    tk = manifest.tokenizer
-    tokenizer = Tokenizer.from_file(Path(bundle) / tk.file, chat_template=tk.chat_template, bos_id=tk.bos_id, eos_ids=tk.eos_ids, add_bos=tk.add_bos)
+    tokenizer = bundle_tokenizer(bundle, manifest)
     runner = ProgramRunner(Path(bundle) / LAYOUT.program, program_data(bundle, manifest))
     check_program(runner, manifest, bundle)
     return manifest, tokenizer, runner
+
+
+def bundle_tokenizer(bundle: str | Path, manifest: LmManifest | None = None) -> Tokenizer:
+    """The bundle's tokenizer with its manifest's chat template and special ids (no program loaded)."""
+    if manifest is None:
+        from edgespec.bundle import read_manifest
+
+        manifest = read_manifest(bundle)
+    tk = manifest.tokenizer
+    return Tokenizer.from_file(Path(bundle) / tk.file, chat_template=tk.chat_template, bos_id=tk.bos_id, eos_ids=tk.eos_ids, add_bos=tk.add_bos)
 
 
 def program_data(bundle: str | Path, manifest: LmManifest) -> Path | None:
