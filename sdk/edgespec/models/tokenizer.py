@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from edgespec.errors import EdgespecError
 
@@ -98,11 +99,34 @@ def build_spm_tokenizer_json(tokens: Sequence[str], scores: Sequence[float], tok
     return tk.to_str()
 
 
+class _Library:
+    """The `tokenizers` library behind CompactTokenizer's three calls: for the tokenizer.json
+    shapes CompactTokenizer does not implement (Llama 3's and Qwen2's `Split` pre-tokenizer)."""
+
+    def __init__(self, tk):
+        self.tk = tk
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tk.get_vocab_size(with_added_tokens=True)
+
+    def encode(self, text: str) -> list[int]:
+        return self.tk.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids: Sequence[int], skip_special: bool = True) -> str:
+        return self.tk.decode(list(ids), skip_special_tokens=skip_special)
+
+
 @dataclass
 class Tokenizer:
-    """Encode/decode plus the model's chat template."""
+    """Encode/decode plus the model's chat template.
 
-    _tk: object
+    The tokens and merges are held by `edgespec.models.compact_tokenizer.CompactTokenizer`
+    (flat arrays: 21 MB resident for Gemma 3's 262k tokens where the `tokenizers` library holds
+    290 MB; the same ids and text, tests/test_compact_tokenizer.py); a tokenizer.json of a shape
+    it does not implement is read by the library instead."""
+
+    _tk: object  # CompactTokenizer, or _Library
     chat_template: str | None = None
     bos_id: int | None = None
     eos_ids: tuple[int, ...] = ()
@@ -110,41 +134,56 @@ class Tokenizer:
 
     @classmethod
     def from_json(cls, text: str, **meta) -> Tokenizer:
-        from tokenizers import Tokenizer as HFTokenizer
+        from edgespec.models.compact_tokenizer import CompactTokenizer, UnsupportedTokenizer
 
-        return cls(HFTokenizer.from_str(text), **meta)
+        try:
+            return cls(CompactTokenizer.from_json(text), **meta)
+        except UnsupportedTokenizer:
+            from tokenizers import Tokenizer as HFTokenizer
+
+            return cls(_Library(HFTokenizer.from_str(text)), **meta)
 
     @classmethod
     def from_file(cls, path, **meta) -> Tokenizer:
         """The tokenizer in a `tokenizer.json` file; EdgespecError naming the file when it is
         unreadable or not a tokenizer."""
+        from edgespec.models.compact_tokenizer import CompactTokenizer, UnsupportedTokenizer
+
+        try:
+            data = Path(path).read_bytes()
+        except OSError as e:
+            raise EdgespecError(f"cannot read tokenizer '{path}': {e.strerror}") from None
+        try:
+            return cls(CompactTokenizer.from_json(data), **meta)
+        except UnsupportedTokenizer:
+            pass  # the library reads it below
+        except EdgespecError as e:
+            raise EdgespecError(f"tokenizer '{path}' is not a tokenizer.json edgespec reads ({str(e)[:200]}); re-export the bundle") from None
+        del data
         from tokenizers import Tokenizer as HFTokenizer
 
         try:
-            open(path, "rb").close()  # missing or unreadable: said as such
             # read by the library itself: from a Python string, Gemma 3's 262k-token file took 80 MB more (371 vs 290 MB)
-            return cls(HFTokenizer.from_file(str(path)), **meta)
-        except OSError as e:
-            raise EdgespecError(f"cannot read tokenizer '{path}': {e.strerror}") from None
+            return cls(_Library(HFTokenizer.from_file(str(path))), **meta)
         except Exception as e:  # the tokenizers library raises plain Exception for a file it cannot parse
             raise EdgespecError(f"tokenizer '{path}' is not a tokenizer.json the tokenizers library reads ({str(e)[:200]}); re-export the bundle") from None
 
     @property
     def vocab_size(self) -> int:
-        return self._tk.get_vocab_size(with_added_tokens=True)
+        return self._tk.vocab_size
 
     def encode(self, text: str) -> list[int]:
-        ids = self._tk.encode(text, add_special_tokens=False).ids
+        ids = self._tk.encode(text)
         if self.add_bos and self.bos_id is not None:
             ids = [self.bos_id, *ids]
         return ids
 
     def encode_continuation(self, text: str) -> list[int]:
         """Ids of text that continues a sequence already begun (never a BOS)."""
-        return self._tk.encode(text, add_special_tokens=False).ids
+        return self._tk.encode(text)
 
     def decode(self, ids: Sequence[int], skip_special: bool = True) -> str:
-        return self._tk.decode(list(ids), skip_special_tokens=skip_special)
+        return self._tk.decode(ids, skip_special)
 
     def apply_chat_template(self, user_text: str) -> str:
         """The prompt text for one user turn, ending where the assistant's answer starts."""
