@@ -3,8 +3,11 @@
 For every program given (edgespec bundles, ExecuTorch's own export_llm program), every
 thread count and every context c: prefill c tokens, then time `forward` over T tokens at
 position c (T = 1, 2, 4, 8, 16; each call overwrites the same cache slots) and, where the
-program has one, a greedy `spec_step` at position c (median of --reps calls after a warm-up).
-Ratios: t(T)/t(1), and the step over one token of the same program and threads.
+program has one, a greedy `spec_step` at position c (median of --reps calls after a warm-up),
+and the same step sampled (temperature 1: the program's other acceptance branch).
+Ratios: t(T)/t(1), and the step over one token of the same program and threads;
+`greedy_step_saving_ms`: the sampled step less the greedy one (the greedy branch accepts by
+one argmax per row, the sampled one runs softmax, gathers and scatters over the vocabulary).
 
 With --profile, each call shape is also run once more under ETDump (its own load, ETDump
 adds overhead, so only the split is kept): the share of the call spent in attention
@@ -53,7 +56,10 @@ def _shapes(runner: ProgramRunner, context: int, rows: list[int]) -> dict[str, t
     """Call shape name -> (method, inputs)."""
     out = {f"forward_T{T}": ("forward", [torch.zeros((1, T), dtype=torch.long), torch.tensor([context])]) for T in rows}
     if runner.has_spec:
-        out["spec_step"] = ("spec_step", _step_inputs(runner, context))
+        greedy = _step_inputs(runner, context)
+        out["spec_step"] = ("spec_step", greedy)
+        # the same step sampled (temperature 1): the program's other acceptance branch
+        out["spec_step_sampled"] = ("spec_step", [*greedy[:3], torch.tensor([1.0]), *greedy[4:]])
     return out
 
 
@@ -75,6 +81,7 @@ def time_program(pte: Path, threads: int, contexts: list[int], rows: list[int], 
         res["forward_ratio"] = {T: round(res[f"forward_T{T}"] / t1, 3) for T in rows}
         if "spec_step" in res:
             res["step_over_token"] = round(res["spec_step"] / t1, 3)
+            res["greedy_step_saving_ms"] = round(res["spec_step_sampled"] - res["spec_step"], 3)  # one argmax per row instead of the sampled rule
         out[c] = res
     return out
 
