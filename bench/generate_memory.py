@@ -2,8 +2,9 @@
 program's size. Prints JSON.
 
 Each figure is a fresh process (its peak RSS, VmHWM / ru_maxrss):
-- `import_baseline_mb`: a process that imports what `edgespec generate` imports before it
-  reads a bundle (edgespec's runtime, torch, ExecuTorch's bindings), and nothing else;
+- `import_baseline_mb`: a process that loads what `edgespec generate` loads before it reads
+  a bundle (edgespec's runtime, torch, ExecuTorch's bindings and the kernel libraries a
+  program may call: `edgespec.runtime.runner.load_runtime_kernels`), and nothing else;
 - `tokenizer_mb`: the bundle's tokenizer loaded on top of that baseline (VmRSS after loading
   minus before, so a transient while parsing is not counted; `tokenizer_peak_mb` is the peak
   over the same baseline);
@@ -30,20 +31,22 @@ from edgespec.host import cpu_name
 PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
 
 _BASELINE = """
-import edgespec.runtime.runner, torch, executorch.runtime
+import edgespec.runtime.runner as runner
 from edgespec.runtime.speed import peak_rss_mb
+runner.load_runtime_kernels()  # torch, ExecuTorch's bindings and the kernel libraries a program may call
 print(peak_rss_mb())
 """
 
 _TOKENIZER = """
 import sys
-import edgespec.runtime.runner, torch, executorch.runtime
+import edgespec.runtime.runner as runner
 from edgespec.runtime.session import bundle_tokenizer
 from edgespec.runtime.speed import peak_rss_mb
 
 def rss():
     return next(int(l.split()[1]) / 1024 for l in open("/proc/self/status") if l.startswith("VmRSS:"))
 
+runner.load_runtime_kernels()
 before, hwm = rss(), peak_rss_mb()
 tk = bundle_tokenizer(sys.argv[1])
 tk.decode(tk.encode("warm: the tokenizer's first call"))

@@ -12,15 +12,40 @@ from edgespec.errors import EdgespecError
 from edgespec.export import constants as C
 
 
+def bindings():
+    """ExecuTorch's C++ runtime bindings (`executorch.extension.pybindings._C`), imported alone.
+
+    ExecuTorch's Python wrappers over them (`portable_lib`, `executorch.runtime`) import the
+    exporter too (`executorch.exir`, and with it torch._dynamo and torchao): 3.5 s and 134 MB
+    resident in every process that only runs programs (measured: 354 MB after importing
+    `executorch.runtime` against 220 MB for torch and the bindings). The bindings need torch's
+    libraries loaded first, which the import of torch above does."""
+    from executorch.extension.pybindings import _C
+
+    return _C
+
+
+def _aot_libraries() -> list[Path]:
+    """ExecuTorch's kernel libraries for the LLM ops (`llama::`: custom SDPA, KV update) and the
+    quantized ones (`quantized_decomposed::`), as its packages ship them."""
+    import importlib.util
+
+    root = Path(importlib.util.find_spec("executorch").submodule_search_locations[0])
+    return [root / "extension/llm/custom_ops/libcustom_ops_aot_lib.so", root / "kernels/quantized/libquantized_ops_aot_lib.so"]
+
+
 def load_runtime_kernels(program: Path | None = None) -> str | None:
     """Register the non-delegated kernels an LLM program may use (custom SDPA, KV update,
     quantized embedding) and edgespec's own (exact attention, block linears; built on first
     use) when `program` calls them (`uses_edgespec_ops`) or is None (any program to come);
     without them loading fails with 'Missing operator'. Returns why edgespec's kernels could
-    not be built, or None."""
-    from executorch.extension.llm.custom_ops import custom_ops  # noqa: F401
-    from executorch.kernels import quantized  # noqa: F401
+    not be built, or None.
 
+    ExecuTorch's libraries are loaded as files, as its Python modules for them do (importing
+    those modules would bring its exporter: `bindings`)."""
+    bindings()
+    for lib in _aot_libraries():
+        torch.ops.load_library(str(lib))  # loads once per process (the loader keeps the handle)
     from edgespec.kernels import library
 
     if program is not None and not uses_edgespec_ops(program):
@@ -51,16 +76,12 @@ def set_threads(n: int) -> None:
     before loading a program: XNNPACK keeps the pool it was loaded with, and resizing
     afterwards frees that pool under it (use after free)."""
     if n > 0:
-        from executorch.extension.pybindings.portable_lib import _unsafe_reset_threadpool
-
-        _unsafe_reset_threadpool(n)
+        bindings()._unsafe_reset_threadpool(n)
 
 
 def threads() -> int:
     """ExecuTorch's threadpool size now (what `set_threads` set; by default one per core)."""
-    from executorch.extension.pybindings.portable_lib import _threadpool_get_thread_count
-
-    return int(_threadpool_get_thread_count())
+    return int(bindings()._threadpool_get_thread_count())
 
 
 def execute(method, inputs: list) -> list:
@@ -80,6 +101,35 @@ def execute(method, inputs: list) -> list:
         torch.set_num_threads(n)
 
 
+class LoadedMethod:
+    """One method of a loaded program (as `executorch.runtime.Method`)."""
+
+    def __init__(self, method):
+        self._method = method
+
+    def execute(self, inputs):
+        """The method's outputs for `inputs` (a list of tensors and scalars)."""
+        return self._method(inputs)
+
+
+class LoadedProgram:
+    """A program ExecuTorch's bindings loaded (as `executorch.runtime.Program`): its method
+    names, each method loaded once on first use."""
+
+    def __init__(self, program):
+        self._program = program
+        self._methods: dict[str, LoadedMethod | None] = {program.get_method_name(i): None for i in range(program.num_methods())}
+
+    @property
+    def method_names(self) -> set[str]:
+        return set(self._methods)
+
+    def load_method(self, name: str) -> LoadedMethod:
+        if self._methods.get(name) is None:
+            self._methods[name] = LoadedMethod(self._program.load_method(name))
+        return self._methods[name]
+
+
 class Program:
     """A loaded `.pte`: its methods by name and its metadata (constant) methods."""
 
@@ -92,10 +142,16 @@ class Program:
         if data_path is not None and not Path(data_path).is_file():
             raise EdgespecError(f"program data '{data_path}' not found (the program '{path.name}' reads its base weights from it)")
         no_kernels = load_runtime_kernels(path)
-        from executorch.runtime import Runtime, Verification
-
+        et = bindings()
         try:
-            self.program = Runtime.get().load_program(path, verification=Verification.InternalConsistency, data_path=data_path)
+            loaded = et._load_program(
+                str(path),
+                enable_etdump=False,
+                debug_buffer_size=0,
+                program_verification=et.Verification.InternalConsistency,
+                data_path=None if data_path is None else str(data_path),
+            )
+            self.program = LoadedProgram(loaded)
             self._forward = self.program.load_method(C.FORWARD)
         except Exception as e:
             why = f" (edgespec's kernels are not loaded: {no_kernels})" if no_kernels else ""
