@@ -44,3 +44,21 @@ def test_a_foreign_child_process_gets_the_environment_without_edgespecs_openmp_p
     assert ours.stdout.split() == ["PASSIVE", "None"]
     users = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env={**env, "OMP_WAIT_POLICY": "PASSIVE"})
     assert users.stdout.split() == ["PASSIVE", "PASSIVE"]  # the user's own setting is passed on
+
+
+def test_running_programs_does_not_import_executorchs_exporter(tmp_path):
+    """The runtime binds ExecuTorch's C++ runtime and kernel libraries without the Python
+    modules that import its exporter (executorch.exir, torch._dynamo, torchao, torch._inductor):
+    seconds and 134 MB of every `edgespec generate` (edgespec.runtime.runner.bindings)."""
+    program = tmp_path / "no_edgespec_ops.pte"
+    program.write_bytes(bytes(64))  # calls no edgespec:: operator: only ExecuTorch's libraries are loaded
+    code = (
+        "import sys; from edgespec.runtime import runner;"
+        f"assert runner.load_runtime_kernels({str(program)!r}) is None; runner.set_threads(1); assert runner.threads() == 1;"
+        "import torch; assert torch.ops.llama.update_cache.out is not None;"
+        "heavy=[m for m in ('executorch.exir','executorch.runtime','torch._dynamo','torch._inductor','torchao') if m in sys.modules];"
+        "print(','.join(heavy))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == ""
