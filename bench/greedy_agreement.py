@@ -24,15 +24,7 @@ import sys
 
 from edgespec.host import cpu_name  # edgespec before torch: its OpenMP workers stay quiet
 from edgespec.runtime.session import decoder, open_bundle
-from edgespec.runtime.speed import measure, row_stats, summarize
-
-
-def _margin(runner, ids: list[int]) -> float:
-    """The reference's top-1 minus top-2 logit after `ids`."""
-    import torch
-
-    top = runner.forward(torch.tensor([ids]), 0).topk(2).values
-    return float(top[0] - top[1])
+from edgespec.runtime.speed import first_divergence, measure, row_stats, summarize, top2_margin
 
 
 def main() -> None:
@@ -62,8 +54,8 @@ def main() -> None:
         row = {"task": p.task, **row_stats(res, len(i))}
         a, b = res["ar"].completion_ids, res["candidate"].completion_ids
         if a != b:
-            at = next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-            row["divergence"] = {"token": at, "of": len(a), "reference_top2_margin": round(_margin(ref, i + a[:at]), 4)}
+            at = first_divergence(a, b)
+            row["divergence"] = {"token": at, "of": len(a), "reference_top2_margin": round(top2_margin(ref, i + a[:at]), 4)}
         rows.append(row)
         said = "identical" if a == b else f"diverges at token {row['divergence']['token']}"
         print(f"[{len(rows)}/{len(ids)}] {p.task}: {said}", file=sys.stderr)

@@ -32,7 +32,7 @@ from edgespec.harness import process_measure
 from edgespec.host import cpu_name
 from edgespec.models.tokenizer import encode_prompt
 from edgespec.runtime.session import decoder, open_bundle
-from edgespec.runtime.speed import measure, row_stats, summarize
+from edgespec.runtime.speed import first_divergence, measure, row_stats, summarize, top2_margin
 
 DEFAULT_SUITES = ("math", "reasoning", "code")  # () = all nine (edgespec.corpus.prompts.PROMPT_SOURCES)
 
@@ -48,14 +48,6 @@ def _prompts(n: int, tokenizer, suites: tuple[str, ...] = DEFAULT_SUITES) -> lis
 
         return [(ex.suite, ex.prompt, encode_prompt(tokenizer, ex.prompt, True)) for ex in load_suite(suites[0], n)]
     return [(p.task, p.text, encode_prompt(tokenizer, p.text, True)) for p in mixed_prompts("heldout", n, suites or tuple(PROMPT_SOURCES))]
-
-
-def _margin(runner, ids: list[int]) -> float:
-    """Top-1 minus top-2 logit of the program's AR prediction after `ids`."""
-    import torch
-
-    top = runner.forward(torch.tensor([ids]), 0).topk(2).values
-    return float(top[0] - top[1])
 
 
 AGAINST = "ar_against"  # autoregressive decoding of another bundle (--against), timed in the same rounds
@@ -99,8 +91,8 @@ def run_suite(
         a = res["ar"].completion_ids
         for name in (n for n in res if n != "ar" and res[n].completion_ids != a):  # where it left AR's output
             s = res[name].completion_ids
-            j = next(k for k, (x, y) in enumerate(zip(a + [-1], s + [-2])) if x != y)
-            row.setdefault("divergence", {})[name] = {"index": j, "ar_top2_margin": _margin(runner, ids + a[:j])}
+            j = first_divergence(a, s)
+            row.setdefault("divergence", {})[name] = {"index": j, "ar_top2_margin": top2_margin(runner, ids + a[:j])}
         rows.append(row)
         print(f"[{i + 1}/{n}] {task}: ar {row['ar']['tokens_per_s']} spec {row['spec']['tokens_per_s']} tok/s, lossless {row['lossless']}", file=sys.stderr)
     return rows, tokenizer, runner

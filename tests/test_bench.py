@@ -191,3 +191,18 @@ def test_time_call_is_the_median_of_the_timed_calls_after_the_warmup():
 
     calls = []
     assert time_call(lambda: calls.append(1), warmup=2, reps=5) >= 0 and len(calls) == 7
+
+
+def test_first_divergence_and_the_reference_margin_there():
+    from types import SimpleNamespace
+
+    import torch
+
+    from edgespec.runtime.speed import first_divergence, top2_margin
+
+    assert first_divergence([1, 2, 3], [1, 2, 4]) == 2
+    assert first_divergence([1, 2], [1, 2, 3]) == 2 and first_divergence([1, 2, 3], [1, 2]) == 2  # one a prefix of the other
+    assert first_divergence([5], [6]) == 0
+    fed = []
+    runner = SimpleNamespace(forward=lambda t, pos: fed.append((t.tolist(), pos)) or torch.tensor([0.5, 3.0, 2.25]))
+    assert top2_margin(runner, [7, 8]) == 0.75 and fed == [([[7, 8]], 0)]

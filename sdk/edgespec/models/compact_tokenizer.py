@@ -83,6 +83,16 @@ def _set(prop: str, minus: Sequence[tuple[int, int]]) -> str:
     return f"[{prop}--[{cut}]]"
 
 
+def _steps(cfg: dict | None, members: str, one: Callable[[dict], list]) -> list:
+    """A tokenizer.json component as its steps in order: none for null, a `Sequence`'s members'
+    (listed under `members`) one after another, else `one(cfg)`."""
+    if cfg is None:
+        return []
+    if cfg.get("type") == "Sequence":
+        return [step for c in cfg.get(members, []) for step in _steps(c, members, one)]
+    return one(cfg)
+
+
 class UnsupportedTokenizer(EdgespecError):
     """A tokenizer.json of a shape CompactTokenizer does not implement (the library reads it)."""
 
@@ -193,7 +203,7 @@ class CompactTokenizer:
             self._special[tid] = special
         self._special_mv = _view(self._special, "B")
 
-        self._normalizer = self._normalizer_steps(spec.get("normalizer"))
+        self._normalizer = _steps(spec.get("normalizer"), "normalizers", self._normalizer_step)
         self._raw_added = _AddedMatcher({c: i for c, i, _, normalized in added if not normalized}) if any(not a[3] for a in added) else None
         # normalized=true tokens are matched in the normalized text; one the normalizer would change reads back (decode) as changed: not implemented
         norm_added = {c: i for c, i, _, normalized in added if normalized}
@@ -201,8 +211,8 @@ class CompactTokenizer:
             if self._normalize(c) != c:
                 raise _refuse(f"added token {c!r} with normalized=true that the normalizer changes (to {self._normalize(c)!r})")
         self._norm_added = _AddedMatcher(norm_added) if norm_added else None
-        self._pre = self._pre_tokenizer_steps(spec.get("pre_tokenizer"))
-        self._decoders = self._decoder_steps(spec.get("decoder"))
+        self._pre = _steps(spec.get("pre_tokenizer"), "pretokenizers", self._pre_tokenizer_step)
+        self._decoders = _steps(spec.get("decoder"), "decoders", self._decoder_step)
 
         # BPE model
         self._byte_fallback = bool(model.get("byte_fallback"))
@@ -240,12 +250,8 @@ class CompactTokenizer:
 
     # configuration -> steps
 
-    def _normalizer_steps(self, cfg: dict | None) -> list[Callable[[str], str]]:
-        if cfg is None:
-            return []
+    def _normalizer_step(self, cfg: dict) -> list[Callable[[str], str]]:
         kind = cfg.get("type")
-        if kind == "Sequence":
-            return [s for c in cfg.get("normalizers", []) for s in self._normalizer_steps(c)]
         if kind == "Prepend":
             pre = cfg["prepend"]
             return [lambda s: pre + s if s else s]
@@ -254,12 +260,8 @@ class CompactTokenizer:
             return [lambda s: s.replace(a, b)]
         raise _refuse(f"normalizer {kind!r}")
 
-    def _pre_tokenizer_steps(self, cfg: dict | None) -> list[Callable[[str], list[str]]]:
-        if cfg is None:
-            return []
+    def _pre_tokenizer_step(self, cfg: dict) -> list[Callable[[str], list[str]]]:
         kind = cfg.get("type")
-        if kind == "Sequence":
-            return [s for c in cfg.get("pretokenizers", []) for s in self._pre_tokenizer_steps(c)]
         import regex
 
         if kind == "Digits":
@@ -282,12 +284,8 @@ class CompactTokenizer:
             return [gpt2, to_bytes]
         raise _refuse(f"pre_tokenizer {kind!r}")
 
-    def _decoder_steps(self, cfg: dict | None) -> list[Callable[[list[str]], list[str]]]:
-        if cfg is None:
-            return []
+    def _decoder_step(self, cfg: dict) -> list[Callable[[list[str]], list[str]]]:
         kind = cfg.get("type")
-        if kind == "Sequence":
-            return [s for c in cfg.get("decoders", []) for s in self._decoder_steps(c)]
         if kind == "ByteLevel":
             chars = _byte_chars()
             table = str.maketrans({c: chr(b) for b, c in enumerate(chars)})
@@ -333,15 +331,16 @@ class CompactTokenizer:
     @classmethod
     def from_file(cls, path: str | Path) -> CompactTokenizer:
         """The tokenizer in a `tokenizer.json` file; EdgespecError naming the file when it is
-        unreadable, not JSON, or of a shape not implemented."""
+        unreadable or not a tokenizer, UnsupportedTokenizer when it is of a shape not implemented."""
         try:
-            open(path, "rb").close()  # missing or unreadable: said as such
             spec = _parse(Path(path).read_bytes())  # the file's bytes freed here, its parse once built
             tk = cls(spec)
         except OSError as e:
             raise EdgespecError(f"cannot read tokenizer '{path}': {e.strerror}") from None
+        except UnsupportedTokenizer as e:
+            raise UnsupportedTokenizer(f"'{path}': {e}") from None
         except EdgespecError as e:
-            raise type(e)(f"'{path}': {e}") from None
+            raise EdgespecError(f"tokenizer '{path}' is not a tokenizer.json edgespec reads ({str(e)[:200]}); re-export the bundle") from None
         del spec
         _release_freed_memory()
         return tk

@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from edgespec.errors import EdgespecError
 
@@ -150,16 +149,9 @@ class Tokenizer:
         from edgespec.models.compact_tokenizer import CompactTokenizer, UnsupportedTokenizer
 
         try:
-            data = Path(path).read_bytes()
-        except OSError as e:
-            raise EdgespecError(f"cannot read tokenizer '{path}': {e.strerror}") from None
-        try:
-            return cls(CompactTokenizer.from_json(data), **meta)
+            return cls(CompactTokenizer.from_file(path), **meta)
         except UnsupportedTokenizer:
-            pass  # the library reads it below
-        except EdgespecError as e:
-            raise EdgespecError(f"tokenizer '{path}' is not a tokenizer.json edgespec reads ({str(e)[:200]}); re-export the bundle") from None
-        del data
+            pass  # a shape the library reads
         from tokenizers import Tokenizer as HFTokenizer
 
         try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import warnings
 from pathlib import Path
 
@@ -25,13 +26,16 @@ def bindings():
     return _C
 
 
-def _aot_libraries() -> list[Path]:
-    """ExecuTorch's kernel libraries for the LLM ops (`llama::`: custom SDPA, KV update) and the
-    quantized ones (`quantized_decomposed::`), as its packages ship them."""
+@functools.cache
+def _load_executorch_kernels() -> None:
+    """Load ExecuTorch's kernel libraries for the LLM ops (`llama::`: custom SDPA, KV update) and
+    the quantized ones (`quantized_decomposed::`), as its packages ship them: once per process."""
     import importlib.util
 
+    bindings()
     root = Path(importlib.util.find_spec("executorch").submodule_search_locations[0])
-    return [root / "extension/llm/custom_ops/libcustom_ops_aot_lib.so", root / "kernels/quantized/libquantized_ops_aot_lib.so"]
+    for lib in ("extension/llm/custom_ops/libcustom_ops_aot_lib.so", "kernels/quantized/libquantized_ops_aot_lib.so"):
+        torch.ops.load_library(str(root / lib))
 
 
 def load_runtime_kernels(program: Path | None = None) -> str | None:
@@ -43,9 +47,7 @@ def load_runtime_kernels(program: Path | None = None) -> str | None:
 
     ExecuTorch's libraries are loaded as files, as its Python modules for them do (importing
     those modules would bring its exporter: `bindings`)."""
-    bindings()
-    for lib in _aot_libraries():
-        torch.ops.load_library(str(lib))  # loads once per process (the loader keeps the handle)
+    _load_executorch_kernels()
     from edgespec.kernels import library
 
     if program is not None and not uses_edgespec_ops(program):

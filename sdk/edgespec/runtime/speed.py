@@ -213,6 +213,21 @@ def summarize(rows: list[dict]) -> dict:
     return out
 
 
+def first_divergence(reference: Sequence[int], other: Sequence[int]) -> int:
+    """Index of the first token where `other` leaves `reference` (the shorter length when one
+    is a prefix of the other)."""
+    return next((k for k, (x, y) in enumerate(zip(reference, other)) if x != y), min(len(reference), len(other)))
+
+
+def top2_margin(runner, ids: list[int]) -> float:
+    """Top-1 minus top-2 logit of the program's autoregressive prediction after `ids`: how
+    near a tie the reference's choice was where another decoding left it."""
+    import torch
+
+    top = runner.forward(torch.tensor([ids]), 0).topk(2).values
+    return float(top[0] - top[1])
+
+
 def _median_or_none(xs: list, ndigits: int) -> float | None:
     xs = [x for x in xs if x is not None]
     return round(statistics.median(xs), ndigits) if xs else None
